@@ -1,0 +1,26 @@
+# kiln: the two commands a newcomer needs are `make demo` and `make test`; both install what they
+# need first (scripts/setup.sh is idempotent and quick when everything is present).
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+
+.PHONY: all build setup test demo clean
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+$(BUILD_DIR)/CMakeCache.txt:
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release >/dev/null
+
+build: $(BUILD_DIR)/CMakeCache.txt
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: setup build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+demo: setup build
+	@scripts/demo.sh
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs everything kiln's build, tests and demo need on Debian 12.
+# Idempotent: when every package is present it only runs dpkg-query and exits.
+set -euo pipefail
+
+APT_PACKAGES=(
+  build-essential cmake make pkg-config
+  libonnx-dev libprotobuf-dev protobuf-compiler
+  libgtest-dev googletest
+  libonnx-testdata
+  python3-onnx python3-numpy
+  python3-torch python3-torchvision
+  graphviz
+)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

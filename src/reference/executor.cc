@@ -1,0 +1,74 @@
+#include "reference/executor.h"
+
+#include <unordered_map>
+
+#include "reference/op_registry.h"
+
+namespace kiln {
+
+std::vector<Tensor> run_node(const Node& node, const std::vector<Tensor>& inputs) {
+  const OpInfo* info = node.domain().empty() ? OpRegistry::global().find(node.op_type()) : nullptr;
+  if (!info) user_error(node.describe(), ": unsupported op");
+  std::vector<Tensor> outs;
+  try {
+    outs = info->kernel(node, inputs);
+  } catch (const UserError& e) {
+    throw UserError(node.describe() + ": " + e.what());
+  }
+  KILN_CHECK(outs.size() >= node.num_outputs(), node.describe(), " kernel returned ", outs.size(),
+             " outputs for ", node.num_outputs());
+  outs.resize(node.num_outputs());
+  return outs;
+}
+
+TensorMap run_reference(const Graph& g, const TensorMap& inputs) {
+  std::unordered_map<const Value*, Tensor> env;
+  for (Value* in : g.inputs()) {
+    auto it = inputs.find(in->name());
+    if (it == inputs.end()) user_error("missing input '", in->name(), "' (", in->type().str(), ")");
+    const Tensor& t = it->second;
+    if (t.dtype() != in->dtype() || t.shape() != in->shape())
+      user_error("input '", in->name(), "' expects ", in->type().str(), ", got ",
+                 TensorType{t.dtype(), t.shape()}.str());
+    env[in] = t;
+  }
+  for (const auto& [name, t] : inputs)
+    if (!g.find_value(name) || !g.find_value(name)->is_graph_input()) user_error("model has no input named '", name, "'");
+
+  auto lookup = [&](const Value* v) -> Tensor {
+    if (!v) return {};
+    if (v->is_constant()) return v->constant();
+    auto it = env.find(v);
+    KILN_CHECK(it != env.end(), "value ", v->name(), " used before definition");
+    return it->second;
+  };
+
+  // Free each intermediate after its last use so peak memory stays near the model's working set.
+  std::unordered_map<const Value*, size_t> remaining;
+  for (Node* n : g.nodes())
+    for (Value* v : n->inputs())
+      if (v) remaining[v]++;
+
+  for (Node* n : g.nodes()) {
+    std::vector<Tensor> ins;
+    ins.reserve(n->num_inputs());
+    for (Value* v : n->inputs()) ins.push_back(lookup(v));
+    std::vector<Tensor> outs = run_node(*n, ins);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      Value* o = n->output(i);
+      const Tensor& t = outs[i];
+      if (o->dtype() != DType::Undefined && (t.dtype() != o->dtype() || t.shape() != o->shape()))
+        throw InternalError(cat(n->describe(), ": kernel produced ", TensorType{t.dtype(), t.shape()}.str(),
+                                " for output '", o->name(), "' typed ", o->type().str()));
+      env[o] = t;
+    }
+    for (Value* v : n->inputs())
+      if (v && --remaining[v] == 0 && !g.is_graph_output(v)) env.erase(v);
+  }
+
+  TensorMap result;
+  for (Value* o : g.outputs()) result[o->name()] = lookup(o);
+  return result;
+}
+
+}  // namespace kiln

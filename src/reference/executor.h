@@ -1,0 +1,21 @@
+// The reference executor: interprets a Graph node by node with the registry's plain kernels. No
+// fusion, no tricks — it is the oracle every compiled kernel is checked against.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace kiln {
+
+using TensorMap = std::map<std::string, Tensor>;
+
+// Runs one node (outputs in node order). Errors are UserErrors prefixed with the node's description.
+std::vector<Tensor> run_node(const Node& node, const std::vector<Tensor>& inputs);
+
+// Runs the whole graph. `inputs` maps graph-input names to tensors; each must match the declared
+// dtype and shape (a mismatch is a UserError naming the input). Returns graph outputs by name.
+TensorMap run_reference(const Graph& g, const TensorMap& inputs);
+
+}  // namespace kiln
