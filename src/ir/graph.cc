@@ -10,7 +10,6 @@ const char* attribute_kind_name(const Attribute& a) {
   return names[a.index()];
 }
 
-std::string TensorType::str() const { return std::string(dtype_name(dtype)) + shape_str(shape); }
 
 void Value::set_constant(Tensor t) {
   type_ = TensorType{t.dtype(), t.shape()};
@@ -21,7 +20,7 @@ void Value::set_constant(Tensor t) {
 // ---------------------------------------------------------------- Node
 
 void Node::set_input(size_t i, Value* v) {
-  KILN_CHECK(i < inputs_.size());
+  if (i >= inputs_.size()) inputs_.resize(i + 1, nullptr);
   Value* old = inputs_[i];
   if (old) {
     auto& u = old->uses_;

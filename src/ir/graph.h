@@ -20,13 +20,6 @@
 
 namespace kiln {
 
-struct TensorType {
-  DType dtype = DType::Undefined;
-  Shape shape;
-  bool operator==(const TensorType&) const = default;
-  std::string str() const;  // "f32[1,3,224,224]"
-};
-
 class Node;
 class Graph;
 
@@ -72,8 +65,11 @@ class Node {
   Value* output(size_t i) const { return outputs_.at(i); }
   size_t num_inputs() const { return inputs_.size(); }
   size_t num_outputs() const { return outputs_.size(); }
-  // Rewires input i to v (v may be nullptr for an omitted optional input).
+  // Rewires input i to v (v may be nullptr for an omitted optional input); i may be past the end,
+  // which appends (omitted inputs in between).
   void set_input(size_t i, Value* v);
+  // Renames the op (canonicalisation of legacy ops, e.g. Upsample → Resize).
+  void set_op_type(std::string op) { op_type_ = std::move(op); }
 
   AttributeMap& attrs() { return attrs_; }
   const AttributeMap& attrs() const { return attrs_; }

@@ -30,6 +30,8 @@ std::vector<int64_t> shape_strides(const Shape& s) {
   return st;
 }
 
+std::string TensorType::str() const { return std::string(dtype_name(dtype)) + shape_str(shape); }
+
 Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
   KILN_CHECK(dtype != DType::Undefined, "tensor with undefined dtype");
   numel_ = shape_numel(shape_);

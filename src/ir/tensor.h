@@ -20,6 +20,13 @@ std::string shape_str(const Shape& s);  // "[1,3,224,224]"
 // Row-major strides (in elements) of a shape.
 std::vector<int64_t> shape_strides(const Shape& s);
 
+struct TensorType {
+  DType dtype = DType::Undefined;
+  Shape shape;
+  bool operator==(const TensorType&) const = default;
+  std::string str() const;  // "f32[1,3,224,224]"
+};
+
 class Tensor {
  public:
   Tensor() = default;  // undefined: stands for an omitted optional input

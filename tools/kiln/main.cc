@@ -1,8 +1,55 @@
-#include <cstdio>
+// kiln — a neural-network compiler built around operator fusion. This is the command-line entry:
+// it dispatches to one function per sub-command and turns errors into one line and an exit code.
 #include <cstring>
 #include <iostream>
 
+#include "cli.h"
+
+namespace {
+
+const char* kUsage = R"(usage: kiln <command> [options]
+
+commands:
+  run MODEL.onnx --input NAME=FILE.npy [--input ...] --output-dir DIR [--reference]
+                 [--input-shape NAME=DIMS]       run a model; writes DIR/<output>.npy per output
+  info MODEL.onnx [--input-shape NAME=DIMS]      inputs, outputs, op histogram, parameter count
+  show MODEL.onnx [--after=PASS|import|all]      print the graph IR (after a pass, default: final)
+  test-onnx DIR... [--expect FILE] [--write-passed FILE] [--quiet]
+                                                 run ONNX backend-test folders
+  help                                           this text
+
+options for commands that load a model:
+  --input-shape NAME=DIMS   fix symbolic input dims, e.g. --input-shape x=1x3x224x224
+  --dump-after=PASS|all     print the IR after a simplification pass (to stderr)
+  --disable-pass=PASS       skip a simplification pass
+  --time-passes             print per-pass wall time (to stderr)
+)";
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  std::cerr << "kiln: no command\n";
-  return 2;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+    std::cout << kUsage;
+    return args.empty() ? 2 : 0;
+  }
+  std::string cmd = args[0];
+  args.erase(args.begin());
+  try {
+    if (cmd == "run") return kiln::cli::cmd_run(args);
+    if (cmd == "info") return kiln::cli::cmd_info(args);
+    if (cmd == "show") return kiln::cli::cmd_show(args);
+    if (cmd == "test-onnx") return kiln::cli::cmd_test_onnx(args);
+    std::cerr << "kiln: error: unknown command '" << cmd << "' (see kiln help)\n";
+    return 2;
+  } catch (const kiln::UserError& e) {
+    std::cerr << "kiln: error: " << e.what() << "\n";
+    return 1;
+  } catch (const kiln::InternalError& e) {
+    std::cerr << "kiln: " << e.what() << "\n(this is a bug in kiln; please report it with the model)\n";
+    return 70;
+  } catch (const std::exception& e) {
+    std::cerr << "kiln: internal error: " << e.what() << "\n";
+    return 70;
+  }
 }

@@ -1,0 +1,316 @@
+// ONNX → Graph IR. See onnx_import.h for the contract. The steps, in order:
+//   1. parse the protobuf and check opsets, ops and attributes kiln can take (before shape inference,
+//      so an unsupported op gets kiln's message rather than a shape-inference one);
+//   2. fix symbolic input dims from --input-shape (a remaining symbolic dim is an error);
+//   3. run ONNX's shape inference (with data propagation, which resolves most Shape→Reshape chains);
+//   4. convert initializers, Constant nodes, nodes and attributes;
+//   5. walk the nodes once: canonicalise each to its newest ONNX form, then give any output ONNX
+//      could not type a static type by evaluating the node's kernel (complete_types.cc).
+#include "frontend/onnx/onnx_import.h"
+
+#include <onnx/defs/schema.h>
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <unordered_map>
+
+#include "frontend/onnx/canonicalize_opset.h"
+#include "frontend/onnx/complete_types.h"
+#include "frontend/onnx/tensor_proto.h"
+#include "reference/op_registry.h"
+
+namespace kiln {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The ONNX library's newest opset for the default domain.
+int64_t newest_known_opset() {
+  const auto& m = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
+  auto it = m.find("");
+  return it == m.end() ? 17 : it->second.second;
+}
+
+std::string node_ctx(const onnx::NodeProto& n, const std::string& name, int64_t opset) {
+  std::string op = n.domain().empty() || n.domain() == "ai.onnx" ? n.op_type() : n.domain() + "." + n.op_type();
+  return cat("node '", name, "' (", op, ", opset ", opset, ")");
+}
+
+class Importer {
+ public:
+  Importer(std::string path, const ImportOptions& opts) : path_(std::move(path)), opts_(opts) {}
+
+  std::unique_ptr<Graph> run() {
+    load();
+    check_opset();
+    assign_node_names();
+    check_nodes();
+    fix_input_shapes();
+    infer_shapes();
+    collect_types();
+    auto g = std::make_unique<Graph>();
+    g->set_opset(opset_);
+    g->set_name(model_.graph().name().empty() ? "main" : model_.graph().name());
+    convert(*g);
+    finish(*g);
+    return g;
+  }
+
+ private:
+  void load() {
+    std::error_code ec;
+    if (!fs::is_regular_file(path_, ec)) user_error("no such model file");
+    std::ifstream f(path_, std::ios::binary);
+    if (!f) user_error("cannot open the model file");
+    if (!model_.ParseFromIstream(&f)) user_error("not a valid ONNX model (truncated or malformed protobuf)");
+    if (!model_.has_graph()) user_error("not a valid ONNX model (no graph)");
+    model_dir_ = fs::path(path_).parent_path().string();
+    if (model_dir_.empty()) model_dir_ = ".";
+  }
+
+  void check_opset() {
+    opset_ = -1;
+    for (const auto& o : model_.opset_import())
+      if (o.domain().empty() || o.domain() == "ai.onnx") opset_ = o.version();
+    if (opset_ < 0) {
+      if (model_.ir_version() < 3) opset_ = 1;  // IR v1/v2 models predate opset_import
+      else user_error("model imports no opset of the default ONNX domain");
+    }
+    if (opset_ > newest_known_opset())
+      user_error("opset ", opset_, " is newer than the newest this build knows (", newest_known_opset(), ")");
+  }
+
+  // kiln names unnamed nodes "<OpType>_<index>" (index in the ONNX graph) so errors and dumps can
+  // point at them; a name the model gave is kept as is.
+  void assign_node_names() {
+    const auto& nodes = model_.graph().node();
+    names_.resize(size_t(nodes.size()));
+    for (int i = 0; i < nodes.size(); ++i)
+      names_[size_t(i)] = nodes[i].name().empty() ? cat(nodes[i].op_type(), "_", i) : nodes[i].name();
+  }
+
+  void check_nodes() {
+    const auto& reg = OpRegistry::global();
+    const auto& nodes = model_.graph().node();
+    for (int i = 0; i < nodes.size(); ++i) {
+      const auto& n = nodes[i];
+      std::string ctx = node_ctx(n, names_[size_t(i)], opset_);
+      if (!n.domain().empty() && n.domain() != "ai.onnx") user_error(ctx, ": unsupported op (domain '", n.domain(), "')");
+      if (n.op_type() != "Constant" && !reg.find(n.op_type()) && !is_legacy_op(n.op_type()))
+        user_error(ctx, ": unsupported op");
+      for (const auto& a : n.attribute())
+        if (a.type() == onnx::AttributeProto::GRAPH || a.type() == onnx::AttributeProto::GRAPHS || a.has_g())
+          user_error(ctx, ": unsupported attribute '", a.name(), "' (subgraphs are not supported)");
+    }
+  }
+
+  void fix_input_shapes() {
+    auto* graph = model_.mutable_graph();
+    std::set<std::string> inits;
+    for (const auto& t : graph->initializer()) inits.insert(t.name());
+    std::set<std::string> seen;
+    for (auto& in : *graph->mutable_input()) {
+      if (inits.count(in.name())) continue;
+      seen.insert(in.name());
+      if (!in.type().has_tensor_type())
+        user_error("input '", in.name(), "' is not a tensor (sequences, maps and optionals are not supported)");
+      auto* tt = in.mutable_type()->mutable_tensor_type();
+      dtype_from_onnx_checked(tt->elem_type(), cat("input '", in.name(), "'"));
+      auto it = opts_.input_shapes.find(in.name());
+      if (it != opts_.input_shapes.end()) {
+        const Shape& want = it->second;
+        if (tt->has_shape() && tt->shape().dim_size() != int(want.size()))
+          user_error("--input-shape ", in.name(), "=", shape_str(want), " has rank ", want.size(),
+                     " but the model declares rank ", tt->shape().dim_size());
+        for (size_t d = 0; d < want.size(); ++d) {
+          if (want[d] < 0) user_error("--input-shape ", in.name(), ": negative dimension");
+          if (tt->has_shape() && tt->shape().dim(int(d)).has_dim_value() && tt->shape().dim(int(d)).dim_value() != want[d])
+            user_error("--input-shape ", in.name(), "=", shape_str(want), " disagrees with the model's fixed dim ",
+                       tt->shape().dim(int(d)).dim_value(), " at axis ", d);
+        }
+        tt->clear_shape();
+        auto* shp = tt->mutable_shape();
+        for (int64_t d : want) shp->add_dim()->set_dim_value(d);
+        continue;
+      }
+      if (!tt->has_shape())
+        user_error("input '", in.name(), "' has no shape; give one with --input-shape ", in.name(), "=DIMS");
+      for (int d = 0; d < tt->shape().dim_size(); ++d) {
+        const auto& dim = tt->shape().dim(d);
+        if (!dim.has_dim_value()) {
+          std::string sym = dim.has_dim_param() ? "'" + dim.dim_param() + "'" : "(unnamed)";
+          user_error("input '", in.name(), "' has symbolic dimension ", sym, " at axis ", d,
+                     "; fix it with --input-shape ", in.name(), "=DIMS (e.g. 1x3x224x224)");
+        }
+      }
+    }
+    for (const auto& [name, s] : opts_.input_shapes)
+      if (!seen.count(name)) user_error("--input-shape names '", name, "', which is not an input of the model");
+  }
+
+  void infer_shapes() {
+    try {
+      onnx::ShapeInferenceOptions o(/*check_type=*/true, /*error_mode=*/1, /*data_prop=*/true);
+      onnx::shape_inference::InferShapes(model_, onnx::OpSchemaRegistry::Instance(), o);
+    } catch (const std::exception& e) {
+      std::string msg = e.what();
+      for (char& c : msg)
+        if (c == '\n') c = ' ';
+      user_error("ONNX shape inference failed: ", msg);
+    }
+  }
+
+  static std::optional<TensorType> static_type(const onnx::TypeProto& t) {
+    if (!t.has_tensor_type() || !t.tensor_type().has_shape()) return std::nullopt;
+    auto dt = dtype_from_onnx(t.tensor_type().elem_type());
+    if (!dt) return std::nullopt;
+    TensorType r{*dt, {}};
+    for (const auto& d : t.tensor_type().shape().dim()) {
+      if (!d.has_dim_value() || d.dim_value() < 0) return std::nullopt;
+      r.shape.push_back(d.dim_value());
+    }
+    return r;
+  }
+
+  void collect_types() {
+    const auto& g = model_.graph();
+    for (const auto* list : {&g.input(), &g.value_info(), &g.output()})
+      for (const auto& vi : *list)
+        if (auto t = static_type(vi.type())) types_[vi.name()] = *t;
+  }
+
+  Attribute convert_attribute(const onnx::AttributeProto& a, const std::string& ctx) {
+    auto type = a.type();
+    if (type == onnx::AttributeProto::UNDEFINED) {  // very old writers leave the type unset
+      if (a.has_f()) type = onnx::AttributeProto::FLOAT;
+      else if (a.has_i()) type = onnx::AttributeProto::INT;
+      else if (a.has_s()) type = onnx::AttributeProto::STRING;
+      else if (a.has_t()) type = onnx::AttributeProto::TENSOR;
+      else if (a.floats_size()) type = onnx::AttributeProto::FLOATS;
+      else if (a.ints_size()) type = onnx::AttributeProto::INTS;
+      else if (a.strings_size()) type = onnx::AttributeProto::STRINGS;
+    }
+    switch (type) {
+      case onnx::AttributeProto::FLOAT: return a.f();
+      case onnx::AttributeProto::INT: return int64_t(a.i());
+      case onnx::AttributeProto::STRING: return a.s();
+      case onnx::AttributeProto::TENSOR: return tensor_from_proto(a.t(), model_dir_, cat(ctx, ": attribute '", a.name(), "'"));
+      case onnx::AttributeProto::FLOATS: return std::vector<float>(a.floats().begin(), a.floats().end());
+      case onnx::AttributeProto::INTS: return std::vector<int64_t>(a.ints().begin(), a.ints().end());
+      case onnx::AttributeProto::STRINGS: return std::vector<std::string>(a.strings().begin(), a.strings().end());
+      default:
+        user_error(ctx, ": unsupported attribute '", a.name(), "' of kind ", onnx::AttributeProto_AttributeType_Name(type));
+    }
+  }
+
+  // A Constant node becomes a constant value.
+  Tensor constant_node_value(const onnx::NodeProto& n, const std::string& ctx) {
+    if (n.attribute_size() != 1) user_error(ctx, ": Constant must have exactly one value attribute");
+    const auto& a = n.attribute(0);
+    Attribute v = convert_attribute(a, ctx);
+    if (a.name() == "value") return std::get<Tensor>(v);
+    if (a.name() == "value_float") return Tensor::scalar<float>(std::get<float>(v));
+    if (a.name() == "value_int") return Tensor::scalar<int64_t>(std::get<int64_t>(v));
+    if (a.name() == "value_floats") {
+      auto f = std::get<std::vector<float>>(v);
+      return Tensor::from_vector<float>(f, {int64_t(f.size())});
+    }
+    if (a.name() == "value_ints") {
+      auto i = std::get<std::vector<int64_t>>(v);
+      return Tensor::from_vector<int64_t>(i, {int64_t(i.size())});
+    }
+    user_error(ctx, ": unsupported attribute '", a.name(), "' (string and sparse constants are not supported)");
+  }
+
+  void convert(Graph& g) {
+    const auto& graph = model_.graph();
+    for (const auto& init : graph.initializer()) {
+      if (g.find_value(init.name())) user_error("initializer '", init.name(), "' is defined twice");
+      g.add_constant(init.name(), tensor_from_proto(init, model_dir_, cat("initializer '", init.name(), "'")));
+    }
+    for (const auto& in : graph.input()) {
+      if (Value* v = g.find_value(in.name())) {
+        if (v->is_constant()) continue;  // IR < 4 lists initializers as inputs; the initializer wins
+        user_error("input '", in.name(), "' is declared twice");
+      }
+      g.add_input(in.name(), types_.at(in.name()));
+    }
+    for (int i = 0; i < graph.node_size(); ++i) {
+      const auto& n = graph.node(i);
+      const std::string& name = names_[size_t(i)];
+      std::string ctx = node_ctx(n, name, opset_);
+      if (n.op_type() == "Constant") {
+        if (n.output_size() != 1) user_error(ctx, ": Constant must have one output");
+        if (g.find_value(n.output(0))) user_error(ctx, ": output '", n.output(0), "' is defined twice");
+        g.add_constant(n.output(0), constant_node_value(n, ctx));
+        continue;
+      }
+      std::vector<Value*> ins, outs;
+      for (const auto& in : n.input()) {
+        if (in.empty()) {
+          ins.push_back(nullptr);
+          continue;
+        }
+        Value* v = g.find_value(in);
+        if (!v) user_error(ctx, ": input '", in, "' is not defined before this node");
+        ins.push_back(v);
+      }
+      // Trailing omitted inputs carry no meaning; drop them so kernels see the shorter list.
+      while (!ins.empty() && !ins.back()) ins.pop_back();
+      for (const auto& out : n.output()) {
+        std::string oname = out.empty() ? g.unique_name(name + "_unused_output") : out;
+        if (g.find_value(oname)) user_error(ctx, ": output '", oname, "' is defined twice");
+        auto t = types_.find(oname);
+        outs.push_back(g.add_value(oname, t == types_.end() ? TensorType{} : t->second));
+      }
+      AttributeMap attrs;
+      for (const auto& a : n.attribute()) attrs[a.name()] = convert_attribute(a, ctx);
+      g.add_node(n.op_type(), ins, outs, std::move(attrs), name);
+    }
+    for (const auto& out : graph.output()) {
+      Value* v = g.find_value(out.name());
+      if (!v) user_error("graph output '", out.name(), "' is not defined");
+      g.add_output(v);
+    }
+  }
+
+  // Canonicalises each node and completes the types of its outputs, in one topological walk:
+  // canonicalisation may need the (now known) input types, e.g. ranks for legacy broadcasting.
+  void finish(Graph& g) {
+    for (Node* n : g.nodes()) {
+      std::string ctx = cat("node '", n->name(), "' (", n->op_type(), ", opset ", opset_, ")");
+      try {
+        for (Node* m : canonicalize_opset(g, n, opset_)) complete_types(g, m);
+      } catch (const UserError& e) {
+        throw UserError(ctx + ": " + e.what());
+      }
+    }
+    for (Value* v : g.values())
+      if (v->dtype() == DType::Undefined && (v->producer() || v->is_graph_input() || g.is_graph_output(v)))
+        throw InternalError(cat("value '", v->name(), "' has no type after import"));
+  }
+
+  std::string path_;
+  const ImportOptions& opts_;
+  onnx::ModelProto model_;
+  std::string model_dir_;
+  int64_t opset_ = 0;
+  std::vector<std::string> names_;
+  std::unordered_map<std::string, TensorType> types_;
+};
+
+}  // namespace
+
+std::unique_ptr<Graph> import_onnx(const std::string& path, const ImportOptions& opts) {
+  try {
+    return Importer(path, opts).run();
+  } catch (const UserError& e) {
+    throw UserError(path + ": " + e.what());
+  }
+}
+
+}  // namespace kiln

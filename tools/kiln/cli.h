@@ -1,0 +1,51 @@
+// Shared pieces of the kiln command-line tool: argument parsing and the import+simplify step every
+// command starts with. The CLI stays thin: flags in, library calls out.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "frontend/onnx/onnx_import.h"
+#include "ir/graph.h"
+#include "transforms/pipeline.h"
+
+namespace kiln::cli {
+
+// Parsed command line: positional arguments and options. Options are "--name=value", "--name value"
+// (when the option takes a value) or "--flag". Repeatable options keep every value.
+class Args {
+ public:
+  // `valued` names the options that take a value; `flags` those that do not. Anything else that
+  // starts with "--" is a UserError.
+  Args(const std::vector<std::string>& argv, const std::vector<std::string>& valued,
+       const std::vector<std::string>& flags);
+  const std::vector<std::string>& positional() const { return positional_; }
+  bool has(const std::string& name) const { return values_.count(name) != 0; }
+  std::string get(const std::string& name, const std::string& dflt = "") const;
+  std::vector<std::string> all(const std::string& name) const;
+  int64_t get_int(const std::string& name, int64_t dflt) const;
+
+ private:
+  std::vector<std::string> positional_;
+  std::multimap<std::string, std::string> values_;
+};
+
+// "NAME=1x3x224x224" → {NAME, {1,3,224,224}}; "NAME=" gives a scalar shape.
+std::pair<std::string, Shape> parse_input_shape(const std::string& spec);
+
+// Pipeline options from --dump-after/--disable-pass/--time-passes.
+PipelineOptions pipeline_options(const Args& a);
+// Imports MODEL (with --input-shape options) and runs the simplification pipeline.
+std::unique_ptr<Graph> load_model(const std::string& path, const Args& a, const PipelineOptions& popts);
+
+// The options every model-loading command accepts.
+extern const std::vector<std::string> kModelValuedOptions;
+extern const std::vector<std::string> kModelFlags;
+
+int cmd_run(const std::vector<std::string>& argv);
+int cmd_info(const std::vector<std::string>& argv);
+int cmd_show(const std::vector<std::string>& argv);
+int cmd_test_onnx(const std::vector<std::string>& argv);
+
+}  // namespace kiln::cli

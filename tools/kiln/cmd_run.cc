@@ -1,0 +1,141 @@
+// kiln run / info / show: the commands that load one model.
+#include <filesystem>
+#include <iostream>
+#include <map>
+
+#include "cli.h"
+#include "ir/printer.h"
+#include "reference/executor.h"
+#include "support/npy.h"
+
+namespace kiln::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A graph output name as a file name inside the output folder: path separators and a leading dot
+// become '_', so a name from the model can never point outside the folder.
+std::string output_file_name(const std::string& name) {
+  std::string s = name;
+  for (char& c : s)
+    if (c == '/' || c == '\\' || c == '\0') c = '_';
+  if (s.empty() || s[0] == '.') s = "_" + s;
+  return s + ".npy";
+}
+
+}  // namespace
+
+int cmd_run(const std::vector<std::string>& argv) {
+  auto valued = kModelValuedOptions;
+  valued.insert(valued.end(), {"input", "output-dir"});
+  auto flags = kModelFlags;
+  flags.push_back("reference");
+  Args a(argv, valued, flags);
+  if (a.positional().size() != 1) user_error("run expects one MODEL.onnx (see kiln help)");
+  if (!a.has("output-dir")) user_error("run needs --output-dir DIR");
+  const std::string model = a.positional()[0];
+
+  // Read every input before doing any work, so a bad file is reported first and nothing is written.
+  TensorMap inputs;
+  for (const auto& spec : a.all("input")) {
+    size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0) user_error("--input expects NAME=FILE.npy, got '", spec, "'");
+    std::string name = spec.substr(0, eq);
+    if (inputs.count(name)) user_error("--input '", name, "' is given twice");
+    inputs[name] = read_npy(spec.substr(eq + 1));
+  }
+  auto g = load_model(model, a, pipeline_options(a));
+  // Only the reference executor exists until code generation lands; --reference is accepted so
+  // scripts written now keep working when compiled execution becomes the default.
+  TensorMap outputs;
+  try {
+    outputs = run_reference(*g, inputs);
+  } catch (const UserError& e) {
+    throw UserError(model + ": " + e.what());
+  }
+
+  fs::path dir(a.get("output-dir"));
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (!fs::is_directory(dir)) user_error("cannot create output directory '", dir.string(), "'");
+  // Encode everything first (an unwritable dtype fails before any file exists), then write.
+  std::vector<std::pair<fs::path, const Tensor*>> files;
+  std::map<std::string, std::string> seen;
+  for (Value* o : g->outputs()) {
+    std::string file = output_file_name(o->name());
+    if (seen.count(file) && seen[file] != o->name())
+      user_error("outputs '", seen[file], "' and '", o->name(), "' map to the same file ", file);
+    seen[file] = o->name();
+    encode_npy(outputs.at(o->name()));
+    files.push_back({dir / file, &outputs.at(o->name())});
+  }
+  std::vector<fs::path> written;
+  try {
+    for (auto& [path, t] : files) {
+      write_npy(path.string(), *t);
+      written.push_back(path);
+    }
+  } catch (...) {
+    for (auto& p : written) fs::remove(p, ec);
+    throw;
+  }
+  for (auto& [path, t] : files)
+    std::cout << path.string() << "  " << TensorType{t->dtype(), t->shape()}.str() << "\n";
+  return 0;
+}
+
+int cmd_info(const std::vector<std::string>& argv) {
+  Args a(argv, kModelValuedOptions, kModelFlags);
+  if (a.positional().size() != 1) user_error("info expects one MODEL.onnx");
+  auto g = import_onnx(a.positional()[0], [&] {
+    ImportOptions io;
+    for (const auto& s : a.all("input-shape")) io.input_shapes.insert(parse_input_shape(s));
+    return io;
+  }());
+  std::cout << "model: " << a.positional()[0] << " (opset " << g->opset() << ")\n";
+  std::cout << "inputs:\n";
+  for (Value* v : g->inputs()) std::cout << "  " << v->name() << ": " << v->type().str() << "\n";
+  std::cout << "outputs:\n";
+  for (Value* v : g->outputs()) std::cout << "  " << v->name() << ": " << v->type().str() << "\n";
+  std::map<std::string, int> hist;
+  for (Node* n : g->nodes()) hist[n->op_type()]++;
+  std::cout << "ops (" << g->num_nodes() << " nodes):\n";
+  for (auto& [op, c] : hist) std::cout << "  " << op << " " << c << "\n";
+  int64_t params = 0, bytes = 0;
+  for (Value* v : g->values())
+    if (v->is_constant()) {
+      params += v->constant().numel();
+      bytes += int64_t(v->constant().nbytes());
+    }
+  std::cout << "parameters: " << params << " (" << bytes << " bytes in constants)\n";
+  return 0;
+}
+
+int cmd_show(const std::vector<std::string>& argv) {
+  auto valued = kModelValuedOptions;
+  valued.push_back("after");
+  auto flags = kModelFlags;
+  flags.push_back("no-elide");
+  Args a(argv, valued, flags);
+  if (a.positional().size() != 1) user_error("show expects one MODEL.onnx");
+  PrintOptions po;
+  if (a.has("no-elide")) po.elide_constants_over = -1;
+  std::string after = a.get("after");
+  if (after == "import") {
+    ImportOptions io;
+    for (const auto& s : a.all("input-shape")) io.input_shapes.insert(parse_input_shape(s));
+    std::cout << print_graph(*import_onnx(a.positional()[0], io), po);
+    return 0;
+  }
+  PipelineOptions p = pipeline_options(a);
+  if (!after.empty()) {
+    p.dump_after = after;  // dumps go to stdout here: they are what the user asked for
+    p.dump = &std::cout;
+  }
+  auto g = load_model(a.positional()[0], a, p);
+  if (after.empty()) std::cout << print_graph(*g, po);
+  return 0;
+}
+
+}  // namespace kiln::cli
