@@ -286,6 +286,7 @@ class Parser {
   // --- types and tensors
   TensorType type() {
     if (tok_.kind != Tok::Ident) fail("a dtype such as f32");
+    const Token start = tok_;
     TensorType t;
     if (tok_.text != "undef") {
       auto dt = dtype_from_name(tok_.text);
@@ -301,32 +302,47 @@ class Parser {
       } while (accept(","));
     }
     expect("]");
+    try {
+      shape_numel(t.shape);
+    } catch (const UserError& e) {
+      Lexer::fail_at(start, e.what());
+    }
     return t;
   }
 
-  // The `[e0, e1, ...]` body of a tensor of type t (the caller handles `elided`).
+  // The `[e0, e1, ...]` body of a tensor of type t (the caller handles `elided`). Elements are
+  // collected before the tensor is allocated, so a huge declared shape with a short literal is an
+  // error, not a huge allocation.
   Tensor tensor_literal(const TensorType& t) {
     if (t.dtype == DType::Undefined) fail("a defined dtype for a tensor");
     Token start = tok_;
-    Tensor out(t.dtype, t.shape);
+    int64_t numel = shape_numel(t.shape);  // type() already checked it does not overflow
     expect("[");
-    int64_t n = 0;
+    std::vector<Token> elems;
     if (!at("]")) {
       do {
-        if (n >= out.numel()) Lexer::fail_at(tok_, cat("too many elements for ", t.str(), " (", out.numel(), ")"));
-        element(out, n++);
+        if (int64_t(elems.size()) >= numel) Lexer::fail_at(tok_, cat("too many elements for ", t.str(), " (", numel, ")"));
+        elems.push_back(tok_);
+        next();
       } while (accept(","));
     }
-    if (n != out.numel())
-      Lexer::fail_at(start, cat("tensor of type ", t.str(), " needs ", out.numel(), " elements, got ", n));
+    if (int64_t(elems.size()) != numel)
+      Lexer::fail_at(start, cat("tensor of type ", t.str(), " needs ", numel, " elements, got ", elems.size()));
     expect("]");
+    Tensor out;
+    try {
+      out = Tensor(t.dtype, t.shape);
+    } catch (const UserError& e) {
+      Lexer::fail_at(start, e.what());
+    }
+    for (size_t i = 0; i < elems.size(); ++i) element(out, int64_t(i), elems[i]);
     return out;
   }
 
-  void element(Tensor& out, int64_t i) {
-    const std::string& s = tok_.text;
-    bool ok = tok_.kind == Tok::Number || (tok_.kind == Tok::Ident && (s == "inf" || s == "nan" || s == "true" ||
-                                                                          s == "false"));
+  void element(Tensor& out, int64_t i, const Token& tok) {
+    const std::string& s = tok.text;
+    bool ok = tok.kind == Tok::Number || (tok.kind == Tok::Ident && (s == "inf" || s == "nan" || s == "true" ||
+                                                                        s == "false"));
     const char* want = "a number";
     if (ok) {
       dispatch_dtype(out.dtype(), [&](auto tag) {
@@ -348,8 +364,7 @@ class Parser {
         }
       });
     }
-    if (!ok) fail(cat(want, " for ", dtype_name(out.dtype())));
-    next();
+    if (!ok) Lexer::fail_at(tok, cat("expected ", want, " for ", dtype_name(out.dtype()), ", got ", describe(tok)));
   }
 
   // `tensor f32[2] [1, 2]` after the keyword `tensor` (attributes) or `constant` (statements).

@@ -3,8 +3,9 @@
 namespace kiln {
 
 int64_t normalize_axis(int64_t axis, int64_t rank) {
+  if (rank == 0 && (axis == 0 || axis == -1)) return 0;  // a scalar has one (virtual) axis
   int64_t a = axis < 0 ? axis + rank : axis;
-  if (a < 0 || a >= std::max<int64_t>(rank, 1) || (rank == 0 && axis != 0 && axis != -1))
+  if (a < 0 || a >= rank)
     user_error("axis ", axis, " is out of range for rank ", rank);
   return a;
 }

@@ -93,7 +93,7 @@ void run_passes(Graph& g, const std::vector<std::unique_ptr<Pass>>& passes, cons
     }
     if (opts.time_passes) out << "// time " << name << ": " << format_ms(ms) << "\n";
     if (opts.dump_after == "all" || opts.dump_after == name) {
-      if (changed) out << "// after " << name << "\n" << print_graph(g);
+      if (changed) out << "// after " << name << "\n" << print_graph(g, opts.print_options);
       else out << "// after " << name << " (unchanged)\n";
     }
   }

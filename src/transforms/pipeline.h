@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/printer.h"
 #include "transforms/pass.h"
 
 namespace kiln {
@@ -22,6 +23,8 @@ struct PipelineOptions {
   std::set<std::string> disabled;
   // Print "// time <pass>: <ms> ms" after each pass and a total at the end.
   bool time_passes = false;
+  // How dumps print the IR (e.g. elide_constants_over = -1 for `kiln show --no-elide`).
+  PrintOptions print_options;
 };
 
 // The passes in the order run_pipeline runs them (a pass may appear more than once).

@@ -8,7 +8,8 @@
 // The input is parsed, verified, run through the passes (verifying after each), printed without
 // elision, and compared line by line with the expectation; `//` lines in the expectation are
 // ignored. UNCHANGED also asserts that the passes reported no change. Set KILN_UPDATE_GOLDEN=1 to
-// rewrite the expectations from the actual output (then review the diff).
+// rewrite the expectations from the actual output (then review the diff; comments after the
+// "// EXPECT:" line are not kept).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -341,5 +341,52 @@ TEST(IrText, MixedNumberListIsFloats) {
   EXPECT_EQ(n.attr_ints("w"), (std::vector<int64_t>{-3}));
 }
 
+TEST(IrText, HugeDeclaredShapesFailWithoutAllocating) {
+  EXPECT_EQ(parse_error("graph g opset 17 () -> () {\n  %c = constant f32[100000000000] [1]\n}\n"),
+            "line 2:35: tensor of type f32[100000000000] needs 100000000000 elements, got 1");
+  EXPECT_EQ(parse_error("graph g opset 17 (%x: f32[4294967296,4294967296,4294967296]) -> () {\n}\n"),
+            "line 1:23: shape [4294967296,4294967296,4294967296] is too large");
+}
+
+// Mutated text either parses (and then round-trips) or is rejected with a UserError — never a
+// crash or another exception type.
+TEST(IrText, MutatedTextFailsCleanly) {
+  const std::string base =
+      "graph \"g-1\" opset 17 (%x: f32[2,3], %\"a b\": i64[2]) -> (%y, %k) {\n"
+      "  %c = constant f32[2,3] [1, -2.5, inf, nan, 3e-08, 0]\n"
+      "  %k = constant bool[2] [true, false]\n"
+      "  %y: f32[2,3], %i: i64[2] = com.x::Op(%x, _, %c, %\"a b\") {f=1.0, i=[1,2], s=\"q\\n\", "
+      "t=tensor i8[1] [-3], z=floats[]} name=\"n\"\n"
+      "}\n";
+  expect_round_trip(base);
+  const std::string alphabet = "%\"[](){},=:_-.0123456789aefinx/ \n\\";
+  uint64_t state = 12345;
+  auto rnd = [&](uint64_t n) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return (state >> 33) % n;
+  };
+  int parsed = 0;
+  for (int iter = 0; iter < 3000; ++iter) {
+    std::string s = base;
+    for (int m = 0, edits = 1 + int(rnd(3)); m < edits; ++m) {
+      size_t pos = rnd(s.size());
+      switch (rnd(3)) {
+        case 0: s.erase(pos, 1 + rnd(4)); break;
+        case 1: s.insert(pos, 1, alphabet[rnd(alphabet.size())]); break;
+        default: s[pos] = alphabet[rnd(alphabet.size())];
+      }
+    }
+    try {
+      auto g = parse_graph(s);
+      ++parsed;
+      std::string text = print_graph(*g, kFull);
+      EXPECT_EQ(print_graph(*parse_graph(text), kFull), text) << s;
+    } catch (const UserError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("line ", 0), 0u) << e.what() << "\n" << s;
+    }
+  }
+  EXPECT_GT(parsed, 0);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -65,6 +65,18 @@ void legacy_broadcast(Graph& g, Node* n, std::vector<Node*>& added) {
   n->attrs().erase("axis");
 }
 
+// PRelu-6 applies a 1-D slope per channel (axis 1); numpy broadcasting would align it with the
+// last axis instead, so the slope becomes [C,1,...,1].
+void legacy_prelu(Graph& g, Node* n, std::vector<Node*>& added) {
+  Value* x = n->input(0);
+  Value* slope = n->input(1);
+  if (!x || !slope || x->shape().size() < 3 || slope->shape().size() != 1) return;
+  if (slope->shape()[0] == 1 || slope->shape()[0] != x->shape()[1]) return;
+  Shape s(x->shape().size() - 1, 1);
+  s[0] = slope->shape()[0];
+  n->set_input(1, reshape_before(g, n, slope, s, added));
+}
+
 // Before opset 13 these ops flatten the input to 2-D at `axis` (default 1) and normalise rows.
 void legacy_softmax(Graph& g, Node* n, std::vector<Node*>& added) {
   Value* x = n->input(0);
@@ -101,6 +113,7 @@ std::vector<Node*> canonicalize_opset(Graph& g, Node* n, int64_t opset) {
 
   if (opset < 7 && kLegacyBroadcastOps.count(op)) legacy_broadcast(g, n, added);
   if (opset < 7 && op == "Gemm") n->attrs().erase("broadcast");
+  if (opset < 7 && op == "PRelu") legacy_prelu(g, n, added);
 
   if (op == "Clip" && opset < 11) {
     float_attr_to_input(g, n, "min", 1, input_dtype(0));

@@ -2,40 +2,102 @@
 
 #include <algorithm>
 
+#include "reference/kernel_util.h"
 #include "reference/op_registry.h"
 
 namespace kiln {
 
-void complete_types(Graph& g, Node* n) {
-  bool complete = std::all_of(n->outputs().begin(), n->outputs().end(),
-                              [](Value* v) { return v->dtype() != DType::Undefined; });
-  if (complete) return;
-  const OpInfo* info = OpRegistry::global().find(n->op_type());
-  if (!info) user_error("unsupported op");
+namespace {
+
+// Inputs summing to more elements than this are not evaluated for known values: shape
+// computations are tiny, and evaluating big constant subgraphs is fold_constants' job.
+constexpr int64_t kMaxKnownElements = 1 << 16;
+
+const Tensor* known_value(const Value* v, const KnownValues& known) {
+  if (!v) return nullptr;
+  if (v->is_constant()) return &v->constant();
+  auto it = known.find(v);
+  return it == known.end() ? nullptr : &it->second;
+}
+
+// Shape and Size only need the input's static type.
+bool shape_of_typed_input(const Node* n, KnownValues& known) {
+  Value* in = n->input(0);
+  if (!in || in->dtype() == DType::Undefined || n->num_outputs() != 1) return false;
+  const Shape& s = in->shape();
+  if (n->op_type() == "Size") {
+    known[n->output(0)] = Tensor::scalar<int64_t>(shape_numel(s));
+    return true;
+  }
+  if (n->op_type() != "Shape") return false;
+  int64_t r = int64_t(s.size());
+  auto clamp = [&](int64_t a) { return std::clamp(a < 0 ? a + r : a, int64_t(0), r); };
+  int64_t start = clamp(n->attr_int("start", 0)), end = clamp(n->attr_int("end", r));
+  std::vector<int64_t> dims;
+  for (int64_t i = start; i < end; ++i) dims.push_back(s[size_t(i)]);
+  known[n->output(0)] = Tensor::from_vector<int64_t>(dims, {int64_t(dims.size())});
+  return true;
+}
+
+void record_known(const Node* n, const OpInfo& info, KnownValues& known) {
+  if (shape_of_typed_input(n, known)) return;
   std::vector<Tensor> args;
-  for (size_t i = 0; i < n->num_inputs(); ++i) {
-    Value* v = n->input(i);
+  int64_t elements = 0;
+  for (Value* v : n->inputs()) {
     if (!v) {
       args.emplace_back();
-    } else if (v->is_constant()) {
-      args.push_back(v->constant());
-    } else {
-      if (std::count(info->shape_inputs.begin(), info->shape_inputs.end(), int(i)))
-        user_error("input ", i, " ('", v->name(), "') decides the output shape but is not a constant; ",
-                   "kiln needs static shapes (fix input dims with --input-shape)");
-      KILN_CHECK(v->dtype() != DType::Undefined, "input '", v->name(), "' of ", n->describe(), " has no type");
-      args.emplace_back(v->dtype(), v->shape());
+      continue;
+    }
+    const Tensor* t = known_value(v, known);
+    if (!t) return;
+    elements += t->numel();
+    args.push_back(*t);
+  }
+  if (elements > kMaxKnownElements) return;
+  std::vector<Tensor> outs;
+  try {
+    outs = info.kernel(*n, args);
+  } catch (const UserError&) {
+    return;  // not evaluable here; the run (or fold_constants) reports the problem with context
+  }
+  for (size_t i = 0; i < n->num_outputs() && i < outs.size(); ++i)
+    if (outs[i].defined()) known[n->output(i)] = outs[i];
+}
+
+}  // namespace
+
+void complete_types(Graph& g, Node* n, KnownValues& known) {
+  const OpInfo* info = OpRegistry::global().find(n->op_type());
+  if (!info) user_error("unsupported op");
+  bool complete = std::all_of(n->outputs().begin(), n->outputs().end(),
+                              [](Value* v) { return v->dtype() != DType::Undefined; });
+  if (!complete) {
+    std::vector<Tensor> args;
+    for (size_t i = 0; i < n->num_inputs(); ++i) {
+      Value* v = n->input(i);
+      if (!v) {
+        args.emplace_back();
+      } else if (const Tensor* t = known_value(v, known)) {
+        args.push_back(*t);
+      } else {
+        if (std::count(info->shape_inputs.begin(), info->shape_inputs.end(), int(i)))
+          user_error("input ", i, " ('", v->name(), "') decides the output shape but its value is only known at ",
+                     "run time; kiln compiles static shapes");
+        KILN_CHECK(v->dtype() != DType::Undefined, "input '", v->name(), "' of ", n->describe(), " has no type");
+        args.emplace_back(v->dtype(), v->shape());
+      }
+    }
+    std::vector<Tensor> outs = info->kernel(*n, args);
+    KILN_CHECK(outs.size() >= n->num_outputs(), n->describe(), ": kernel returned too few outputs");
+    for (size_t i = 0; i < n->num_outputs(); ++i) {
+      Value* o = n->output(i);
+      if (o->dtype() == DType::Undefined) {
+        if (!outs[i].defined()) user_error("output ", i, " ('", o->name(), "') is not produced by kiln's kernel");
+        o->set_type(TensorType{outs[i].dtype(), outs[i].shape()});
+      }
     }
   }
-  std::vector<Tensor> outs = info->kernel(*n, args);
-  KILN_CHECK(outs.size() >= n->num_outputs(), n->describe(), ": kernel returned too few outputs");
-  for (size_t i = 0; i < n->num_outputs(); ++i) {
-    Value* o = n->output(i);
-    if (o->dtype() == DType::Undefined) {
-      if (!outs[i].defined()) user_error("output ", i, " ('", o->name(), "') is not produced by kiln's kernel");
-      o->set_type(TensorType{outs[i].dtype(), outs[i].shape()});
-    }
-  }
+  record_known(n, *info, known);
   (void)g;
 }
 

@@ -50,6 +50,7 @@ class Importer {
     assign_node_names();
     check_nodes();
     fix_input_shapes();
+    constants_to_initializers();
     infer_shapes();
     collect_types();
     auto g = std::make_unique<Graph>();
@@ -76,10 +77,8 @@ class Importer {
     opset_ = -1;
     for (const auto& o : model_.opset_import())
       if (o.domain().empty() || o.domain() == "ai.onnx") opset_ = o.version();
-    if (opset_ < 0) {
-      if (model_.ir_version() < 3) opset_ = 1;  // IR v1/v2 models predate opset_import
-      else user_error("model imports no opset of the default ONNX domain");
-    }
+    if (opset_ < 0 && model_.ir_version() < 3) opset_ = 1;  // IR v1/v2 models predate opset_import
+    // A model without the default domain is only valid if no node uses it; check_nodes reports.
     if (opset_ > newest_known_opset())
       user_error("opset ", opset_, " is newer than the newest this build knows (", newest_known_opset(), ")");
   }
@@ -100,6 +99,7 @@ class Importer {
       const auto& n = nodes[i];
       std::string ctx = node_ctx(n, names_[size_t(i)], opset_);
       if (!n.domain().empty() && n.domain() != "ai.onnx") user_error(ctx, ": unsupported op (domain '", n.domain(), "')");
+      if (opset_ < 0) user_error(ctx, ": the model imports no opset of the default ONNX domain");
       if (n.op_type() != "Constant" && !reg.find(n.op_type()) && !is_legacy_op(n.op_type()))
         user_error(ctx, ": unsupported op");
       for (const auto& a : n.attribute())
@@ -152,9 +152,38 @@ class Importer {
       if (!seen.count(name)) user_error("--input-shape names '", name, "', which is not an input of the model");
   }
 
+  // Constant nodes become initializers before shape inference: old opsets' Constant schema only
+  // allows float types, yet exporters wrote int64 Constants there, which ONNX inference rejects.
+  void constants_to_initializers() {
+    auto* graph = model_.mutable_graph();
+    google::protobuf::RepeatedPtrField<onnx::NodeProto> kept;
+    std::vector<std::string> kept_names;
+    for (int i = 0; i < graph->node_size(); ++i) {
+      const auto& n = graph->node(i);
+      std::string ctx = node_ctx(n, names_[size_t(i)], opset_);
+      if (n.op_type() == "Constant" && (n.domain().empty() || n.domain() == "ai.onnx")) {
+        if (n.output_size() != 1) user_error(ctx, ": Constant must have one output");
+        Tensor t = constant_node_value(n, ctx);
+        constant_values_[n.output(0)] = t;
+        auto* init = graph->add_initializer();
+        init->set_name(n.output(0));
+        init->set_data_type(int32_t(dtype_to_onnx(t.dtype())));
+        for (int64_t d : t.shape()) init->add_dims(d);
+        init->set_raw_data(std::string(static_cast<const char*>(t.raw()), t.nbytes()));
+        continue;
+      }
+      *kept.Add() = n;
+      kept_names.push_back(names_[size_t(i)]);
+    }
+    graph->mutable_node()->Swap(&kept);
+    names_ = std::move(kept_names);
+  }
+
   void infer_shapes() {
     try {
-      onnx::ShapeInferenceOptions o(/*check_type=*/true, /*error_mode=*/1, /*data_prop=*/true);
+      // error_mode 0: a node ONNX cannot infer stays untyped and complete_types() types it from
+      // kiln's kernel (which reports real shape errors with the node's name).
+      onnx::ShapeInferenceOptions o(/*check_type=*/true, /*error_mode=*/0, /*data_prop=*/true);
       onnx::shape_inference::InferShapes(model_, onnx::OpSchemaRegistry::Instance(), o);
     } catch (const std::exception& e) {
       std::string msg = e.what();
@@ -230,7 +259,10 @@ class Importer {
     const auto& graph = model_.graph();
     for (const auto& init : graph.initializer()) {
       if (g.find_value(init.name())) user_error("initializer '", init.name(), "' is defined twice");
-      g.add_constant(init.name(), tensor_from_proto(init, model_dir_, cat("initializer '", init.name(), "'")));
+      auto cv = constant_values_.find(init.name());
+      g.add_constant(init.name(), cv != constant_values_.end()
+                                      ? cv->second
+                                      : tensor_from_proto(init, model_dir_, cat("initializer '", init.name(), "'")));
     }
     for (const auto& in : graph.input()) {
       if (Value* v = g.find_value(in.name())) {
@@ -243,12 +275,6 @@ class Importer {
       const auto& n = graph.node(i);
       const std::string& name = names_[size_t(i)];
       std::string ctx = node_ctx(n, name, opset_);
-      if (n.op_type() == "Constant") {
-        if (n.output_size() != 1) user_error(ctx, ": Constant must have one output");
-        if (g.find_value(n.output(0))) user_error(ctx, ": output '", n.output(0), "' is defined twice");
-        g.add_constant(n.output(0), constant_node_value(n, ctx));
-        continue;
-      }
       std::vector<Value*> ins, outs;
       for (const auto& in : n.input()) {
         if (in.empty()) {
@@ -281,10 +307,11 @@ class Importer {
   // Canonicalises each node and completes the types of its outputs, in one topological walk:
   // canonicalisation may need the (now known) input types, e.g. ranks for legacy broadcasting.
   void finish(Graph& g) {
+    KnownValues known;
     for (Node* n : g.nodes()) {
       std::string ctx = cat("node '", n->name(), "' (", n->op_type(), ", opset ", opset_, ")");
       try {
-        for (Node* m : canonicalize_opset(g, n, opset_)) complete_types(g, m);
+        for (Node* m : canonicalize_opset(g, n, opset_)) complete_types(g, m, known);
       } catch (const UserError& e) {
         throw UserError(ctx + ": " + e.what());
       }
@@ -301,6 +328,7 @@ class Importer {
   int64_t opset_ = 0;
   std::vector<std::string> names_;
   std::unordered_map<std::string, TensorType> types_;
+  std::unordered_map<std::string, Tensor> constant_values_;
 };
 
 }  // namespace

@@ -127,11 +127,10 @@ std::vector<Tensor> eye_like(const Node& node, const std::vector<Tensor>& in) {
   const auto one = one_of(dt);
   auto* dst = static_cast<uint8_t*>(out.raw());
   const int64_t rows = x.dim(0), cols = x.dim(1);
-  for (int64_t i = 0; i < rows; ++i) {
-    if (k >= cols || k <= -rows) break;  // diagonal entirely outside (also keeps i + k from overflowing)
-    const int64_t j = i + k;
-    if (j >= 0 && j < cols) std::memcpy(dst + size_t(i * cols + j) * one.size(), one.data(), one.size());
-  }
+  // Rows whose column i + k is inside [0, cols); the guard keeps i + k from overflowing for huge |k|.
+  if (k < cols && k > -rows)
+    for (int64_t i = std::max<int64_t>(0, -k); i < std::min(rows, cols - k); ++i)
+      std::memcpy(dst + size_t(i * cols + i + k) * one.size(), one.data(), one.size());
   return {out};
 }
 

@@ -254,8 +254,8 @@ T from_double(double v) {
 }
 
 // Nearest: every output element copies one input element (or the extrapolation value).
-Tensor resize_nearest(const Tensor& x, const Shape& out_shape, const std::vector<AxisPlan>& plans, double extrap) {
-  Tensor out(x.dtype(), out_shape);
+void resize_nearest(const Tensor& x, Tensor& out, const std::vector<AxisPlan>& plans, double extrap) {
+  const Shape& out_shape = out.shape();
   const size_t rank = out_shape.size(), es = dtype_size(x.dtype());
   // Per axis and output coordinate: the element offset contributed in the input, or -1 when outside.
   const auto in_strides = shape_strides(x.shape());
@@ -285,12 +285,11 @@ Tensor resize_nearest(const Tensor& x, const Shape& out_shape, const std::vector
       pos[d] = 0;
     }
   }
-  return out;
 }
 
 // Linear / cubic: one weighted-sum pass per axis (innermost first) on a float64 buffer.
-Tensor resize_interpolate(const Tensor& x, const Shape& out_shape, const std::vector<AxisPlan>& plans, double extrap) {
-  if (x.dtype() == DType::Bool) user_error("linear and cubic modes need a numeric input, got bool");
+void resize_interpolate(const Tensor& x, Tensor& out, const std::vector<AxisPlan>& plans, double extrap) {
+  const Shape& out_shape = out.shape();
   Shape cur_shape = x.shape();
   const Tensor xd = x.cast(DType::Float64);
   std::vector<double> cur(xd.data<double>(), xd.data<double>() + xd.numel());
@@ -316,14 +315,12 @@ Tensor resize_interpolate(const Tensor& x, const Shape& out_shape, const std::ve
       }
     cur = std::move(next);
   }
-  Tensor out(x.dtype(), out_shape);
   dispatch_dtype(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* o = out.data<T>();
     if constexpr (!std::is_same_v<T, bool>)
       for (size_t i = 0; i < cur.size(); ++i) o[i] = from_double<T>(cur[i]);
   });
-  return out;
 }
 
 std::vector<Tensor> resize(const Node& node, const std::vector<Tensor>& in) {
@@ -331,14 +328,19 @@ std::vector<Tensor> resize(const Node& node, const std::vector<Tensor>& in) {
   const Tensor& x = in[0];
   const ResizeAttrs a = parse_attrs(node);
   const Geometry g = compute_geometry(a, x, in);
+  if (a.mode != Mode::Nearest && x.dtype() == DType::Bool)
+    user_error("linear and cubic modes need a numeric input, got bool");
+  // Allocated before planning so that an absurd output size is rejected by the tensor size check.
+  Tensor out(x.dtype(), g.out);
+  if (out.numel() == 0) return {out};
   std::vector<AxisPlan> plans;
   for (int64_t d = 0; d < x.rank(); ++d) {
     const size_t u = size_t(d);
     plans.push_back(plan_axis(a, x.dim(d), g.out[u], g.scale[u], g.length_resized[u], g.roi_start[u], g.roi_end[u]));
   }
-  if (shape_numel(g.out) == 0) return {Tensor(x.dtype(), g.out)};
-  if (a.mode == Mode::Nearest) return {resize_nearest(x, g.out, plans, a.extrapolation)};
-  return {resize_interpolate(x, g.out, plans, a.extrapolation)};
+  if (a.mode == Mode::Nearest) resize_nearest(x, out, plans, a.extrapolation);
+  else resize_interpolate(x, out, plans, a.extrapolation);
+  return {out};
 }
 
 }  // namespace
