@@ -89,6 +89,8 @@ To convert(From v) {
       return float(v) != 0.0f;
     else
       return v != From(0);
+  } else if constexpr ((std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) && std::is_integral_v<To>) {
+    return convert<To, float>(float(v));
   } else if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) {
     return To(float(v));
   } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {

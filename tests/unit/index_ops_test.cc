@@ -312,6 +312,9 @@ TEST(EyeLike, OffDiagonalAndDtype) {
   auto b = run_op("EyeLike", {i64({0, 0, 0, 0}, {2, 2})}, {{"dtype", int64_t(9)}})[0];  // 9 = BOOL
   EXPECT_EQ(values<bool>(b), (std::vector<bool>{true, false, false, true}));
   EXPECT_EQ(values<float>(run_op("EyeLike", {x}, {{"k", int64_t(4)}})[0]), std::vector<float>(12, 0.0f));
+  EXPECT_EQ(values<float>(run_op("EyeLike", {x}, {{"k", int64_t(-3)}})[0]), std::vector<float>(12, 0.0f));
+  EXPECT_EQ(values<float>(run_op("EyeLike", {x}, {{"k", std::numeric_limits<int64_t>::min()}})[0]),
+            std::vector<float>(12, 0.0f));
 }
 
 TEST(EyeLike, Errors) {

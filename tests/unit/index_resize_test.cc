@@ -161,6 +161,30 @@ TEST(Resize, TfCropAndResize) {
   EXPECT_EQ(values<float>(out3), (std::vector<float>{7, 11, 10}));
 }
 
+TEST(Resize, TfCropAndResizeWithScalesCropsTheOutputSize) {
+  // Spec: output_dimension = floor(input_dimension * (roi_end - roi_start) * scale) = 4 * 0.5 * 2 = 4,
+  // and x_original = 0.25 * 3 + x * 0.5 * 3 / (4 - 1) = 0.75 + 0.5x on both axes. The input is linear
+  // (4r + c + 1), so bilinear sampling returns 4 * y_original + x_original + 1 exactly.
+  auto roi = f32({0, 0, 0.25f, 0.25f, 1, 1, 0.75f, 0.75f}, {8});
+  auto out = run_op("Resize", {grid4(), roi, scales({1, 1, 2, 2})},
+                    {{"mode", std::string("linear")},
+                     {"coordinate_transformation_mode", std::string("tf_crop_and_resize")}})[0];
+  EXPECT_EQ(out.shape(), (Shape{1, 1, 4, 4}));
+  std::vector<float> want;
+  for (int y = 0; y < 4; ++y)
+    for (int x = 0; x < 4; ++x) want.push_back(4 * (0.75f + 0.5f * float(y)) + (0.75f + 0.5f * float(x)) + 1);
+  expect_near(out, want);
+}
+
+TEST(Resize, PytorchHalfPixelSingleOutputSamplesTheFirstElement) {
+  // Spec: x_original = 0 when length_resized == 1. (The numpy reference uses -0.5 instead, which only
+  // differs for cubic; ONNX Runtime follows the spec.)
+  auto out = resize_sizes(f32({1, 5, 2, 7}, {4}), {1},
+                          {{"mode", std::string("cubic")},
+                           {"coordinate_transformation_mode", std::string("pytorch_half_pixel")}});
+  EXPECT_EQ(values<float>(out), (std::vector<float>{1}));
+}
+
 TEST(Resize, OtherRanks) {
   // 1-D, half_pixel linear with a non-integer scale: 5 * 1.5 -> 7 outputs.
   auto a = resize_scales(f32({1, 4, 2, 8, 5}, {5}), {1.5f}, {{"mode", std::string("linear")}});

@@ -9,10 +9,10 @@ Tensor ones(const Shape& s) { return f32(std::vector<float>(size_t(shape_numel(s
 
 TEST(NNConv, SpecBasicWithAndWithoutPadding) {
   auto x = iota_f32({1, 1, 5, 5}), w = ones({1, 1, 3, 3});
-  auto padded = run_op("Conv", {x, w}, {{"kernel_shape", std::vector<int64_t>{3, 3}},
-                                        {"pads", std::vector<int64_t>{1, 1, 1, 1}}})[0];
+  auto padded = run_op("Conv", {x, w},
+                       {{"kernel_shape", std::vector<int64_t>{3, 3}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}})[0];
   EXPECT_EQ(padded.shape(), (Shape{1, 1, 5, 5}));
-  EXPECT_EQ(values<float>(padded), (std::vector<float>{12, 21, 27, 33, 24, 33, 54, 63, 72, 51, 63, 99, 108,
+  EXPECT_EQ(values<float>(padded), (std::vector<float>{12,  21, 27, 33,  24,  33,  54,  63, 72,  51,  63,  99, 108,
                                                        117, 81, 93, 144, 153, 162, 111, 72, 111, 117, 123, 84}));
   auto valid = run_op("Conv", {x, w})[0];
   EXPECT_EQ(values<float>(valid), (std::vector<float>{54, 63, 72, 99, 108, 117, 144, 153, 162}));
@@ -59,8 +59,8 @@ TEST(NNConv, GroupsAndDepthwise) {
                    {{"group", int64_t(2)}})[0];
   EXPECT_EQ(values<float>(dw), (std::vector<float>{3, 5, 8, 11}));
   // Two groups of two input channels: out0 = x0 + x1, out1 = x2 - x3.
-  auto g = run_op("Conv", {f32({1, 2, 3, 4}, {1, 4, 1, 1}), f32({1, 1, 1, -1}, {2, 2, 1, 1})},
-                  {{"group", int64_t(2)}})[0];
+  auto g =
+      run_op("Conv", {f32({1, 2, 3, 4}, {1, 4, 1, 1}), f32({1, 1, 1, -1}, {2, 2, 1, 1})}, {{"group", int64_t(2)}})[0];
   EXPECT_EQ(values<float>(g), (std::vector<float>{3, -1}));
   // Depthwise with multiplier 2 (4 outputs from 2 channels): outputs 0,1 read channel 0.
   auto mult = run_op("Conv", {f32({5, 7}, {1, 2, 1, 1}), f32({1, 2, 3, 4}, {4, 1, 1, 1})}, {{"group", int64_t(2)}})[0];
@@ -91,7 +91,8 @@ TEST(NNConv, HalfAndDouble) {
   EXPECT_EQ(h.dtype(), DType::Float16);
   EXPECT_EQ(float(h.data<Half>()[0]), 1.5f);
   EXPECT_EQ(float(h.data<Half>()[1]), 2.5f);
-  auto d = run_op("Conv", {Tensor::from_vector<double>({1, 2, 3}, {1, 1, 3}), Tensor::from_vector<double>({1, -1}, {1, 1, 2})})[0];
+  auto d = run_op(
+      "Conv", {Tensor::from_vector<double>({1, 2, 3}, {1, 1, 3}), Tensor::from_vector<double>({1, -1}, {1, 1, 2})})[0];
   EXPECT_EQ(values<double>(d), (std::vector<double>{-1, -1}));
 }
 
@@ -105,7 +106,8 @@ TEST(NNConv, MatchesDirectLoop) {
                    {"strides", std::vector<int64_t>{sh, sw}},
                    {"dilations", std::vector<int64_t>{dh, dw}},
                    {"pads", std::vector<int64_t>{ph0, pw0, ph1, pw1}}})[0];
-  const int64_t oh = (h + ph0 + ph1 - ((kh - 1) * dh + 1)) / sh + 1, ow = (w + pw0 + pw1 - ((kw - 1) * dw + 1)) / sw + 1;
+  const int64_t oh = (h + ph0 + ph1 - ((kh - 1) * dh + 1)) / sh + 1,
+                ow = (w + pw0 + pw1 - ((kw - 1) * dw + 1)) / sw + 1;
   ASSERT_EQ(y.shape(), (Shape{n, m, oh, ow}));
   for (int64_t in = 0; in < n; ++in)
     for (int64_t om = 0; om < m; ++om)
@@ -128,18 +130,19 @@ TEST(NNConv, MatchesDirectLoop) {
 
 TEST(NNConv, Errors) {
   auto x = iota_f32({1, 2, 4, 4});
-  EXPECT_THROW(run_op("Conv", {x, ones({1, 3, 3, 3})}), UserError);                                // channels
-  EXPECT_THROW(run_op("Conv", {x, ones({3, 1, 3, 3})}, {{"group", int64_t(2)}}), UserError);        // 3 % 2
-  EXPECT_THROW(run_op("Conv", {x, ones({1, 2, 3, 3}), ones({2})}), UserError);                      // bias
-  EXPECT_THROW(run_op("Conv", {x, ones({1, 2, 3})}), UserError);                                    // W rank
-  EXPECT_THROW(run_op("Conv", {x, ones({1, 2, 5, 5})}), UserError);                                 // too small
+  EXPECT_THROW(run_op("Conv", {x, ones({1, 3, 3, 3})}), UserError);                           // channels
+  EXPECT_THROW(run_op("Conv", {x, ones({3, 1, 3, 3})}, {{"group", int64_t(2)}}), UserError);  // 3 % 2
+  EXPECT_THROW(run_op("Conv", {x, ones({1, 2, 3, 3}), ones({2})}), UserError);                // bias
+  EXPECT_THROW(run_op("Conv", {x, ones({1, 2, 3})}), UserError);                              // W rank
+  EXPECT_THROW(run_op("Conv", {x, ones({1, 2, 5, 5})}), UserError);                           // too small
   EXPECT_THROW(run_op("Conv", {x, ones({1, 2, 3, 3})}, {{"auto_pad", std::string("SAME")}}), UserError);
   EXPECT_THROW(run_op("Conv", {x, ones({1, 2, 3, 3})}, {{"kernel_shape", std::vector<int64_t>{2, 2}}}), UserError);
   EXPECT_THROW(run_op("Conv", {x, ones({1, 2, 3, 3})}, {{"strides", std::vector<int64_t>{0, 1}}}), UserError);
   EXPECT_THROW(run_op("Conv", {x, ones({1, 2, 3, 3})}, {{"pads", std::vector<int64_t>{1, 1}}}), UserError);
   EXPECT_THROW(run_op("Conv", {iota_f32({2, 2}), ones({1, 2})}), UserError);
-  EXPECT_THROW(run_op("Conv", {Tensor::from_vector<int32_t>({1, 2}, {1, 1, 2}), Tensor::from_vector<int32_t>({1}, {1, 1, 1})}),
-               UserError);
+  EXPECT_THROW(
+      run_op("Conv", {Tensor::from_vector<int32_t>({1, 2}, {1, 1, 2}), Tensor::from_vector<int32_t>({1}, {1, 1, 1})}),
+      UserError);
 }
 
 TEST(NNConvTranspose, SpecDefault) {
@@ -179,8 +182,8 @@ TEST(NNConvTranspose, SpecOutputShapeAndOutputPadding) {
 
 TEST(NNConvTranspose, SpecPadsDilationsAutoPad) {
   auto x = iota_f32({1, 1, 3, 3}), w = ones({1, 2, 3, 3});
-  auto pads = run_op("ConvTranspose", {x, w}, {{"strides", std::vector<int64_t>{3, 2}},
-                                               {"pads", std::vector<int64_t>{1, 2, 1, 2}}})[0];
+  auto pads = run_op("ConvTranspose", {x, w},
+                     {{"strides", std::vector<int64_t>{3, 2}}, {"pads", std::vector<int64_t>{1, 2, 1, 2}}})[0];
   EXPECT_EQ(pads.shape(), (Shape{1, 2, 7, 3}));
   std::vector<float> p{1, 1, 3, 1, 1, 3, 7, 4, 9, 7, 4, 9, 7, 4, 9, 13, 7, 15, 13, 7, 15};
   const std::vector<float> p1 = p;
@@ -189,13 +192,13 @@ TEST(NNConvTranspose, SpecPadsDilationsAutoPad) {
 
   auto dil = run_op("ConvTranspose", {f32({3, 8, 1, 9, 5, 7, 3, 2, 6}, {1, 1, 3, 3}), f32({7, 2, 1, 9}, {1, 1, 2, 2})},
                     {{"dilations", std::vector<int64_t>{2, 2}}})[0];
-  EXPECT_EQ(values<float>(dil), (std::vector<float>{21, 56, 13, 16, 2, 63, 35, 67, 10, 14, 24, 22, 76, 76, 21,
-                                                    9, 5, 88, 45, 63, 3, 2, 33, 18, 54}));
+  EXPECT_EQ(values<float>(dil), (std::vector<float>{21, 56, 13, 16, 2,  63, 35, 67, 10, 14, 24, 22, 76,
+                                                    76, 21, 9,  5,  88, 45, 63, 3,  2,  33, 18, 54}));
 
   auto same = run_op("ConvTranspose", {x, w},
                      {{"auto_pad", std::string("SAME_UPPER")}, {"strides", std::vector<int64_t>{2, 2}}})[0];
   EXPECT_EQ(same.shape(), (Shape{1, 2, 6, 6}));
-  std::vector<float> s{0, 0, 1, 1, 3, 2, 0, 0, 1, 1, 3, 2, 3, 3, 8, 5, 12, 7,
+  std::vector<float> s{0, 0, 1, 1, 3, 2, 0, 0, 1,  1,  3,  2,  3, 3, 8,  5, 12, 7,
                        3, 3, 7, 4, 9, 5, 9, 9, 20, 11, 24, 13, 6, 6, 13, 7, 15, 8};
   const std::vector<float> s1 = s;
   s.insert(s.end(), s1.begin(), s1.end());
@@ -220,9 +223,9 @@ TEST(NNConvTranspose, GroupsAndBias) {
 
 TEST(NNConvTranspose, Errors) {
   auto x = iota_f32({1, 2, 3, 3});
-  EXPECT_THROW(run_op("ConvTranspose", {x, ones({3, 1, 3, 3})}), UserError);                          // W dim 0
+  EXPECT_THROW(run_op("ConvTranspose", {x, ones({3, 1, 3, 3})}), UserError);                           // W dim 0
   EXPECT_THROW(run_op("ConvTranspose", {x, ones({2, 1, 3, 3})}, {{"group", int64_t(3)}}), UserError);  // 2 % 3
-  EXPECT_THROW(run_op("ConvTranspose", {x, ones({2, 1, 3, 3}), ones({2})}), UserError);               // bias [1]
+  EXPECT_THROW(run_op("ConvTranspose", {x, ones({2, 1, 3, 3}), ones({2})}), UserError);                // bias [1]
   EXPECT_THROW(run_op("ConvTranspose", {x, ones({2, 1, 3, 3})}, {{"output_shape", std::vector<int64_t>{5}}}),
                UserError);
   EXPECT_THROW(run_op("ConvTranspose", {x, ones({2, 1, 3, 3})}, {{"pads", std::vector<int64_t>{3, 3, 3, 3}}}),

@@ -68,26 +68,28 @@ TEST(NNEinsum, EllipsisBroadcastsBatchDims) {
 }
 
 TEST(NNEinsum, IntegerAndDoubleTypes) {
-  auto i = einsum("ij,j->i", {Tensor::from_vector<int32_t>({1, -2, 3, 4}, {2, 2}), Tensor::from_vector<int32_t>({5, 6}, {2})})[0];
+  auto i = einsum("ij,j->i",
+                  {Tensor::from_vector<int32_t>({1, -2, 3, 4}, {2, 2}), Tensor::from_vector<int32_t>({5, 6}, {2})})[0];
   EXPECT_EQ(i.dtype(), DType::Int32);
   EXPECT_EQ(values<int32_t>(i), (std::vector<int32_t>{-7, 39}));
   auto i8 = einsum("i->", {Tensor::from_vector<int8_t>({100, 100}, {2})})[0];
   EXPECT_EQ(values<int8_t>(i8), (std::vector<int8_t>{-56}));  // 200 wraps in int8
-  auto d = einsum("i,i", {Tensor::from_vector<double>({0.1, 0.2}, {2}), Tensor::from_vector<double>({0.3, 0.4}, {2})})[0];
+  auto d =
+      einsum("i,i", {Tensor::from_vector<double>({0.1, 0.2}, {2}), Tensor::from_vector<double>({0.3, 0.4}, {2})})[0];
   EXPECT_EQ(values<double>(d), (std::vector<double>{0.1 * 0.3 + 0.2 * 0.4}));
 }
 
 TEST(NNEinsum, Errors) {
   auto x = iota_f32({2, 3});
-  EXPECT_THROW(einsum("ij,jk", {x}), UserError);                           // two terms, one input
-  EXPECT_THROW(einsum("ijk", {x}), UserError);                             // rank mismatch
-  EXPECT_THROW(einsum("ii", {x}), UserError);                              // label i sizes 2 and 3
-  EXPECT_THROW(einsum("i1", {x}), UserError);                              // not a letter
-  EXPECT_THROW(einsum("ij->k", {x}), UserError);                           // output label not in inputs
-  EXPECT_THROW(einsum("ij->ii", {x}), UserError);                          // repeated output label
-  EXPECT_THROW(einsum("i..j", {x}), UserError);                            // malformed ellipsis
-  EXPECT_THROW(einsum("ij,jk", {x, iota_f32({2, 2})}), UserError);         // j: 3 vs 2
-  EXPECT_THROW(run_op("Einsum", {x}), UserError);                          // equation missing
+  EXPECT_THROW(einsum("ij,jk", {x}), UserError);                    // two terms, one input
+  EXPECT_THROW(einsum("ijk", {x}), UserError);                      // rank mismatch
+  EXPECT_THROW(einsum("ii", {x}), UserError);                       // label i sizes 2 and 3
+  EXPECT_THROW(einsum("i1", {x}), UserError);                       // not a letter
+  EXPECT_THROW(einsum("ij->k", {x}), UserError);                    // output label not in inputs
+  EXPECT_THROW(einsum("ij->ii", {x}), UserError);                   // repeated output label
+  EXPECT_THROW(einsum("i..j", {x}), UserError);                     // malformed ellipsis
+  EXPECT_THROW(einsum("ij,jk", {x, iota_f32({2, 2})}), UserError);  // j: 3 vs 2
+  EXPECT_THROW(run_op("Einsum", {x}), UserError);                   // equation missing
   EXPECT_THROW(einsum("i", {Tensor::from_vector<bool>({true}, {1})}), UserError);
   EXPECT_THROW(einsum("...i,...i", {iota_f32({2, 2}), iota_f32({3, 2})}), UserError);
 }

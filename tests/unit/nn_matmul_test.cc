@@ -58,8 +58,8 @@ TEST(NNMatMul, HalfAndDouble) {
                              Tensor::from_vector<Half>({Half(3.0f), Half(4.0f)}, {2, 1})})[0];
   EXPECT_EQ(h.dtype(), DType::Float16);
   EXPECT_EQ(float(h.data<Half>()[0]), 12.5f);
-  auto d = run_op("MatMul", {Tensor::from_vector<double>({0.1, 0.2}, {1, 2}),
-                             Tensor::from_vector<double>({0.3, 0.4}, {2, 1})})[0];
+  auto d = run_op(
+      "MatMul", {Tensor::from_vector<double>({0.1, 0.2}, {1, 2}), Tensor::from_vector<double>({0.3, 0.4}, {2, 1})})[0];
   EXPECT_EQ(d.data<double>()[0], 0.1 * 0.3 + 0.2 * 0.4);
 }
 
@@ -118,8 +118,9 @@ TEST(NNGemm, BiasBroadcastForms) {
 }
 
 TEST(NNGemm, IntegerTypes) {
-  auto y = run_op("Gemm", {Tensor::from_vector<int32_t>({1, 2}, {1, 2}), Tensor::from_vector<int32_t>({3, 4}, {2, 1}),
-                           Tensor::from_vector<int32_t>({-1}, {1})},
+  auto y = run_op("Gemm",
+                  {Tensor::from_vector<int32_t>({1, 2}, {1, 2}), Tensor::from_vector<int32_t>({3, 4}, {2, 1}),
+                   Tensor::from_vector<int32_t>({-1}, {1})},
                   {{"alpha", 2.0f}})[0];
   EXPECT_EQ(y.dtype(), DType::Int32);
   EXPECT_EQ(values<int32_t>(y), (std::vector<int32_t>{21}));

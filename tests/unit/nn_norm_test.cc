@@ -7,13 +7,15 @@ namespace {
 
 TEST(NNBatchNorm, Inference) {
   // Channel 0: (x - 1) / 2; channel 1: 2 * (x - 3) / 1 + 1.
-  auto y = run_op("BatchNormalization", {f32({1, 2, 3, 4}, {1, 2, 1, 2}), f32({1, 2}, {2}), f32({0, 1}, {2}),
-                                         f32({1, 3}, {2}), f32({4, 1}, {2})},
-                  {{"epsilon", 0.0f}})[0];
+  auto y =
+      run_op("BatchNormalization",
+             {f32({1, 2, 3, 4}, {1, 2, 1, 2}), f32({1, 2}, {2}), f32({0, 1}, {2}), f32({1, 3}, {2}), f32({4, 1}, {2})},
+             {{"epsilon", 0.0f}})[0];
   EXPECT_EQ(y.shape(), (Shape{1, 2, 1, 2}));
   expect_near_all(y, {0, 0.5, 1, 3});
   // Default epsilon 1e-5 is added to the variance: (2 - 0) / sqrt(1 + 1e-5).
-  auto e = run_op("BatchNormalization", {f32({2}, {1, 1}), f32({1}, {1}), f32({0}, {1}), f32({0}, {1}), f32({1}, {1})})[0];
+  auto e =
+      run_op("BatchNormalization", {f32({2}, {1, 1}), f32({1}, {1}), f32({0}, {1}), f32({0}, {1}), f32({1}, {1})})[0];
   expect_near_all(e, {2 / std::sqrt(1 + 1e-5)}, 1e-7);
 }
 
@@ -49,16 +51,18 @@ TEST(NNBatchNorm, Errors) {
   auto c = f32({1, 1}, {2});
   EXPECT_THROW(run_op("BatchNormalization", {x, f32({1}, {1}), c, c, c}), UserError);
   EXPECT_THROW(run_op("BatchNormalization", {x, c, c, c}), UserError);
-  EXPECT_THROW(run_op("BatchNormalization", {f32({1}, {1}), f32({1}, {1}), f32({1}, {1}), f32({1}, {1}), f32({1}, {1})}),
-               UserError);
+  EXPECT_THROW(
+      run_op("BatchNormalization", {f32({1}, {1}), f32({1}, {1}), f32({1}, {1}), f32({1}, {1}), f32({1}, {1})}),
+      UserError);
   EXPECT_THROW(run_op("BatchNormalization", {x, c, c, Tensor::from_vector<int64_t>({0, 0}, {2}), c}), UserError);
 }
 
 TEST(NNInstanceNorm, PerSampleAndChannel) {
   // Plane [1,2,3,4]: mean 2.5, variance 1.25; scale 2, bias 1. Plane [5,7,5,7]: mean 6, variance 1;
   // scale 3, bias -1.
-  auto y = run_op("InstanceNormalization", {f32({1, 2, 3, 4, 5, 7, 5, 7}, {1, 2, 4}), f32({2, 3}, {2}), f32({1, -1}, {2})},
-                  {{"epsilon", 0.0f}})[0];
+  auto y =
+      run_op("InstanceNormalization", {f32({1, 2, 3, 4, 5, 7, 5, 7}, {1, 2, 4}), f32({2, 3}, {2}), f32({1, -1}, {2})},
+             {{"epsilon", 0.0f}})[0];
   const double s = std::sqrt(1.25);
   expect_near_all(y, {1 - 3 / s, 1 - 1 / s, 1 + 1 / s, 1 + 3 / s, -4, 2, -4, 2});
   EXPECT_THROW(run_op("InstanceNormalization", {iota_f32({1, 2, 4}), f32({1}, {1}), f32({1}, {1})}), UserError);
@@ -91,12 +95,14 @@ TEST(NNLayerNorm, AxisZeroNoBiasAndBroadcastScale) {
 }
 
 TEST(NNLayerNorm, StashTypeAndDouble) {
-  auto out = run_op("LayerNormalization", {Tensor::from_vector<double>({1, 3}, {1, 2}), Tensor::from_vector<double>({1, 1}, {2})},
+  auto out = run_op("LayerNormalization",
+                    {Tensor::from_vector<double>({1, 3}, {1, 2}), Tensor::from_vector<double>({1, 1}, {2})},
                     {{"epsilon", 0.0f}, {"stash_type", int64_t(11)}}, 2);
   EXPECT_EQ(out[0].dtype(), DType::Float64);
   EXPECT_EQ(out[1].dtype(), DType::Float64);
   EXPECT_EQ(values<double>(out[0]), (std::vector<double>{-1, 1}));
-  EXPECT_THROW(run_op("LayerNormalization", {iota_f32({1, 2}), f32({1, 1}, {2})}, {{"stash_type", int64_t(7)}}), UserError);
+  EXPECT_THROW(run_op("LayerNormalization", {iota_f32({1, 2}), f32({1, 1}, {2})}, {{"stash_type", int64_t(7)}}),
+               UserError);
   EXPECT_THROW(run_op("LayerNormalization", {iota_f32({1, 2}), f32({1, 1, 1}, {3})}), UserError);
   EXPECT_THROW(run_op("LayerNormalization", {iota_f32({1, 2}), f32({1, 1}, {2})}, {{"axis", int64_t(2)}}), UserError);
 }

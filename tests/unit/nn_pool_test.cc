@@ -10,10 +10,11 @@ namespace {
 using Ints = std::vector<int64_t>;
 
 TEST(NNMaxPool, SpecPrecomputedPadsWithIndices) {
-  auto out = run_op("MaxPool", {iota_f32({1, 1, 5, 5}, 1)}, {{"kernel_shape", Ints{5, 5}}, {"pads", Ints{2, 2, 2, 2}}}, 2);
+  auto out =
+      run_op("MaxPool", {iota_f32({1, 1, 5, 5}, 1)}, {{"kernel_shape", Ints{5, 5}}, {"pads", Ints{2, 2, 2, 2}}}, 2);
   ASSERT_EQ(out.size(), 2u);
-  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{13, 14, 15, 15, 15, 18, 19, 20, 20, 20, 23, 24, 25, 25, 25,
-                                                       23, 24, 25, 25, 25, 23, 24, 25, 25, 25}));
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{13, 14, 15, 15, 15, 18, 19, 20, 20, 20, 23, 24, 25,
+                                                       25, 25, 23, 24, 25, 25, 25, 23, 24, 25, 25, 25}));
   EXPECT_EQ(out[1].dtype(), DType::Int64);
   EXPECT_EQ(values<int64_t>(out[1]), (std::vector<int64_t>{12, 13, 14, 14, 14, 17, 18, 19, 19, 19, 22, 23, 24,
                                                            24, 24, 22, 23, 24, 24, 24, 22, 23, 24, 24, 24}));
@@ -32,11 +33,13 @@ TEST(NNMaxPool, StorageOrderColumnMajorIndices) {
 
 TEST(NNMaxPool, AutoPadCeilDilations) {
   auto x5 = iota_f32({1, 1, 5, 5}, 1);
-  auto same = run_op("MaxPool", {x5}, {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}},
-                                       {"auto_pad", std::string("SAME_UPPER")}})[0];
+  auto same =
+      run_op("MaxPool", {x5},
+             {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"auto_pad", std::string("SAME_UPPER")}})[0];
   EXPECT_EQ(values<float>(same), (std::vector<float>{7, 9, 10, 17, 19, 20, 22, 24, 25}));
   auto x4 = iota_f32({1, 1, 4, 4}, 1);
-  auto ceil = run_op("MaxPool", {x4}, {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"ceil_mode", int64_t(1)}})[0];
+  auto ceil =
+      run_op("MaxPool", {x4}, {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"ceil_mode", int64_t(1)}})[0];
   EXPECT_EQ(ceil.shape(), (Shape{1, 1, 2, 2}));
   EXPECT_EQ(values<float>(ceil), (std::vector<float>{11, 12, 15, 16}));
   auto floor = run_op("MaxPool", {x4}, {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}})[0];
@@ -52,14 +55,16 @@ TEST(NNMaxPool, AutoPadCeilDilations) {
 // With ceil_mode a last window that would start inside the end padding is dropped (as PyTorch and
 // ONNX Runtime do): length 3, kernel 1, stride 2, end pad 1 gives windows at 0 and 2 only.
 TEST(NNMaxPool, CeilModeDropsWindowStartingInPadding) {
-  auto y = run_op("MaxPool", {f32({1, 2, 3}, {1, 1, 3})},
-                  {{"kernel_shape", Ints{1}}, {"strides", Ints{2}}, {"pads", Ints{0, 1}}, {"ceil_mode", int64_t(1)}})[0];
+  auto y =
+      run_op("MaxPool", {f32({1, 2, 3}, {1, 1, 3})},
+             {{"kernel_shape", Ints{1}}, {"strides", Ints{2}}, {"pads", Ints{0, 1}}, {"ceil_mode", int64_t(1)}})[0];
   EXPECT_EQ(y.shape(), (Shape{1, 1, 2}));
   EXPECT_EQ(values<float>(y), (std::vector<float>{1, 3}));
 }
 
 TEST(NNMaxPool, IntegerTypesAndThreeD) {
-  auto u8 = run_op("MaxPool", {Tensor::from_vector<uint8_t>({1, 200, 3, 4}, {1, 1, 2, 2})}, {{"kernel_shape", Ints{2, 2}}})[0];
+  auto u8 = run_op("MaxPool", {Tensor::from_vector<uint8_t>({1, 200, 3, 4}, {1, 1, 2, 2})},
+                   {{"kernel_shape", Ints{2, 2}}})[0];
   EXPECT_EQ(u8.dtype(), DType::UInt8);
   EXPECT_EQ(values<uint8_t>(u8), (std::vector<uint8_t>{200}));
   auto i8 = run_op("MaxPool", {Tensor::from_vector<int8_t>({-5, -3, -9}, {1, 1, 3})},
@@ -78,7 +83,8 @@ TEST(NNMaxPool, Errors) {
   EXPECT_THROW(run_op("MaxPool", {x}, {{"kernel_shape", Ints{5, 5}}}), UserError);
   EXPECT_THROW(run_op("MaxPool", {x}, {{"kernel_shape", Ints{2, 2}}, {"pads", Ints{1, 1, 1}}}), UserError);
   EXPECT_THROW(run_op("MaxPool", {x}, {{"kernel_shape", Ints{2, 2}}, {"dilations", Ints{0, 1}}}), UserError);
-  EXPECT_THROW(run_op("MaxPool", {Tensor::from_vector<int32_t>({1, 2}, {1, 1, 2})}, {{"kernel_shape", Ints{2}}}), UserError);
+  EXPECT_THROW(run_op("MaxPool", {Tensor::from_vector<int32_t>({1, 2}, {1, 1, 2})}, {{"kernel_shape", Ints{2}}}),
+               UserError);
   EXPECT_THROW(run_op("MaxPool", {iota_f32({4, 4})}, {{"kernel_shape", Ints{2}}}), UserError);
 }
 
@@ -86,18 +92,19 @@ TEST(NNAveragePool, SpecPrecomputedPads) {
   auto x = iota_f32({1, 1, 5, 5}, 1);
   AttributeMap attrs{{"kernel_shape", Ints{5, 5}}, {"pads", Ints{2, 2, 2, 2}}};
   auto y = run_op("AveragePool", {x}, attrs)[0];
-  expect_near_all(y, {7, 7.5, 8, 8.5, 9, 9.5, 10, 10.5, 11, 11.5, 12, 12.5, 13, 13.5, 14, 14.5, 15, 15.5, 16, 16.5,
-                      17, 17.5, 18, 18.5, 19});
+  expect_near_all(y, {7,    7.5, 8,    8.5, 9,    9.5, 10,   10.5, 11,   11.5, 12,   12.5, 13,
+                      13.5, 14,  14.5, 15,  15.5, 16,  16.5, 17,   17.5, 18,   18.5, 19});
   attrs["count_include_pad"] = int64_t(1);
   auto inc = run_op("AveragePool", {x}, attrs)[0];
-  expect_near_all(inc, {2.52, 3.6, 4.8, 4.08, 3.24, 4.56, 6.4, 8.4, 7.04, 5.52, 7.2, 10, 13, 10.8, 8.4,
-                        6.96, 9.6, 12.4, 10.24, 7.92, 6.12, 8.4, 10.8, 8.88, 6.84});
+  expect_near_all(inc, {2.52, 3.6, 4.8,  4.08, 3.24, 4.56,  6.4,  8.4,  7.04, 5.52, 7.2,  10,  13,
+                        10.8, 8.4, 6.96, 9.6,  12.4, 10.24, 7.92, 6.12, 8.4,  10.8, 8.88, 6.84});
 }
 
 TEST(NNAveragePool, SameUpperStridesCeil) {
   auto x5 = iota_f32({1, 1, 5, 5}, 1);
-  auto same = run_op("AveragePool", {x5}, {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}},
-                                           {"auto_pad", std::string("SAME_UPPER")}})[0];
+  auto same =
+      run_op("AveragePool", {x5},
+             {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"auto_pad", std::string("SAME_UPPER")}})[0];
   expect_near_all(same, {4, 5.5, 7, 11.5, 13, 14.5, 19, 20.5, 22});
   auto strided = run_op("AveragePool", {x5}, {{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}})[0];
   expect_near_all(strided, {4, 6, 14, 16});
@@ -133,8 +140,9 @@ TEST(NNAveragePool, OneDThreeDAndDouble) {
 
 TEST(NNAveragePool, Errors) {
   EXPECT_THROW(run_op("AveragePool", {iota_f32({1, 1, 4})}), UserError);
-  EXPECT_THROW(run_op("AveragePool", {iota_f32({1, 1, 4})}, {{"kernel_shape", Ints{2}}, {"auto_pad", std::string("X")}}),
-               UserError);
+  EXPECT_THROW(
+      run_op("AveragePool", {iota_f32({1, 1, 4})}, {{"kernel_shape", Ints{2}}, {"auto_pad", std::string("X")}}),
+      UserError);
   EXPECT_THROW(run_op("AveragePool", {Tensor::from_vector<uint8_t>({1, 2}, {1, 1, 2})}, {{"kernel_shape", Ints{2}}}),
                UserError);
 }

@@ -129,6 +129,7 @@ int cmd_show(const std::vector<std::string>& argv) {
     return 0;
   }
   PipelineOptions p = pipeline_options(a);
+  p.print_options = po;
   if (!after.empty()) {
     p.dump_after = after;  // dumps go to stdout here: they are what the user asked for
     p.dump = &std::cout;

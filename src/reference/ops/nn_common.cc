@@ -8,9 +8,7 @@ namespace kiln::nn {
 
 bool is_half_like(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16; }
 
-Tensor widen_to_float(const Tensor& t) {
-  return t.defined() && is_half_like(t.dtype()) ? t.cast(DType::Float32) : t;
-}
+Tensor widen_to_float(const Tensor& t) { return t.defined() && is_half_like(t.dtype()) ? t.cast(DType::Float32) : t; }
 
 void expect_dtype_in(const Tensor& t, std::initializer_list<DType> allowed, const char* what) {
   if (std::find(allowed.begin(), allowed.end(), t.dtype()) != allowed.end()) return;

@@ -129,8 +129,7 @@ std::vector<Tensor> conv_kernel(const Node& node, const std::vector<Tensor>& in)
   if (w.dim(1) * group != channels)
     user_error("X has ", channels, " channels but W ", shape_str(w.shape()), " with group ", group, " expects ",
                w.dim(1) * group);
-  if (out_channels % group != 0)
-    user_error("W has ", out_channels, " output channels, not divisible by group ", group);
+  if (out_channels % group != 0) user_error("W has ", out_channels, " output channels, not divisible by group ", group);
   check_bias(in, out_channels);
   const WindowGeometry g = window_geometry(node, spatial_dims(x, 3, "X"), kernel, false);
 
@@ -139,8 +138,10 @@ std::vector<Tensor> conv_kernel(const Node& node, const std::vector<Tensor>& in)
   const Tensor xf = widen_to_float(x), wf = widen_to_float(w);
   const Tensor bf = in.size() > 2 ? widen_to_float(in[2]) : Tensor{};
   Tensor y(xf.dtype(), out_shape);
-  if (y.dtype() == DType::Float64) conv_compute<double>(xf, wf, bf, g, group, y);
-  else conv_compute<float>(xf, wf, bf, g, group, y);
+  if (y.dtype() == DType::Float64)
+    conv_compute<double>(xf, wf, bf, g, group, y);
+  else
+    conv_compute<float>(xf, wf, bf, g, group, y);
   return {y.dtype() == x.dtype() ? y : y.cast(x.dtype())};
 }
 
@@ -221,8 +222,8 @@ void col2im(const T* cols, const WindowGeometry& g, int64_t channels, T* y) {
 }
 
 template <class T>
-void conv_transpose_compute(const Tensor& x, const Tensor& w, const Tensor& b, const WindowGeometry& g,
-                            int64_t group, Tensor& y) {
+void conv_transpose_compute(const Tensor& x, const Tensor& w, const Tensor& b, const WindowGeometry& g, int64_t group,
+                            Tensor& y) {
   const int64_t batch = x.dim(0), channels = x.dim(1), mg = w.dim(1), out_channels = mg * group;
   const int64_t cg = channels / group;
   const int64_t in_size = shape_numel(g.in), out_size = shape_numel(g.out);
@@ -234,8 +235,8 @@ void conv_transpose_compute(const Tensor& x, const Tensor& w, const Tensor& b, c
   for (int64_t n = 0; n < batch; ++n)
     for (int64_t gi = 0; gi < group; ++gi) {
       // W_g is stored [cg, rows]; its transpose is read with row stride 1 and column stride rows.
-      matmul_strided<T>(wd + gi * cg * rows, 1, rows, xd + (n * channels + gi * cg) * in_size, in_size, 1,
-                        cols.data(), rows, cg, in_size);
+      matmul_strided<T>(wd + gi * cg * rows, 1, rows, xd + (n * channels + gi * cg) * in_size, in_size, 1, cols.data(),
+                        rows, cg, in_size);
       T* yg = yd + (n * out_channels + gi * mg) * out_size;
       col2im(cols.data(), g, mg, yg);
       if (b.defined()) add_bias(yg, b.data<T>() + gi * mg, mg, out_size);
@@ -259,8 +260,10 @@ std::vector<Tensor> conv_transpose_kernel(const Node& node, const std::vector<Te
   const Tensor xf = widen_to_float(x), wf = widen_to_float(w);
   const Tensor bf = in.size() > 2 ? widen_to_float(in[2]) : Tensor{};
   Tensor y(xf.dtype(), out_shape);
-  if (y.dtype() == DType::Float64) conv_transpose_compute<double>(xf, wf, bf, g, group, y);
-  else conv_transpose_compute<float>(xf, wf, bf, g, group, y);
+  if (y.dtype() == DType::Float64)
+    conv_transpose_compute<double>(xf, wf, bf, g, group, y);
+  else
+    conv_transpose_compute<float>(xf, wf, bf, g, group, y);
   return {y.dtype() == x.dtype() ? y : y.cast(x.dtype())};
 }
 

@@ -49,10 +49,10 @@ Term parse_term(const std::string& s) {
 }
 
 struct EinsumPlan {
-  std::vector<int> loop_labels;                 // output labels first, then summed labels
+  std::vector<int> loop_labels;  // output labels first, then summed labels
   std::vector<int64_t> loop_sizes;
-  size_t num_out = 0;                           // leading loop_labels that are output dims
-  std::vector<std::vector<int64_t>> strides;    // per operand, per loop
+  size_t num_out = 0;                         // leading loop_labels that are output dims
+  std::vector<std::vector<int64_t>> strides;  // per operand, per loop
   Shape out_shape;
 };
 
@@ -80,8 +80,7 @@ EinsumPlan plan_einsum(const std::string& equation_in, const std::vector<Tensor>
     const size_t named = terms[i].letters_before.size() + terms[i].letters_after.size();
     const size_t rank = size_t(ops[i].rank());
     if (rank < named || (!terms[i].ellipsis && rank != named))
-      user_error("einsum term ", i, " names ", named, " dims but input ", i, " has shape ",
-                 shape_str(ops[i].shape()));
+      user_error("einsum term ", i, " names ", named, " dims but input ", i, " has shape ", shape_str(ops[i].shape()));
     ell_dims[i] = rank - named;
     ell_rank = std::max(ell_rank, ell_dims[i]);
   }
@@ -99,13 +98,14 @@ EinsumPlan plan_einsum(const std::string& equation_in, const std::vector<Tensor>
       int64_t& s = size_of[size_t(dl[d])];
       ++uses[size_t(dl[d])];
       if (dl[d] >= kEllipsisBase) {  // ellipsis dims broadcast
-        if (s == -1 || s == 1) s = n;
-        else if (n != 1 && n != s) user_error("einsum ellipsis dims of the inputs do not broadcast");
+        if (s == -1 || s == 1)
+          s = n;
+        else if (n != 1 && n != s)
+          user_error("einsum ellipsis dims of the inputs do not broadcast");
       } else if (s == -1) {
         s = n;
       } else if (s != n) {
-        user_error("einsum label '", char(dl[d] < 26 ? 'A' + dl[d] : 'a' + dl[d] - 26), "' has sizes ", s, " and ",
-                   n);
+        user_error("einsum label '", char(dl[d] < 26 ? 'A' + dl[d] : 'a' + dl[d] - 26), "' has sizes ", s, " and ", n);
       }
     }
   }
@@ -142,8 +142,8 @@ EinsumPlan plan_einsum(const std::string& equation_in, const std::vector<Tensor>
     std::vector<int64_t> loop_st(p.loop_labels.size(), 0);
     for (size_t d = 0; d < dim_labels[i].size(); ++d) {
       if (ops[i].dim(int64_t(d)) == 1) continue;  // size 1: broadcast or irrelevant
-      const size_t l = size_t(std::find(p.loop_labels.begin(), p.loop_labels.end(), dim_labels[i][d]) -
-                              p.loop_labels.begin());
+      const size_t l =
+          size_t(std::find(p.loop_labels.begin(), p.loop_labels.end(), dim_labels[i][d]) - p.loop_labels.begin());
       loop_st[l] += st[d];
     }
     p.strides.push_back(std::move(loop_st));
@@ -199,9 +199,12 @@ std::vector<Tensor> einsum_kernel(const Node& node, const std::vector<Tensor>& i
   Tensor y(ops[0].dtype(), plan.out_shape);
   dispatch_dtype(ops[0].dtype(), [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (std::is_floating_point_v<T>) run_einsum<T, T>(plan, ops, y);
-    else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) run_einsum<T, uint64_t>(plan, ops, y);
-    else KILN_CHECK(false, "Einsum: unexpected dtype after widening");
+    if constexpr (std::is_floating_point_v<T>)
+      run_einsum<T, T>(plan, ops, y);
+    else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+      run_einsum<T, uint64_t>(plan, ops, y);
+    else
+      KILN_CHECK(false, "Einsum: unexpected dtype after widening");
   });
   return {y.dtype() == in[0].dtype() ? y : y.cast(in[0].dtype())};
 }

@@ -56,30 +56,37 @@ void matmul_strided(const T* a, int64_t a_rs, int64_t a_cs, const T* b, int64_t 
 
 template void matmul_strided<float>(const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t,
                                     int64_t, int64_t);
-template void matmul_strided<double>(const double*, int64_t, int64_t, const double*, int64_t, int64_t, double*,
-                                     int64_t, int64_t, int64_t);
-template void matmul_strided<uint32_t>(const uint32_t*, int64_t, int64_t, const uint32_t*, int64_t, int64_t,
-                                       uint32_t*, int64_t, int64_t, int64_t);
-template void matmul_strided<uint64_t>(const uint64_t*, int64_t, int64_t, const uint64_t*, int64_t, int64_t,
-                                       uint64_t*, int64_t, int64_t, int64_t);
+template void matmul_strided<double>(const double*, int64_t, int64_t, const double*, int64_t, int64_t, double*, int64_t,
+                                     int64_t, int64_t);
+template void matmul_strided<uint32_t>(const uint32_t*, int64_t, int64_t, const uint32_t*, int64_t, int64_t, uint32_t*,
+                                       int64_t, int64_t, int64_t);
+template void matmul_strided<uint64_t>(const uint64_t*, int64_t, int64_t, const uint64_t*, int64_t, int64_t, uint64_t*,
+                                       int64_t, int64_t, int64_t);
 
 namespace {
 
 // The dtypes MatMul and Gemm accept (ONNX opset 13): float16/bfloat16 are widened to float first.
 const std::initializer_list<DType> kMatMulTypes = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16,
-                                                    DType::Int32,   DType::Int64,   DType::UInt32,  DType::UInt64};
+                                                   DType::Int32,   DType::Int64,   DType::UInt32,  DType::UInt64};
 
 // Calls f(T{}) for the storage types that reach the product loops (after widening).
 template <class F>
 void dispatch_dot(DType dt, F&& f) {
   switch (dt) {
-    case DType::Float32: return f(float{});
-    case DType::Float64: return f(double{});
-    case DType::Int32: return f(int32_t{});
-    case DType::Int64: return f(int64_t{});
-    case DType::UInt32: return f(uint32_t{});
-    case DType::UInt64: return f(uint64_t{});
-    default: KILN_CHECK(false, "dispatch_dot: unexpected dtype ", dtype_name(dt));
+    case DType::Float32:
+      return f(float{});
+    case DType::Float64:
+      return f(double{});
+    case DType::Int32:
+      return f(int32_t{});
+    case DType::Int64:
+      return f(int64_t{});
+    case DType::UInt32:
+      return f(uint32_t{});
+    case DType::UInt64:
+      return f(uint64_t{});
+    default:
+      KILN_CHECK(false, "dispatch_dot: unexpected dtype ", dtype_name(dt));
   }
 }
 
@@ -117,8 +124,8 @@ std::vector<Tensor> matmul_kernel(const Node&, const std::vector<Tensor>& in) {
     const D* bd = reinterpret_cast<const D*>(b.data<T>());
     D* yd = reinterpret_cast<D*>(y.data<T>());
     for (BroadcastIter it(batch, {a_batch, b_batch}); !it.done(); it.next())
-      matmul_strided<D>(ad + it.offset(0) * m * k, k, 1, bd + it.offset(1) * k * n, n, 1, yd + it.index() * m * n, m,
-                        k, n);
+      matmul_strided<D>(ad + it.offset(0) * m * k, k, 1, bd + it.offset(1) * k * n, n, 1, yd + it.index() * m * n, m, k,
+                        n);
   });
   return {narrow_to(y, in[0].dtype())};
 }

@@ -36,8 +36,7 @@ struct DoubleIO {
 
 void expect_channel_vector(const Tensor& t, int64_t channels, const char* what) {
   expect_float(t, what);
-  if (t.shape() != Shape{channels})
-    user_error(what, " ", shape_str(t.shape()), " must have shape [", channels, "]");
+  if (t.shape() != Shape{channels}) user_error(what, " ", shape_str(t.shape()), " must have shape [", channels, "]");
 }
 
 // Y = scale * (X - mean) / sqrt(var + epsilon) + B per channel (dim 1). In training mode mean and
@@ -147,8 +146,7 @@ std::vector<Tensor> layer_norm_kernel(const Node& node, const std::vector<Tensor
     user_error("stash_type must name a floating-point type, got ", node.attr_int("stash_type", 1));
   for (size_t i = 1; i < (has_bias ? 3u : 2u); ++i)
     if (in[i].rank() > x.rank() || broadcast_shapes({in[i].shape(), x.shape()}) != x.shape())
-      user_error(i == 1 ? "Scale " : "B ", shape_str(in[i].shape()), " does not broadcast to X ",
-                 shape_str(x.shape()));
+      user_error(i == 1 ? "Scale " : "B ", shape_str(in[i].shape()), " does not broadcast to X ", shape_str(x.shape()));
 
   const int64_t rows = dims_product(x.shape(), 0, axis), cols = dims_product(x.shape(), axis, x.rank());
   const std::vector<double> scale = to_doubles(in[1]);

@@ -43,8 +43,9 @@ void window_at(const WindowGeometry& g, const std::vector<int64_t>& oidx, bool p
   for (size_t d = 0; d < nd; ++d) {
     w.start[d] = oidx[d] * g.stride[d] - g.pad_begin[d];
     std::tie(w.k_lo[d], w.k_hi[d]) = offset_range(w.start[d], g.dilation[d], g.kernel[d], 0, g.in[d]);
-    auto [lo, hi] = padded ? offset_range(w.start[d], g.dilation[d], g.kernel[d], -g.pad_begin[d], g.in[d] + g.pad_end[d])
-                           : std::pair{w.k_lo[d], w.k_hi[d]};
+    auto [lo, hi] = padded
+                        ? offset_range(w.start[d], g.dilation[d], g.kernel[d], -g.pad_begin[d], g.in[d] + g.pad_end[d])
+                        : std::pair{w.k_lo[d], w.k_hi[d]};
     w.count *= std::max<int64_t>(0, hi - lo);
   }
 }
@@ -133,8 +134,8 @@ void max_pool(const Tensor& x, const WindowGeometry& g, bool col_major, Tensor& 
       if (best < 0 || xp[off] > xp[best]) best = off;
     });
     if (best < 0) {  // window entirely in padding: nothing to take the maximum of
-      yd[o] = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
-                                                   : std::numeric_limits<T>::lowest();
+      yd[o] =
+          std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::lowest();
       if (id) id[o] = -1;
       return;
     }
@@ -158,10 +159,18 @@ std::vector<Tensor> max_pool_kernel(const Node& node, const std::vector<Tensor>&
   Tensor indices = want_indices ? Tensor(DType::Int64, y.shape()) : Tensor{};
   Tensor* ip = want_indices ? &indices : nullptr;
   switch (xf.dtype()) {
-    case DType::Float32: max_pool<float>(xf, g, storage_order == 1, y, ip); break;
-    case DType::Float64: max_pool<double>(xf, g, storage_order == 1, y, ip); break;
-    case DType::Int8: max_pool<int8_t>(xf, g, storage_order == 1, y, ip); break;
-    default: max_pool<uint8_t>(xf, g, storage_order == 1, y, ip); break;
+    case DType::Float32:
+      max_pool<float>(xf, g, storage_order == 1, y, ip);
+      break;
+    case DType::Float64:
+      max_pool<double>(xf, g, storage_order == 1, y, ip);
+      break;
+    case DType::Int8:
+      max_pool<int8_t>(xf, g, storage_order == 1, y, ip);
+      break;
+    default:
+      max_pool<uint8_t>(xf, g, storage_order == 1, y, ip);
+      break;
   }
   std::vector<Tensor> out{y.dtype() == x.dtype() ? y : y.cast(x.dtype())};
   if (want_indices) out.push_back(indices);
@@ -194,8 +203,10 @@ std::vector<Tensor> average_pool_kernel(const Node& node, const std::vector<Tens
   const bool include_pad = node.attr_int("count_include_pad", 0) != 0;
   const Tensor xf = widen_to_float(x);
   Tensor y(xf.dtype(), pooled_shape(x, g));
-  if (xf.dtype() == DType::Float64) average_pool<double>(xf, g, include_pad, y);
-  else average_pool<float>(xf, g, include_pad, y);
+  if (xf.dtype() == DType::Float64)
+    average_pool<double>(xf, g, include_pad, y);
+  else
+    average_pool<float>(xf, g, include_pad, y);
   return {y.dtype() == x.dtype() ? y : y.cast(x.dtype())};
 }
 
@@ -230,8 +241,10 @@ std::vector<Tensor> global_pool_kernel(const Node&, const std::vector<Tensor>& i
       }
     }
   };
-  if (xf.dtype() == DType::Float64) run(double{});
-  else run(float{});
+  if (xf.dtype() == DType::Float64)
+    run(double{});
+  else
+    run(float{});
   return {y.dtype() == x.dtype() ? y : y.cast(x.dtype())};
 }
 
