@@ -9,8 +9,6 @@
 
 namespace kiln {
 
-namespace {
-
 // Shape (opset-15 form: optional start/end slice the dims, clamped like Python slicing) and Size
 // read only the static shape, so they fold without materialising their input.
 std::optional<Tensor> fold_shape_query(const Node& n) {
@@ -27,6 +25,9 @@ std::optional<Tensor> fold_shape_query(const Node& n) {
   std::vector<int64_t> dims(s.begin() + start, s.begin() + std::max(start, end));
   return Tensor::from_vector<int64_t>(dims, {int64_t(dims.size())});
 }
+
+namespace {
+
 
 bool is_shape_query(const Node& n) {
   return n.domain().empty() && (n.op_type() == "Shape" || n.op_type() == "Size") && n.num_inputs() == 1;

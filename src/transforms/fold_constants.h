@@ -19,10 +19,15 @@
 // evaluated is an error in the model, and it would fail at run time anyway.
 #pragma once
 #include <cstdint>
+#include <optional>
 
 #include "transforms/pass.h"
 
 namespace kiln {
+
+// The value of a Shape or Size node computed from its input's static type (nullopt for other ops
+// or an untyped input). Shared with the frontend, which needs shape values before folding runs.
+std::optional<Tensor> fold_shape_query(const Node& n);
 
 class FoldConstants : public Pass {
  public:

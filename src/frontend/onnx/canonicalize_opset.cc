@@ -104,7 +104,7 @@ void legacy_softmax(Graph& g, Node* n, std::vector<Node*>& added) {
 
 }  // namespace
 
-bool is_legacy_op(const std::string& op_type) { return op_type == "Upsample"; }
+bool is_legacy_op(const std::string& op_type) { return op_type == "Upsample" || op_type == "Scatter"; }
 
 std::vector<Node*> canonicalize_opset(Graph& g, Node* n, int64_t opset) {
   std::vector<Node*> added;
@@ -150,6 +150,8 @@ std::vector<Node*> canonicalize_opset(Graph& g, Node* n, int64_t opset) {
   } else if ((op == "Softmax" || op == "LogSoftmax" || op == "Hardmax") && opset < 13) {
     legacy_softmax(g, n, added);
     if (!added.empty()) return added;
+  } else if (op == "Scatter") {
+    n->set_op_type("ScatterElements");  // Scatter-9/10 is ScatterElements under its old name
   } else if (op == "Upsample" || (op == "Resize" && opset < 11)) {
     // Upsample-7 keeps scales in an attribute, Upsample-9 and Resize-10 in input 1. Both index the
     // input as out/scale (asymmetric); nearest picks floor, as Upsample always did.

@@ -2,7 +2,8 @@
 // (kernels, fusion, codegen) handles exactly one form per op: attributes that became inputs move to
 // constant inputs (Clip, Slice, Pad, Split, Squeeze, Unsqueeze, Reduce*, TopK, Dropout), legacy
 // broadcast/axis attributes become explicit reshapes, pre-13 Softmax/LogSoftmax/Hardmax become
-// reshape → op(axis=-1 or 1) → reshape, Upsample and opset-10 Resize become opset-13 Resize.
+// reshape → op(axis=-1 or 1) → reshape, Upsample and opset-10 Resize become opset-13 Resize, and
+// Scatter becomes ScatterElements.
 // All Reduce* ops take their axes as input 1 (the opset-18 form), even where ONNX 1.12 still had an
 // attribute, so the reduction kernels have one shape.
 #pragma once

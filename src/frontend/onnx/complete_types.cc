@@ -4,6 +4,7 @@
 
 #include "reference/kernel_util.h"
 #include "reference/op_registry.h"
+#include "transforms/fold_constants.h"
 
 namespace kiln {
 
@@ -20,27 +21,11 @@ const Tensor* known_value(const Value* v, const KnownValues& known) {
   return it == known.end() ? nullptr : &it->second;
 }
 
-// Shape and Size only need the input's static type.
-bool shape_of_typed_input(const Node* n, KnownValues& known) {
-  Value* in = n->input(0);
-  if (!in || in->dtype() == DType::Undefined || n->num_outputs() != 1) return false;
-  const Shape& s = in->shape();
-  if (n->op_type() == "Size") {
-    known[n->output(0)] = Tensor::scalar<int64_t>(shape_numel(s));
-    return true;
-  }
-  if (n->op_type() != "Shape") return false;
-  int64_t r = int64_t(s.size());
-  auto clamp = [&](int64_t a) { return std::clamp(a < 0 ? a + r : a, int64_t(0), r); };
-  int64_t start = clamp(n->attr_int("start", 0)), end = clamp(n->attr_int("end", r));
-  std::vector<int64_t> dims;
-  for (int64_t i = start; i < end; ++i) dims.push_back(s[size_t(i)]);
-  known[n->output(0)] = Tensor::from_vector<int64_t>(dims, {int64_t(dims.size())});
-  return true;
-}
-
 void record_known(const Node* n, const OpInfo& info, KnownValues& known) {
-  if (shape_of_typed_input(n, known)) return;
+  if (n->op_type() == "Shape" || n->op_type() == "Size") {
+    if (auto t = fold_shape_query(*n)) known[n->output(0)] = *t;
+    return;
+  }
   std::vector<Tensor> args;
   int64_t elements = 0;
   for (Value* v : n->inputs()) {

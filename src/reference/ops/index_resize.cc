@@ -15,8 +15,10 @@
 //
 // Output size with `scales`: floor(in * scale), computed in float64 from the float32 scale as the
 // reference does (and, for tf_crop_and_resize, times roi_end - roi_start as the spec says). The
-// length_resized of align_corners / tf_crop_and_resize is then the unrounded in * scale: the ONNX
+// length_resized of align_corners / tf_crop_and_resize is then that unrounded product: the ONNX
 // conformance data (e.g. resize_downsample_scales_linear_align_corners) is generated that way.
+// pytorch_half_pixel with length_resized 1 samples x_original = 0 as the spec (and ONNX Runtime)
+// say; the numpy reference uses -0.5, which differs for cubic only.
 //
 // Integer outputs of linear/cubic are rounded to nearest (half away from zero) and saturated: the
 // reference's plain cast would truncate and wrap cubic overshoot (255 -> 260 -> 4 for uint8).
