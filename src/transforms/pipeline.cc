@@ -10,6 +10,7 @@
 #include "transforms/eliminate_common_subexpressions.h"
 #include "transforms/eliminate_dead_code.h"
 #include "transforms/fold_constants.h"
+#include "transforms/lowering.h"
 #include "transforms/remove_identity.h"
 
 namespace kiln {
@@ -59,6 +60,8 @@ std::vector<std::string> pass_names() { return names_of(simplification_pipeline(
 
 std::unique_ptr<Pass> create_pass(const std::string& name) {
   for (auto& p : simplification_pipeline())
+    if (p->name() == name) return std::move(p);
+  for (auto& p : lowering_pipeline())  // golden tests run the lowering passes by name too
     if (p->name() == name) return std::move(p);
   user_error("unknown pass '", name, "'; valid passes: ", join(pass_names()));
 }

@@ -31,7 +31,8 @@ struct PipelineOptions {
 std::vector<std::unique_ptr<Pass>> simplification_pipeline();
 // Every distinct pass name, sorted (for messages and flag validation).
 std::vector<std::string> pass_names();
-// A fresh instance of the named pass; UserError listing the valid names when unknown.
+// A fresh instance of the named pass — a simplification pass or one of lowering_pipeline()'s
+// (transforms/lowering.h); UserError listing the valid simplification names when unknown.
 std::unique_ptr<Pass> create_pass(const std::string& name);
 
 // Runs simplification_pipeline() on g. Unknown names in dump_after or disabled are a UserError

@@ -47,5 +47,6 @@ int cmd_run(const std::vector<std::string>& argv);
 int cmd_info(const std::vector<std::string>& argv);
 int cmd_show(const std::vector<std::string>& argv);
 int cmd_test_onnx(const std::vector<std::string>& argv);
+int cmd_explain(const std::vector<std::string>& argv);
 
 }  // namespace kiln::cli

@@ -19,6 +19,8 @@
 #include <set>
 
 #include "cli.h"
+#include "fusion/partitioner.h"
+#include "fusion/plan_executor.h"
 #include "reference/executor.h"
 
 namespace kiln::cli {
@@ -93,7 +95,7 @@ Tensor as_bfloat16_if_needed(const Tensor& t, DType want) {
 }
 
 // Runs one test folder in this process; returns "" on success or the failure reason.
-std::string run_test(const fs::path& dir) {
+std::string run_test(const fs::path& dir, bool fused) {
   try {
     Args none({}, kModelValuedOptions, kModelFlags);
     auto g = load_model((dir / "model.onnx").string(), none, {});
@@ -112,7 +114,9 @@ std::string run_test(const fs::path& dir) {
         }
         inputs[v->name()] = as_bfloat16_if_needed(t, v->dtype());
       }
-      TensorMap outputs = run_reference(*g, inputs);
+      // --fused executes the fusion plan kernel by kernel (each sees only what the plan stores),
+      // so a wrong plan shows up as a wrong output or an internal error.
+      TensorMap outputs = fused ? run_plan_reference(*g, partition(*g), inputs) : run_reference(*g, inputs);
       auto out_files = sorted_matching(set, "output_");
       if (out_files.size() != g->outputs().size())
         return cat(set.filename().string(), " has ", out_files.size(), " outputs, model has ", g->outputs().size());
@@ -132,16 +136,16 @@ std::string run_test(const fs::path& dir) {
 }
 
 // Runs run_test in a child process with a time limit.
-std::string run_test_isolated(const fs::path& dir) {
+std::string run_test_isolated(const fs::path& dir, bool fused) {
   int fds[2];
-  if (pipe(fds) != 0) return run_test(dir);
+  if (pipe(fds) != 0) return run_test(dir, fused);
   std::cout.flush();
   std::cerr.flush();
   pid_t pid = fork();
-  if (pid < 0) return run_test(dir);
+  if (pid < 0) return run_test(dir, fused);
   if (pid == 0) {
     close(fds[0]);
-    std::string r = run_test(dir);
+    std::string r = run_test(dir, fused);
     std::string msg = (r.empty() ? "P" : "F" + r);
     ssize_t off = 0;
     while (off < ssize_t(msg.size())) {
@@ -206,7 +210,7 @@ std::string test_id(const fs::path& dir) {
 }  // namespace
 
 int cmd_test_onnx(const std::vector<std::string>& argv) {
-  Args a(argv, {"expect", "write-passed"}, {"verbose"});
+  Args a(argv, {"expect", "write-passed"}, {"verbose", "fused"});
   if (a.positional().empty()) user_error("test-onnx expects one or more test folders");
   auto tests = collect_tests(a.positional());
   std::set<std::string> expected;
@@ -220,7 +224,7 @@ int cmd_test_onnx(const std::vector<std::string>& argv) {
   int failed = 0, regressions = 0;
   for (const auto& t : tests) {
     std::string id = test_id(t);
-    std::string why = run_test_isolated(t);
+    std::string why = run_test_isolated(t, a.has("fused"));
     if (why.empty()) {
       passed.insert(id);
       if (a.has("verbose")) std::cout << "PASS " << id << "\n";

@@ -14,6 +14,8 @@ commands:
                  [--input-shape NAME=DIMS]       run a model; writes DIR/<output>.npy per output
   info MODEL.onnx [--input-shape NAME=DIMS]      inputs, outputs, op histogram, parameter count
   show MODEL.onnx [--after=PASS|import|all]      print the graph IR (after a pass, default: final)
+  explain MODEL.onnx [--json] [--dot FILE] [--svg FILE] [--no-fusion] [--fusion-fuel N] [--target T]
+                                                 the fusion plan: kernels, costs, refused fusions
   test-onnx DIR... [--expect FILE] [--write-passed FILE] [--quiet]
                                                  run ONNX backend-test folders
   help                                           this text
@@ -40,6 +42,7 @@ int main(int argc, char** argv) {
     if (cmd == "info") return kiln::cli::cmd_info(args);
     if (cmd == "show") return kiln::cli::cmd_show(args);
     if (cmd == "test-onnx") return kiln::cli::cmd_test_onnx(args);
+    if (cmd == "explain") return kiln::cli::cmd_explain(args);
     std::cerr << "kiln: error: unknown command '" << cmd << "' (see kiln help)\n";
     return 2;
   } catch (const kiln::UserError& e) {

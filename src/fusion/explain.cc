@@ -1,0 +1,135 @@
+#include "fusion/explain.h"
+
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+namespace kiln {
+
+namespace {
+
+std::string fmt(double v, int prec = 1) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", prec, v);
+  return b;
+}
+
+std::string human_bytes(int64_t b) {
+  if (b >= (int64_t(1) << 20)) return fmt(double(b) / double(1 << 20)) + " MiB";
+  if (b >= 1024) return fmt(double(b) / 1024.0) + " KiB";
+  return std::to_string(b) + " B";
+}
+
+std::string json_escape(const std::string& s) {
+  std::string r;
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') r += '\\', r += char(c);
+    else if (c < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", c);
+      r += b;
+    } else r += char(c);
+  }
+  return "\"" + r + "\"";
+}
+
+std::string dot_escape(const std::string& s) {
+  std::string r;
+  for (char c : s) {
+    if (c == '"' || c == '\\') r += '\\';
+    if (c == '\n') {
+      r += "\\n";
+      continue;
+    }
+    r += c;
+  }
+  return r;
+}
+
+}  // namespace
+
+std::string explain_text(const Graph& g, const FusionPlan& plan) {
+  std::ostringstream os;
+  os << "target " << plan.target.name << " (" << plan.target.peak_gflops << " GFLOP/s, " << plan.target.dram_gbps
+     << " GB/s, " << plan.target.launch_overhead_us << " us per launch; a target description, not a measurement)\n\n";
+  int k = 0;
+  for (const auto& grp : plan.groups) {
+    if (!grp.counts_as_kernel()) continue;
+    os << "kernel " << ++k << ": " << grp.name << "  [" << group_kind_name(grp.kind) << "]\n";
+    os << "  ops:    ";
+    for (size_t i = 0; i < grp.nodes.size(); ++i) os << (i ? ", " : "") << grp.nodes[i]->op_type();
+    os << "\n  nodes:  ";
+    for (size_t i = 0; i < grp.nodes.size(); ++i) os << (i ? ", " : "") << grp.nodes[i]->name();
+    os << "\n  flops " << fmt(grp.cost.flops / 1e6, 2) << " M, read " << human_bytes(grp.cost.bytes_read)
+       << ", write " << human_bytes(grp.cost.bytes_written) << ", est " << fmt(grp.cost.total_us(), 1) << " us ("
+       << (grp.cost.compute_us > grp.cost.memory_us ? "compute" : "memory") << "-bound)\n";
+  }
+  if (!plan.rejected.empty()) {
+    os << "\nnot fused:\n";
+    for (const auto& r : plan.rejected) os << "  " << r.producer << " -> " << r.consumer << ": " << r.reason << "\n";
+  }
+  int views = 0;
+  for (const auto& grp : plan.groups) views += grp.counts_as_kernel() ? 0 : 1;
+  os << "\nkernels: " << plan.kernel_count() << " (" << g.num_nodes() << " ops; " << views
+     << " pure views count as none)\n";
+  os << "intermediate bytes to DRAM: " << human_bytes(plan.intermediate_bytes_unfused) << " unfused -> "
+     << human_bytes(plan.intermediate_bytes_fused) << " fused\n";
+  os << "estimated time: " << fmt(plan.est_us_unfused) << " us unfused -> " << fmt(plan.est_us_fused) << " us fused\n";
+  return os.str();
+}
+
+std::string explain_json(const Graph& g, const FusionPlan& plan) {
+  std::ostringstream os;
+  os << "{\"target\": " << json_escape(plan.target.name) << ", \"kernel_count\": " << plan.kernel_count()
+     << ", \"op_count\": " << g.num_nodes() << ", \"accepted_fusions\": " << plan.accepted_fusions
+     << ", \"intermediate_bytes_unfused\": " << plan.intermediate_bytes_unfused
+     << ", \"intermediate_bytes_fused\": " << plan.intermediate_bytes_fused
+     << ", \"est_us_unfused\": " << fmt(plan.est_us_unfused, 3) << ", \"est_us_fused\": " << fmt(plan.est_us_fused, 3)
+     << ",\n \"kernels\": [";
+  bool first = true;
+  for (const auto& grp : plan.groups) {
+    if (!grp.counts_as_kernel()) continue;
+    os << (first ? "\n  " : ",\n  ") << "{\"name\": " << json_escape(grp.name) << ", \"kind\": "
+       << json_escape(group_kind_name(grp.kind)) << ", \"ops\": [";
+    first = false;
+    for (size_t i = 0; i < grp.nodes.size(); ++i) os << (i ? ", " : "") << json_escape(grp.nodes[i]->op_type());
+    os << "], \"nodes\": [";
+    for (size_t i = 0; i < grp.nodes.size(); ++i) os << (i ? ", " : "") << json_escape(grp.nodes[i]->name());
+    os << "], \"flops\": " << fmt(grp.cost.flops, 0) << ", \"bytes_read\": " << grp.cost.bytes_read
+       << ", \"bytes_written\": " << grp.cost.bytes_written << ", \"est_us\": " << fmt(grp.cost.total_us(), 3) << "}";
+  }
+  os << "],\n \"rejected\": [";
+  for (size_t i = 0; i < plan.rejected.size(); ++i) {
+    const auto& r = plan.rejected[i];
+    os << (i ? ",\n  " : "\n  ") << "{\"producer\": " << json_escape(r.producer)
+       << ", \"consumer\": " << json_escape(r.consumer) << ", \"reason\": " << json_escape(r.reason) << "}";
+  }
+  os << "]}\n";
+  return os.str();
+}
+
+std::string explain_dot(const Graph& g, const FusionPlan& plan) {
+  std::ostringstream os;
+  os << "digraph kiln {\n  rankdir=TB;\n  node [shape=box, fontsize=10];\n";
+  std::map<const Node*, std::string> id;
+  int n = 0;
+  for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
+    const auto& grp = plan.groups[gi];
+    os << "  subgraph cluster_" << gi << " {\n    label=\"" << dot_escape(grp.name) << "\";\n"
+       << (grp.counts_as_kernel() ? "    style=filled; color=lightgrey;\n" : "    style=dashed;\n");
+    for (const Node* node : grp.nodes) {
+      std::string nid = "n" + std::to_string(n++);
+      if (!id.count(node)) id[node] = nid;
+      os << "    " << nid << " [label=\"" << dot_escape(node->op_type() + "\n" + node->name()) << "\"];\n";
+    }
+    os << "  }\n";
+  }
+  for (Node* node : g.nodes())
+    for (const Value* v : node->outputs())
+      for (auto [c, slot] : v->uses())
+        if (id.count(node) && id.count(c)) os << "  " << id[node] << " -> " << id[c] << ";\n";
+  os << "}\n";
+  return os.str();
+}
+
+}  // namespace kiln

@@ -1,0 +1,65 @@
+// The result of fusion: groups of primitive nodes, each a future kernel, with the reasons for every
+// fusion that was considered and refused.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fusion/cost_model.h"
+#include "fusion/op_kind.h"
+#include "fusion/target.h"
+#include "ir/graph.h"
+
+namespace kiln {
+
+// Empty = "may fuse"; otherwise the reason a user reads in `kiln explain` (after XLA).
+class FusionDecision {
+ public:
+  static FusionDecision yes() { return FusionDecision(""); }
+  static FusionDecision no(std::string why) { return FusionDecision(std::move(why)); }
+  bool ok() const { return reason_.empty(); }
+  const std::string& reason() const { return reason_; }
+
+ private:
+  explicit FusionDecision(std::string r) : reason_(std::move(r)) {}
+  std::string reason_;
+};
+
+// What shapes a group's loop nest.
+enum class GroupKind { View, Elementwise, Reduction, Contraction, Opaque };
+const char* group_kind_name(GroupKind k);
+
+struct FusionGroup {
+  std::string name;                   // fused_conv_add_relu_7: ops in order, then the group's index
+  GroupKind kind = GroupKind::Elementwise;
+  std::vector<const Node*> nodes;     // topological order; a node may appear in several groups (recomputed)
+  std::vector<const Value*> inputs;   // tensors the kernel reads from memory (incl. weights)
+  std::vector<const Value*> outputs;  // tensors it writes to memory
+  CostEstimate cost;
+  bool counts_as_kernel() const { return kind != GroupKind::View; }
+};
+
+struct Rejection {
+  std::string producer, consumer;  // ONNX node names
+  std::string reason;
+};
+
+struct FusionOptions {
+  Target target = Target::default_target();
+  bool enabled = true;   // false: one kernel per primitive op (--no-fusion, the ablation baseline)
+  int64_t fuel = -1;     // stop after this many accepted fusions (-1: unlimited; --fusion-fuel)
+};
+
+struct FusionPlan {
+  std::vector<FusionGroup> groups;  // in a valid execution order
+  std::vector<Rejection> rejected;
+  int64_t accepted_fusions = 0;
+  Target target;
+  // Bytes of intermediate tensors (not graph inputs, outputs or weights) written to memory, with one
+  // kernel per op vs with this plan; and the cost model's time for both.
+  int64_t intermediate_bytes_unfused = 0, intermediate_bytes_fused = 0;
+  double est_us_unfused = 0, est_us_fused = 0;
+  int kernel_count() const;
+};
+
+}  // namespace kiln

@@ -1,0 +1,210 @@
+#include "fusion/group_graph.h"
+
+#include <algorithm>
+
+#include "fusion/op_kind.h"
+
+namespace kiln {
+
+GroupGraph::GroupGraph(const Graph& g) : g_(g), nodes_(g.nodes()) {
+  node_groups_.resize(nodes_.size());
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    groups_.push_back({int(i)});
+    alive_.push_back(true);
+    node_groups_[i].push_back(int(i));
+    index_[nodes_[i]] = int(i);
+  }
+}
+
+int GroupGraph::index(const Node* n) const {
+  auto it = index_.find(n);
+  return it == index_.end() ? -1 : it->second;
+}
+
+std::vector<int> GroupGraph::groups_of(int node) const {
+  std::vector<int> r;
+  for (int gid : node_groups_[size_t(node)])
+    if (alive_[size_t(gid)]) r.push_back(gid);
+  return r;
+}
+
+Members GroupGraph::unite(const Members& a, const Members& b) {
+  Members r;
+  std::set_union(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(r));
+  return r;
+}
+
+std::vector<const Value*> GroupGraph::inputs_of(const Members& m) const {
+  std::vector<const Value*> r;
+  for (int i : m)
+    for (const Value* v : nodes_[size_t(i)]->inputs()) {
+      if (!v) continue;
+      const Node* p = v->producer();
+      if (p && std::binary_search(m.begin(), m.end(), index(p))) continue;
+      if (std::find(r.begin(), r.end(), v) == r.end()) r.push_back(v);
+    }
+  return r;
+}
+
+std::vector<const Value*> GroupGraph::outputs_of(const Members& m, const std::vector<int>& replacing) const {
+  std::vector<const Value*> r;
+  for (int i : m) {
+    for (const Value* v : nodes_[size_t(i)]->outputs()) {
+      bool needed = g_.is_graph_output(v);
+      for (auto [c, slot] : v->uses()) {
+        if (needed) break;
+        int ci = index(c);
+        if (std::binary_search(m.begin(), m.end(), ci)) {
+          // Computed here; but another group containing the consumer might still need it.
+          for (int gid : groups_of(ci)) {
+            if (std::count(replacing.begin(), replacing.end(), gid)) continue;
+            const Members& gm = groups_[size_t(gid)];
+            if (!std::binary_search(gm.begin(), gm.end(), i)) needed = true;
+          }
+          continue;
+        }
+        for (int gid : groups_of(ci)) {
+          if (std::count(replacing.begin(), replacing.end(), gid)) continue;
+          const Members& gm = groups_[size_t(gid)];
+          if (!std::binary_search(gm.begin(), gm.end(), i)) needed = true;
+        }
+      }
+      if (needed) r.push_back(v);
+    }
+  }
+  return r;
+}
+
+GroupKind GroupGraph::kind_of(const Members& m) const {
+  bool all_views = true, reduction = false, contraction = false;
+  for (int i : m) {
+    const Node* n = nodes_[size_t(i)];
+    OpKind k = op_kind(*n);
+    if (k == OpKind::Opaque) return GroupKind::Opaque;
+    all_views = all_views && is_view(*n);
+    reduction = reduction || k == OpKind::Reduction;
+    contraction = contraction || k == OpKind::Contraction;
+  }
+  if (contraction) return GroupKind::Contraction;
+  if (reduction) return GroupKind::Reduction;
+  return all_views ? GroupKind::View : GroupKind::Elementwise;
+}
+
+// Cost notes:
+//  - bytes: every input read once, every output written once (caches are not modelled yet; the
+//    roofline issue calibrates this);
+//  - layout: a Transpose that reads memory and moves the innermost axis reads with a stride; its
+//    input is charged twice, for the cache lines it wastes;
+//  - recomputation: in an elementwise group a node whose output is smaller than the loop domain
+//    (a broadcast operand) runs once per domain element; a node feeding a contraction's operand is
+//    re-run for every tile that re-reads the operand (estimated as one pass per 64 columns).
+CostEstimate GroupGraph::cost_of(const Members& m, const std::vector<int>& replacing, const Target& t) const {
+  GroupKind kind = kind_of(m);
+  auto ins = inputs_of(m);
+  auto outs = outputs_of(m, replacing);
+  int64_t read = 0, written = 0;
+  for (const Value* v : ins) read += v->is_constant() && kind == GroupKind::View ? 0 : value_bytes(v);
+  for (const Value* v : outs) written += value_bytes(v);
+  if (kind == GroupKind::View) return estimate_time(0, 0, 0, 0, t);
+
+  double domain = 0;
+  for (const Value* v : outs) domain = std::max(domain, double(shape_numel(v->shape())));
+  const Node* contraction = nullptr;
+  for (int i : m)
+    if (op_kind(*nodes_[size_t(i)]) == OpKind::Contraction) contraction = nodes_[size_t(i)];
+
+  double flops = 0;
+  for (int i : m) {
+    const Node* n = nodes_[size_t(i)];
+    double f = node_flops(*n);
+    double out_numel = double(shape_numel(n->output(0)->shape()));
+    if (kind == GroupKind::Elementwise && out_numel > 0 && out_numel < domain) f *= domain / out_numel;
+    if (contraction && n != contraction && op_kind(*n) != OpKind::Contraction) {
+      // Prologue: feeds the contraction's operand (directly or through other members).
+      bool feeds = false;
+      for (const Value* o : n->outputs())
+        for (auto [c, slot] : o->uses())
+          if (c == contraction) feeds = true;
+      if (feeds) {
+        const Shape& out = contraction->output(0)->shape();
+        f *= std::max(1.0, double(out.empty() ? 1 : out.back()) / 64.0);
+      }
+    }
+    flops += f;
+    if (n->op_type() == "Transpose" && n->input(0) && std::count(ins.begin(), ins.end(), n->input(0))) {
+      auto perm = n->attr_ints("perm");
+      int64_t r = int64_t(n->input(0)->shape().size());
+      if (!perm.empty() && perm.back() != r - 1) read += value_bytes(n->input(0));
+    }
+  }
+  return estimate_time(flops, read, written, 1, t);
+}
+
+std::vector<int> GroupGraph::consumer_groups(int gid) const {
+  std::vector<int> r;
+  const Members& m = groups_[size_t(gid)];
+  for (int i : m)
+    for (const Value* v : nodes_[size_t(i)]->outputs())
+      for (auto [c, slot] : v->uses())
+        for (int cg : groups_of(index(c))) {
+          if (cg == gid) continue;
+          const Members& cm = groups_[size_t(cg)];
+          if (std::binary_search(cm.begin(), cm.end(), i)) continue;  // recomputes it
+          if (std::find(r.begin(), r.end(), cg) == r.end()) r.push_back(cg);
+        }
+  return r;
+}
+
+bool GroupGraph::reachable_indirectly(int from, int to) const {
+  std::vector<int> stack;
+  std::vector<bool> seen(groups_.size(), false);
+  for (int c : consumer_groups(from))
+    if (c != to) stack.push_back(c);
+  while (!stack.empty()) {
+    int g = stack.back();
+    stack.pop_back();
+    if (g == to) return true;
+    if (seen[size_t(g)]) continue;
+    seen[size_t(g)] = true;
+    for (int c : consumer_groups(g)) stack.push_back(c);
+  }
+  return false;
+}
+
+void GroupGraph::merge(int p, int c) {
+  for (int i : groups_[size_t(p)])
+    if (!std::binary_search(groups_[size_t(c)].begin(), groups_[size_t(c)].end(), i)) node_groups_[size_t(i)].push_back(c);
+  groups_[size_t(c)] = unite(groups_[size_t(c)], groups_[size_t(p)]);
+  alive_[size_t(p)] = false;
+}
+
+void GroupGraph::recompute_into(int p, int c) {
+  for (int i : groups_[size_t(p)])
+    if (!std::binary_search(groups_[size_t(c)].begin(), groups_[size_t(c)].end(), i)) node_groups_[size_t(i)].push_back(c);
+  groups_[size_t(c)] = unite(groups_[size_t(c)], groups_[size_t(p)]);
+  if (!needed(p)) alive_[size_t(p)] = false;
+}
+
+bool GroupGraph::needed(int gid) const {
+  const Members& m = groups_[size_t(gid)];
+  for (int i : m) {
+    for (const Value* v : nodes_[size_t(i)]->outputs()) {
+      if (g_.is_graph_output(v)) {
+        // Written by the first alive group containing the producer.
+        if (groups_of(i).front() == gid) return true;
+        continue;
+      }
+      for (auto [c, slot] : v->uses())
+        for (int cg : groups_of(index(c))) {
+          const Members& cm = groups_[size_t(cg)];
+          if (!std::binary_search(cm.begin(), cm.end(), i)) {
+            // Someone reads it from memory; needed here unless another group also computes it.
+            if (groups_of(i).size() == 1) return true;
+          }
+        }
+    }
+  }
+  return false;
+}
+
+}  // namespace kiln

@@ -1,0 +1,276 @@
+// The fusion partitioner.
+//
+// Algorithm: greedy merging by estimated benefit (the shape of XLA's priority fusion), rather than
+// TVM's dominator-tree pattern. Why: kiln's fusions go beyond "an op into its dominator" —
+// sibling kernels that share an input, a reduction's epilogue that is also the next reduction's
+// prologue (LayerNorm), two chained contractions (attention) — and each is worth a different
+// amount. One uniform loop, driven by the same cost model that will price kernels later, decides
+// all of them and leaves a reason for every refusal.
+//
+//   start: one group per node (views are groups too; they cost nothing and count no kernel)
+//   repeat:
+//     candidates = every producer→consumer edge between groups (fuse by merging the two, or —
+//                  for elementwise producers with other consumers — by recomputing the producer in
+//                  the consumer), and every pair of independent groups reading the same tensor
+//                  (siblings)
+//     for each: legality (fusion_legality.cc: one loop nest, no cycle, registers, arguments),
+//               then benefit = est(separate) − est(fused), with est from the roofline cost model
+//     take the candidate with the largest positive benefit (ties: earliest nodes first), apply it
+//   until no candidate has a positive benefit, or --fusion-fuel fusions were made
+//   finally: for every edge still crossing groups, record why (illegal, or not profitable)
+//
+//     a ──▶ b ──▶ c          a,b,c elementwise: {a,b,c} one kernel
+//     conv ──▶ add ──▶ relu   conv with epilogue: {conv,add,relu}
+//     x ──▶ mean ──▶ sub ◀── x   row kernel: {mean, sub, ...} as long as every member lives on the
+//                                 same rows (or one value per row)
+//
+// Cost of evaluating: each round re-evaluates every candidate, O(E · group size); fine for the
+// thousands of nodes of real models. Deterministic: no hashing order or host detection involved.
+#include "fusion/partitioner.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "fusion/fusion_legality.h"
+#include "fusion/group_graph.h"
+#include "fusion/op_kind.h"
+
+namespace kiln {
+
+const char* group_kind_name(GroupKind k) {
+  switch (k) {
+    case GroupKind::View: return "view";
+    case GroupKind::Elementwise: return "elementwise";
+    case GroupKind::Reduction: return "reduction";
+    case GroupKind::Contraction: return "contraction";
+    case GroupKind::Opaque: return "opaque";
+  }
+  return "?";
+}
+
+int FusionPlan::kernel_count() const {
+  int n = 0;
+  for (const auto& g : groups) n += g.counts_as_kernel() ? 1 : 0;
+  return n;
+}
+
+namespace {
+
+enum class Mode { Merge, Recompute, Siblings };
+
+struct Candidate {
+  int a = -1, b = -1;  // producer/consumer, or the two siblings
+  Mode mode = Mode::Merge;
+  double benefit = 0;
+  FusionDecision decision = FusionDecision::yes();
+};
+
+double est(const GroupGraph& gg, int gid, const Target& t) { return gg.cost_of(gg.members(gid), {}, t).total_us(); }
+
+Candidate evaluate_edge(const GroupGraph& gg, int p, int c, const Target& t) {
+  Members merged = GroupGraph::unite(gg.members(p), gg.members(c));
+  double before = est(gg, p, t) + est(gg, c, t);
+  Candidate best{p, c, Mode::Merge, 0, FusionDecision::no("")};
+  FusionDecision d = can_fuse(gg, p, c, merged, {p, c}, t);
+  if (d.ok()) {
+    best.benefit = before - gg.cost_of(merged, {p, c}, t).total_us();
+    best.decision = d;
+  } else {
+    best.decision = d;
+  }
+  // Recompute an elementwise producer inside the consumer, keeping it for its other consumers.
+  GroupKind pk = gg.kind_of(gg.members(p));
+  if ((pk == GroupKind::Elementwise || pk == GroupKind::View) && gg.consumer_groups(p).size() > 1) {
+    FusionDecision r = can_fuse(gg, p, c, merged, {c}, t);
+    if (r.ok()) {
+      double after = est(gg, p, t) + gg.cost_of(merged, {c}, t).total_us();
+      double benefit = before - after;
+      if (!best.decision.ok() || benefit > best.benefit) best = {p, c, Mode::Recompute, benefit, r};
+    }
+  }
+  return best;
+}
+
+Candidate evaluate_siblings(const GroupGraph& gg, int a, int b, const Target& t) {
+  Members merged = GroupGraph::unite(gg.members(a), gg.members(b));
+  Candidate cand{a, b, Mode::Siblings, 0, can_fuse_siblings(gg, a, b, merged, t)};
+  if (cand.decision.ok()) cand.benefit = est(gg, a, t) + est(gg, b, t) - gg.cost_of(merged, {a, b}, t).total_us();
+  return cand;
+}
+
+std::vector<Candidate> candidates(const GroupGraph& gg, const Target& t) {
+  std::vector<Candidate> r;
+  std::map<const Value*, std::vector<int>> readers;
+  for (int gid = 0; gid < gg.num_groups(); ++gid) {
+    if (!gg.alive(gid)) continue;
+    for (int c : gg.consumer_groups(gid)) r.push_back(evaluate_edge(gg, gid, c, t));
+    for (const Value* v : gg.inputs_of(gg.members(gid)))
+      if (!v->is_constant()) readers[v].push_back(gid);
+  }
+  std::set<std::pair<int, int>> seen;
+  for (auto& [v, gs] : readers)
+    for (size_t i = 0; i < gs.size(); ++i)
+      for (size_t j = i + 1; j < gs.size(); ++j) {
+        auto key = std::minmax(gs[i], gs[j]);
+        if (!seen.insert(key).second) continue;
+        // Horizontal fusion pays for kernels that stream the shared input through a loop nest of
+        // their own (contractions, reductions). Elementwise and injective readers are better
+        // absorbed into their consumers as prologues, which a sibling group could no longer be.
+        GroupKind k = gg.kind_of(gg.members(key.first));
+        if (k != GroupKind::Contraction && k != GroupKind::Reduction) continue;
+        r.push_back(evaluate_siblings(gg, key.first, key.second, t));
+      }
+  return r;
+}
+
+std::string group_name(const GroupGraph& gg, const Members& m, int index) {
+  std::string name = "fused";
+  std::set<std::string> seen;
+  int shown = 0;
+  for (int i : m) {
+    const Node* n = gg.nodes()[size_t(i)];
+    if (is_view(*n)) continue;
+    std::string op;
+    for (char ch : n->op_type()) op += char(std::tolower(static_cast<unsigned char>(ch)));
+    if (!seen.insert(op).second) continue;
+    if (++shown > 4) {
+      name += "_etc";
+      break;
+    }
+    name += "_" + op;
+  }
+  if (shown == 0) name = "view";
+  return name + "_" + std::to_string(index);
+}
+
+// Orders alive groups so that every group runs after the groups it reads from.
+std::vector<int> execution_order(const GroupGraph& gg) {
+  std::vector<int> alive;
+  for (int gid = 0; gid < gg.num_groups(); ++gid)
+    if (gg.alive(gid)) alive.push_back(gid);
+  std::map<int, int> indeg;
+  std::map<int, std::vector<int>> succ;
+  for (int g : alive) indeg[g] = 0;
+  for (int g : alive)
+    for (int c : gg.consumer_groups(g)) {
+      succ[g].push_back(c);
+      indeg[c]++;
+    }
+  // Smallest first node first keeps the order close to the model's.
+  auto first = [&](int g) { return gg.members(g).front(); };
+  std::set<std::pair<int, int>> ready;
+  for (int g : alive)
+    if (indeg[g] == 0) ready.insert({first(g), g});
+  std::vector<int> order;
+  while (!ready.empty()) {
+    int g = ready.begin()->second;
+    ready.erase(ready.begin());
+    order.push_back(g);
+    for (int c : succ[g])
+      if (--indeg[c] == 0) ready.insert({first(c), c});
+  }
+  KILN_CHECK(order.size() == alive.size(), "fusion groups form a cycle");
+  return order;
+}
+
+// Bytes of intermediates (not graph inputs/outputs or constants) written by `plan`'s kernels.
+int64_t intermediate_bytes(const Graph& g, const std::vector<FusionGroup>& groups) {
+  int64_t b = 0;
+  for (const auto& grp : groups)
+    if (grp.counts_as_kernel())
+      for (const Value* v : grp.outputs)
+        if (!g.is_graph_output(v)) b += value_bytes(v);
+  return b;
+}
+
+FusionPlan build_plan(const GroupGraph& gg, const Target& t) {
+  FusionPlan plan;
+  plan.target = t;
+  std::map<const Value*, bool> written;
+  for (int gid : execution_order(gg)) {
+    FusionGroup grp;
+    const Members& m = gg.members(gid);
+    grp.kind = gg.kind_of(m);
+    for (int i : m) grp.nodes.push_back(gg.nodes()[size_t(i)]);
+    grp.inputs = gg.inputs_of(m);
+    // A value computed by several groups is written by the first of them.
+    for (const Value* v : gg.outputs_of(m, {}))
+      if (!written[v]) {
+        grp.outputs.push_back(v);
+        written[v] = true;
+      }
+    grp.cost = gg.cost_of(m, {}, t);
+    grp.name = grp.kind == GroupKind::View ? group_name(gg, m, int(plan.groups.size()))
+                                           : group_name(gg, m, int(plan.groups.size()));
+    plan.groups.push_back(std::move(grp));
+  }
+  return plan;
+}
+
+std::string first_name(const Node* n) { return n->name(); }
+
+}  // namespace
+
+FusionPlan partition(const Graph& g, const FusionOptions& opts) {
+  const Target& t = opts.target;
+  GroupGraph unfused(g);
+  FusionPlan baseline = build_plan(unfused, t);
+  GroupGraph gg(g);
+  int64_t accepted = 0;
+  bool fuel_out = false;
+  while (opts.enabled) {
+    if (opts.fuel >= 0 && accepted >= opts.fuel) {
+      fuel_out = true;
+      break;
+    }
+    const Candidate* best = nullptr;
+    auto cands = candidates(gg, t);
+    for (const auto& c : cands) {
+      if (!c.decision.ok() || c.benefit <= 1e-9) continue;
+      if (!best || c.benefit > best->benefit + 1e-9) best = &c;
+    }
+    if (!best) break;
+    if (best->mode == Mode::Recompute) gg.recompute_into(best->a, best->b);
+    else gg.merge(best->a, best->b);
+    ++accepted;
+  }
+
+  FusionPlan plan = build_plan(gg, t);
+  plan.accepted_fusions = accepted;
+  plan.intermediate_bytes_unfused = intermediate_bytes(g, baseline.groups);
+  plan.intermediate_bytes_fused = intermediate_bytes(g, plan.groups);
+  for (const auto& grp : baseline.groups) plan.est_us_unfused += grp.cost.total_us();
+  for (const auto& grp : plan.groups) plan.est_us_fused += grp.cost.total_us();
+
+  // Why each remaining producer→consumer edge was not fused.
+  if (opts.enabled) {
+    std::set<std::pair<const Node*, const Node*>> reported;
+    for (const auto& c : candidates(gg, t)) {
+      if (c.mode == Mode::Siblings) continue;
+      std::string why;
+      if (fuel_out && c.decision.ok() && c.benefit > 0) why = "fusion fuel exhausted (--fusion-fuel)";
+      else if (!c.decision.ok()) why = c.decision.reason();
+      else {
+        double apart = est(gg, c.a, t) + est(gg, c.b, t);
+        why = cat("not profitable: the cost model estimates ", apart, " us as two kernels and ", apart - c.benefit,
+                  " us fused");
+      }
+      // Name the pair by the nodes on the edge: a producer in a whose output a node of b reads.
+      for (int i : gg.members(c.a)) {
+        const Node* pn = gg.nodes()[size_t(i)];
+        for (const Value* v : pn->outputs())
+          for (auto [cn, slot] : v->uses()) {
+            auto groups = gg.groups_of(gg.index(cn));
+            if (std::find(groups.begin(), groups.end(), c.b) == groups.end()) continue;
+            if (is_view(*pn) || is_view(*cn)) continue;
+            if (!reported.insert({pn, cn}).second) continue;
+            plan.rejected.push_back({first_name(pn), first_name(cn), why});
+          }
+      }
+    }
+  }
+  return plan;
+}
+
+}  // namespace kiln

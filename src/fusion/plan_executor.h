@@ -1,0 +1,15 @@
+// Executes a FusionPlan group by group with the reference kernels: each group sees only the
+// tensors the plan says it reads from memory (graph inputs, constants, earlier groups' outputs),
+// runs its nodes op by op, and publishes only the tensors the plan says it writes. A plan that
+// reads a tensor before any group wrote it, or leaves a graph output unwritten, is an
+// InternalError. Comparing the result with run_reference() checks that fusion kept the function
+// (until code generation lands, this is the fused graph's correctness test).
+#pragma once
+#include "fusion/fusion_plan.h"
+#include "reference/executor.h"
+
+namespace kiln {
+
+TensorMap run_plan_reference(const Graph& g, const FusionPlan& plan, const TensorMap& inputs);
+
+}  // namespace kiln

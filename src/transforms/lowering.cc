@@ -1,0 +1,42 @@
+#include "transforms/lowering.h"
+
+#include <set>
+
+#include "transforms/decompose_activations.h"
+#include "transforms/decompose_normalization.h"
+#include "transforms/decompose_softmax.h"
+#include "transforms/eliminate_common_subexpressions.h"
+#include "transforms/eliminate_dead_code.h"
+#include "transforms/fold_batchnorm.h"
+#include "transforms/lower_gemm.h"
+#include "transforms/transpose_to_reshape.h"
+
+namespace kiln {
+
+std::vector<std::unique_ptr<Pass>> lowering_pipeline() {
+  std::vector<std::unique_ptr<Pass>> p;
+  // Before lower_gemm: a BN after a Gemm folds into the Gemm's weights, while after lowering its
+  // producer would be the bias Add and it could only become a separate Mul + Add.
+  p.push_back(std::make_unique<FoldBatchNorm>());
+  p.push_back(std::make_unique<LowerGemm>());
+  p.push_back(std::make_unique<DecomposeNormalization>());
+  p.push_back(std::make_unique<DecomposeSoftmax>());
+  p.push_back(std::make_unique<DecomposeActivations>());
+  // After lower_gemm, whose Transposes of non-constant operands may turn out to be free.
+  p.push_back(std::make_unique<TransposeToReshape>());
+  // Every decomposition adds its own small constants (axes, epsilon, 0 and 1); CSE merges the equal
+  // ones across nodes, then DCE drops what that leaves unused.
+  p.push_back(std::make_unique<EliminateCommonSubexpressions>());
+  p.push_back(std::make_unique<EliminateDeadCode>());
+  return p;
+}
+
+std::vector<std::string> lowering_pass_names() {
+  std::set<std::string> names;
+  for (const auto& p : lowering_pipeline()) names.insert(p->name());
+  return {names.begin(), names.end()};
+}
+
+void run_lowering(Graph& g, const PipelineOptions& opts) { run_passes(g, lowering_pipeline(), opts); }
+
+}  // namespace kiln

@@ -1,0 +1,240 @@
+// Fusion partitioner: small IR graphs in, kernel counts and group contents out (tinygrad-style
+// kernel-count tests), and DoNotFuse* cases asserting the refusal reason a user would read.
+// Every case also executes the plan kernel by kernel and checks the outputs are bit-identical to
+// the unfused reference run.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "fusion/partitioner.h"
+#include "fusion/plan_executor.h"
+#include "ir/parser.h"
+
+namespace kiln {
+namespace {
+
+std::unique_ptr<Graph> ir(const std::string& body, const std::string& inputs, const std::string& outputs) {
+  return parse_graph("graph main opset 17 (" + inputs + ") -> (" + outputs + ") {\n" + body + "}\n");
+}
+
+TensorMap random_inputs(const Graph& g) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  TensorMap m;
+  for (Value* in : g.inputs()) {
+    Tensor t(in->dtype(), in->shape());
+    if (in->dtype() == DType::Float32)
+      for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+    m[in->name()] = t;
+  }
+  return m;
+}
+
+// Partitions g, checks the plan computes bit-identical outputs, returns it.
+FusionPlan plan_and_check(const Graph& g, const FusionOptions& o = {}) {
+  FusionPlan p = partition(g, o);
+  auto in = random_inputs(g);
+  auto want = run_reference(g, in);
+  auto got = run_plan_reference(g, p, in);
+  for (auto& [name, t] : want) EXPECT_TRUE(got.at(name).bitwise_equal(t)) << "output " << name << " differs";
+  return p;
+}
+
+std::string reasons(const FusionPlan& p) {
+  std::string r;
+  for (const auto& x : p.rejected) r += x.producer + " -> " + x.consumer + ": " + x.reason + "\n";
+  return r;
+}
+
+
+TEST(Fusion, ElementwiseChainIsOneKernel) {
+  auto g = ir(R"(  %a: f32[4,16] = Relu(%x) name="relu"
+  %b: f32[4,16] = Exp(%a) name="exp"
+  %y: f32[4,16] = Add(%b, %x) name="add"
+)",
+              "%x: f32[4,16]", "%y");
+  auto p = plan_and_check(*g);
+  EXPECT_EQ(p.kernel_count(), 1) << reasons(p);
+  EXPECT_EQ(p.intermediate_bytes_fused, 0);
+  EXPECT_EQ(p.intermediate_bytes_unfused, 2 * 4 * 16 * 4);
+}
+
+TEST(Fusion, DiamondIsOneKernel) {
+  auto g = ir(R"(  %a: f32[4,16] = Sigmoid(%x) name="a"
+  %b: f32[4,16] = Tanh(%x) name="b"
+  %c: f32[4,16] = Mul(%a, %b) name="c"
+  %y: f32[4,16] = Add(%c, %a) name="d"
+)",
+              "%x: f32[4,16]", "%y");
+  EXPECT_EQ(plan_and_check(*g).kernel_count(), 1);
+}
+
+TEST(Fusion, NoFusionGivesOneKernelPerOp) {
+  auto g = ir(R"(  %a: f32[4,16] = Relu(%x) name="relu"
+  %b: f32[4,16] = Reshape(%a, %s) name="view"
+  %y: f32[4,16] = Exp(%b) name="exp"
+)",
+              "%x: f32[4,16], %s: i64[2]", "%y");
+  FusionOptions o;
+  o.enabled = false;
+  FusionPlan p = partition(*g, o);
+  EXPECT_EQ(p.kernel_count(), 2);  // the Reshape is a view: no kernel
+  EXPECT_EQ(p.accepted_fusions, 0);
+}
+
+TEST(Fusion, FuelStopsAfterNFusions) {
+  auto g = ir(R"(  %a: f32[4,16] = Relu(%x) name="a"
+  %b: f32[4,16] = Exp(%a) name="b"
+  %c: f32[4,16] = Neg(%b) name="c"
+  %y: f32[4,16] = Abs(%c) name="d"
+)",
+              "%x: f32[4,16]", "%y");
+  FusionOptions o;
+  o.fuel = 1;
+  FusionPlan p = plan_and_check(*g, o);
+  EXPECT_EQ(p.accepted_fusions, 1);
+  EXPECT_EQ(p.kernel_count(), 3);
+  EXPECT_NE(reasons(p).find("fusion fuel exhausted"), std::string::npos) << reasons(p);
+}
+
+TEST(Fusion, ConvBiasReluEpilogue) {
+  auto g = ir(R"(  %w = constant f32[2,3,1,1] [1, 2, 3, 4, 5, 6]
+  %bias = constant f32[2,1,1] [0.5, -0.5]
+  %c: f32[1,2,4,4] = Conv(%x, %w) {kernel_shape=[1,1]} name="conv"
+  %a: f32[1,2,4,4] = Add(%c, %bias) name="bias"
+  %r: f32[1,2,4,4] = Add(%a, %res) name="residual"
+  %y: f32[1,2,4,4] = Relu(%r) name="relu"
+)",
+              "%x: f32[1,3,4,4], %res: f32[1,2,4,4]", "%y");
+  auto p = plan_and_check(*g);
+  ASSERT_EQ(p.kernel_count(), 1) << reasons(p);
+  EXPECT_EQ(p.groups[0].name, "fused_conv_add_relu_0");
+  EXPECT_EQ(p.groups[0].kind, GroupKind::Contraction);
+}
+
+TEST(Fusion, SoftmaxSpelledOutIsOneKernel) {
+  auto g = ir(R"(  %ax = constant i64[1] [-1]
+  %m: f32[8,32,1] = ReduceMax(%x, %ax) {keepdims=1} name="max"
+  %s: f32[8,32,32] = Sub(%x, %m) name="sub"
+  %e: f32[8,32,32] = Exp(%s) name="exp"
+  %z: f32[8,32,1] = ReduceSum(%e, %ax) {keepdims=1} name="sum"
+  %y: f32[8,32,32] = Div(%e, %z) name="div"
+)",
+              "%x: f32[8,32,32]", "%y");
+  auto p = plan_and_check(*g);
+  EXPECT_EQ(p.kernel_count(), 1) << reasons(p);
+}
+
+TEST(Fusion, LayerNormAsPyTorchSpellsItIsOneKernel) {
+  auto g = ir(R"(  %ax = constant i64[1] [-1]
+  %two = constant f32[] [2]
+  %eps = constant f32[] [1e-05]
+  %gamma = constant f32[64] [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]
+  %mean: f32[16,1] = ReduceMean(%x, %ax) {keepdims=1} name="mean"
+  %d: f32[16,64] = Sub(%x, %mean) name="sub"
+  %sq: f32[16,64] = Pow(%d, %two) name="pow"
+  %var: f32[16,1] = ReduceMean(%sq, %ax) {keepdims=1} name="var"
+  %ve: f32[16,1] = Add(%var, %eps) name="add_eps"
+  %sd: f32[16,1] = Sqrt(%ve) name="sqrt"
+  %n: f32[16,64] = Div(%d, %sd) name="div"
+  %y: f32[16,64] = Mul(%n, %gamma) name="scale"
+)",
+              "%x: f32[16,64]", "%y");
+  auto p = plan_and_check(*g);
+  EXPECT_EQ(p.kernel_count(), 1) << reasons(p);
+  EXPECT_EQ(p.groups[0].kind, GroupKind::Reduction);
+}
+
+TEST(Fusion, AttentionIsOneKernel) {
+  auto g = ir(R"(  %ax = constant i64[1] [-1]
+  %scale = constant f32[] [0.125]
+  %kt: f32[4,16,32] = Transpose(%k) {perm=[0,2,1]} name="kT"
+  %s: f32[4,32,32] = MatMul(%q, %kt) name="qk"
+  %ss: f32[4,32,32] = Mul(%s, %scale) name="scale"
+  %m: f32[4,32,1] = ReduceMax(%ss, %ax) {keepdims=1} name="max"
+  %d: f32[4,32,32] = Sub(%ss, %m) name="sub"
+  %e: f32[4,32,32] = Exp(%d) name="exp"
+  %z: f32[4,32,1] = ReduceSum(%e, %ax) {keepdims=1} name="sum"
+  %p: f32[4,32,32] = Div(%e, %z) name="softmax"
+  %y: f32[4,32,16] = MatMul(%p, %v) name="pv"
+)",
+              "%q: f32[4,32,16], %k: f32[4,32,16], %v: f32[4,32,16]", "%y");
+  auto p = plan_and_check(*g);
+  EXPECT_EQ(p.kernel_count(), 1) << reasons(p);
+  EXPECT_EQ(p.intermediate_bytes_fused, 0);
+}
+
+TEST(Fusion, SiblingConvsReadingOneInputShareAKernel) {
+  auto g = ir(R"(  %w1 = constant f32[2,3,1,1] [1, 2, 3, 4, 5, 6]
+  %w2 = constant f32[2,3,1,1] [6, 5, 4, 3, 2, 1]
+  %a: f32[1,2,4,4] = Conv(%x, %w1) {kernel_shape=[1,1]} name="conv_a"
+  %b: f32[1,2,4,4] = Conv(%x, %w2) {kernel_shape=[1,1]} name="conv_b"
+  %y: f32[1,2,4,4] = Relu(%a) name="relu"
+)",
+              "%x: f32[1,3,4,4]", "%y, %b");
+  auto p = plan_and_check(*g);
+  EXPECT_EQ(p.kernel_count(), 1) << reasons(p);
+}
+
+TEST(Fusion, DoNotFuseSiblingConvsBeyondRegisterLimit) {
+  auto g = ir(R"(  %w1 = constant f32[2,3,1,1] [1, 2, 3, 4, 5, 6]
+  %w2 = constant f32[2,3,1,1] [6, 5, 4, 3, 2, 1]
+  %a: f32[1,2,4,4] = Conv(%x, %w1) {kernel_shape=[1,1]} name="conv_a"
+  %b: f32[1,2,4,4] = Conv(%x, %w2) {kernel_shape=[1,1]} name="conv_b"
+)",
+              "%x: f32[1,3,4,4]", "%a, %b");
+  FusionOptions o;
+  o.target = *Target::by_name("x86-avx2");  // 16 registers: two 15-register tiles do not fit
+  auto p = partition(*g, o);
+  EXPECT_EQ(p.kernel_count(), 2);
+}
+
+TEST(Fusion, DoNotFuseOpaqueOps) {
+  auto g = ir(R"(  %k = constant i64[1] [2]
+  %v: f32[4,2], %i: i64[4,2] = TopK(%x, %k) name="topk"
+  %y: f32[4,2] = Relu(%v) name="relu"
+)",
+              "%x: f32[4,8]", "%y, %i");
+  auto p = plan_and_check(*g);
+  EXPECT_EQ(p.kernel_count(), 2);
+  EXPECT_NE(reasons(p).find("topk -> relu: TopK 'topk' is opaque"), std::string::npos) << reasons(p);
+}
+
+TEST(Fusion, DoNotFuseReductionsOverDifferentAxes) {
+  auto g = ir(R"(  %a1 = constant i64[1] [1]
+  %a2 = constant i64[1] [2]
+  %s: f32[2,1,8] = ReduceSum(%x, %a1) {keepdims=1} name="sum_rows"
+  %d: f32[2,4,8] = Sub(%x, %s) name="center"
+  %y: f32[2,4,1] = ReduceSum(%d, %a2) {keepdims=1} name="sum_cols"
+)",
+              "%x: f32[2,4,8]", "%y");
+  auto p = plan_and_check(*g);
+  EXPECT_EQ(p.kernel_count(), 2) << reasons(p);
+  EXPECT_NE(reasons(p).find("over different axes"), std::string::npos) << reasons(p);
+}
+
+TEST(Fusion, DoNotFuseOverlappingPoolWithItsProducer) {
+  auto g = ir(R"(  %r: f32[1,2,9,9] = Relu(%x) name="relu"
+  %y: f32[1,2,4,4] = MaxPool(%r) {kernel_shape=[3,3], strides=[2,2]} name="pool"
+)",
+              "%x: f32[1,2,9,9]", "%y");
+  auto p = plan_and_check(*g);
+  EXPECT_EQ(p.kernel_count(), 2);
+  EXPECT_NE(reasons(p).find("windows overlap"), std::string::npos) << reasons(p);
+}
+
+TEST(Fusion, DoNotFuseAcrossAnOpaqueKernel) {
+  // relu → topk → add and relu → add: fusing relu with add would need topk in between.
+  auto g = ir(R"(  %k = constant i64[1] [8]
+  %r: f32[4,8] = Relu(%x) name="relu"
+  %v: f32[4,8], %i: i64[4,8] = TopK(%r, %k) name="topk"
+  %y: f32[4,8] = Add(%r, %v) name="add"
+)",
+              "%x: f32[4,8]", "%y, %i");
+  auto p = plan_and_check(*g);
+  EXPECT_EQ(p.kernel_count(), 3) << reasons(p);
+  EXPECT_NE(reasons(p).find("relu -> add: fusing would create a cycle"), std::string::npos) << reasons(p);
+}
+
+}  // namespace
+}  // namespace kiln

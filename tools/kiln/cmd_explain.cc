@@ -1,0 +1,70 @@
+// kiln explain: the fusion plan of a model — kernels, their ops and costs, and every refused fusion.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+
+#include "cli.h"
+#include "fusion/explain.h"
+#include "fusion/partitioner.h"
+
+namespace kiln::cli {
+
+namespace {
+
+void write_file(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".kiln-tmp";
+  {
+    std::ofstream f(tmp);
+    f << text;
+    if (!f) user_error(path, ": cannot write file");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) user_error(path, ": cannot write file");
+}
+
+}  // namespace
+
+FusionOptions fusion_options(const Args& a) {
+  FusionOptions o;
+  if (a.has("target")) {
+    auto t = Target::by_name(a.get("target"));
+    if (!t) {
+      std::string names;
+      for (const auto& n : Target::names()) names += (names.empty() ? "" : ", ") + n;
+      user_error("unknown --target '", a.get("target"), "' (known: ", names, ")");
+    }
+    o.target = *t;
+  }
+  o.enabled = !a.has("no-fusion");
+  o.fuel = a.get_int("fusion-fuel", -1);
+  return o;
+}
+
+int cmd_explain(const std::vector<std::string>& argv) {
+  auto valued = kModelValuedOptions;
+  valued.insert(valued.end(), {"dot", "svg", "target", "fusion-fuel"});
+  auto flags = kModelFlags;
+  flags.insert(flags.end(), {"json", "no-fusion"});
+  Args a(argv, valued, flags);
+  if (a.positional().size() != 1) user_error("explain expects one MODEL.onnx");
+  FusionOptions fo = fusion_options(a);
+  auto g = load_model(a.positional()[0], a, pipeline_options(a));
+  FusionPlan plan = partition(*g, fo);
+  std::cout << (a.has("json") ? explain_json(*g, plan) : explain_text(*g, plan));
+  if (a.has("dot")) write_file(a.get("dot"), explain_dot(*g, plan));
+  if (a.has("svg")) {
+    std::string dot_path = a.get("svg") + ".dot.kiln-tmp";
+    write_file(dot_path, explain_dot(*g, plan));
+    std::string cmd = "dot -Tsvg '" + dot_path + "' -o '" + a.get("svg") + ".kiln-tmp' 2>/dev/null";
+    bool ok = a.get("svg").find('\'') == std::string::npos && std::system(cmd.c_str()) == 0;
+    std::remove(dot_path.c_str());
+    if (!ok) {
+      std::remove((a.get("svg") + ".kiln-tmp").c_str());
+      user_error("--svg needs Graphviz's `dot` (scripts/setup.sh installs it)");
+    }
+    std::rename((a.get("svg") + ".kiln-tmp").c_str(), a.get("svg").c_str());
+  }
+  return 0;
+}
+
+}  // namespace kiln::cli
