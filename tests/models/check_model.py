@@ -35,6 +35,8 @@ def main():
     parser.add_argument("name", help="model name, e.g. resnet18")
     parser.add_argument("--tol", type=float, default=1e-4, help="max relative error (default %(default)g)")
     parser.add_argument("--keep", action="store_true", help="keep kiln's output directory")
+    parser.add_argument("--mode", choices=["reference", "fused-plan"], default="reference",
+                        help="kiln run --reference, or --fused-plan (the fusion plan kernel by kernel)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds before kiln is killed")
     args = parser.parse_args()
 
@@ -51,7 +53,7 @@ def main():
     out_dir = tempfile.mkdtemp(prefix=f"kiln-{name}-")
     try:
         cmd = [args.kiln, "run", base + ".onnx", "--input", f"{input_name}={base}.input.npy",
-               "--output-dir", out_dir, "--reference"]
+               "--output-dir", out_dir, "--" + args.mode]
         t0 = time.perf_counter()
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)

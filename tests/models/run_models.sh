@@ -6,7 +6,8 @@
 #   MODEL_DIR  where the exported models live (e.g. bench/models/out); created if needed
 #   KILN       path to the kiln binary
 #   NAME...    models to check (default: every model make_models.py knows)
-# Environment: KILN_MODEL_TOL overrides the relative-error tolerance (default 1e-4).
+# Environment: KILN_MODEL_TOL overrides the relative-error tolerance (default 1e-4);
+#              KILN_RUN_MODE=fused-plan runs the fusion plan kernel by kernel instead of --reference.
 # Exits nonzero when any model fails to export or to match.
 set -uo pipefail
 
@@ -54,7 +55,7 @@ fi
 tol=${KILN_MODEL_TOL:-1e-4}
 failed=()
 for name in "${names[@]}"; do
-  if ! "$python" "$check_model" "$kiln" "$model_dir" "$name" --tol "$tol"; then
+  if ! "$python" "$check_model" "$kiln" "$model_dir" "$name" --tol "$tol" --mode "${KILN_RUN_MODE:-reference}"; then
     failed+=("$name")
   fi
 done

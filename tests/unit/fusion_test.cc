@@ -9,6 +9,7 @@
 #include "fusion/partitioner.h"
 #include "fusion/plan_executor.h"
 #include "ir/parser.h"
+#include "reference/op_registry.h"
 
 namespace kiln {
 namespace {
@@ -234,6 +235,17 @@ TEST(Fusion, DoNotFuseAcrossAnOpaqueKernel) {
   auto p = plan_and_check(*g);
   EXPECT_EQ(p.kernel_count(), 3) << reasons(p);
   EXPECT_NE(reasons(p).find("relu -> add: fusing would create a cycle"), std::string::npos) << reasons(p);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(OpKindTable, EveryRegisteredOpHasAKind) {
+  for (const auto& op : OpRegistry::global().names())
+    EXPECT_TRUE(op_kind_of_type(op).has_value()) << op << " has no OpKind in src/fusion/op_kind.cc";
 }
 
 }  // namespace

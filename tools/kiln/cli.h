@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "frontend/onnx/onnx_import.h"
+#include "fusion/fusion_plan.h"
 #include "ir/graph.h"
 #include "transforms/pipeline.h"
 
@@ -38,6 +39,9 @@ std::pair<std::string, Shape> parse_input_shape(const std::string& spec);
 PipelineOptions pipeline_options(const Args& a);
 // Imports MODEL (with --input-shape options) and runs the simplification pipeline.
 std::unique_ptr<Graph> load_model(const std::string& path, const Args& a, const PipelineOptions& popts);
+
+// Fusion options from --target/--no-fusion/--fusion-fuel.
+FusionOptions fusion_options(const Args& a);
 
 // The options every model-loading command accepts.
 extern const std::vector<std::string> kModelValuedOptions;

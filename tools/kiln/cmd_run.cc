@@ -4,6 +4,8 @@
 #include <map>
 
 #include "cli.h"
+#include "fusion/partitioner.h"
+#include "fusion/plan_executor.h"
 #include "ir/printer.h"
 #include "reference/executor.h"
 #include "support/npy.h"
@@ -29,10 +31,12 @@ std::string output_file_name(const std::string& name) {
 int cmd_run(const std::vector<std::string>& argv) {
   auto valued = kModelValuedOptions;
   valued.insert(valued.end(), {"input", "output-dir"});
+  valued.insert(valued.end(), {"target", "fusion-fuel"});
   auto flags = kModelFlags;
-  flags.push_back("reference");
+  flags.insert(flags.end(), {"reference", "fused-plan", "no-fusion"});
   Args a(argv, valued, flags);
   if (a.positional().size() != 1) user_error("run expects one MODEL.onnx (see kiln help)");
+  if (a.has("reference") && a.has("fused-plan")) user_error("--reference and --fused-plan exclude each other");
   if (!a.has("output-dir")) user_error("run needs --output-dir DIR");
   const std::string model = a.positional()[0];
 
@@ -50,7 +54,11 @@ int cmd_run(const std::vector<std::string>& argv) {
   // scripts written now keep working when compiled execution becomes the default.
   TensorMap outputs;
   try {
-    outputs = run_reference(*g, inputs);
+    // --fused-plan runs the fusion plan kernel by kernel with the reference kernels, each kernel
+    // seeing only the tensors the plan stores: the check that fusion keeps the function until
+    // generated code runs the plan.
+    outputs = a.has("fused-plan") ? run_plan_reference(*g, partition(*g, fusion_options(a)), inputs)
+                                  : run_reference(*g, inputs);
   } catch (const UserError& e) {
     throw UserError(model + ": " + e.what());
   }
