@@ -132,4 +132,18 @@ std::string explain_dot(const Graph& g, const FusionPlan& plan) {
   return os.str();
 }
 
+std::string plan_structure(const FusionPlan& plan) {
+  std::ostringstream os;
+  for (const auto& grp : plan.groups) {
+    os << (grp.counts_as_kernel() ? "kernel " : "view ") << grp.name;
+    if (grp.counts_as_kernel()) os << " [" << group_kind_name(grp.kind) << "]";
+    os << ":";
+    for (size_t i = 0; i < grp.nodes.size(); ++i) os << (i ? ", " : " ") << grp.nodes[i]->name();
+    os << "\n";
+  }
+  for (const auto& r : plan.rejected) os << "rejected " << r.producer << " -> " << r.consumer << ": " << r.reason << "\n";
+  os << "kernels: " << plan.kernel_count() << "\n";
+  return os.str();
+}
+
 }  // namespace kiln

@@ -124,23 +124,34 @@ FusionDecision check_contraction_group(const GroupGraph& gg, const Members& m,
                                        const Within& within, const Target& t) {
   const Node* a1 = contractions.front();
   const Node* last = contractions.back();
-  if (contractions.size() > 2)
+  std::vector<const Node*> dependents;
+  for (const Node* c : contractions)
+    for (const Node* d : contractions)
+      if (within.depends(c, d)) {
+        dependents.push_back(c);
+        break;
+      }
+  bool chained = !dependents.empty();
+  if (chained && contractions.size() > 2)
     return FusionDecision::no("a kernel holds at most two chained contractions; this would hold " +
                               std::to_string(contractions.size()));
-  bool chained = contractions.size() == 2 && within.depends(last, a1);
-  if (contractions.size() == 2 && !chained) {
-    // Siblings: one tile loop can feed two contractions only if they read the same input the same way.
-    const Node* a2 = contractions[1];
-    if (a1->op_type() != a2->op_type() || a1->input(0) != a2->input(0))
-      return FusionDecision::no("independent contractions " + node_label(a1) + " and " + node_label(a2) +
-                                " read different inputs; one kernel streams one input");
-    const Shape &o1 = a1->output(0)->shape(), &o2 = a2->output(0)->shape();
-    bool same_domain = o1.size() == o2.size() && o1.size() >= 2 &&
-                       (a1->op_type() == "Conv" ? (o1[0] == o2[0] && std::equal(o1.begin() + 2, o1.end(), o2.begin() + 2))
-                                                : std::equal(o1.begin(), o1.end() - 1, o2.begin()));
-    if (!same_domain)
-      return FusionDecision::no("sibling contractions " + node_label(a1) + " and " + node_label(a2) +
-                                " produce different output domains " + shape_str(o1) + " and " + shape_str(o2));
+  if (!chained) {
+    // Siblings: one tile loop can feed several contractions only if they read the same input the
+    // same way and produce the same output domain (rows for MatMul, positions for Conv).
+    for (const Node* a2 : contractions) {
+      if (a2 == a1) continue;
+      if (a1->op_type() != a2->op_type() || a1->input(0) != a2->input(0))
+        return FusionDecision::no("independent contractions " + node_label(a1) + " and " + node_label(a2) +
+                                  " read different inputs; one kernel streams one input");
+      const Shape &o1 = a1->output(0)->shape(), &o2 = a2->output(0)->shape();
+      bool same_domain =
+          o1.size() == o2.size() && o1.size() >= 2 &&
+          (a1->op_type() == "Conv" ? (o1[0] == o2[0] && std::equal(o1.begin() + 2, o1.end(), o2.begin() + 2))
+                                   : std::equal(o1.begin(), o1.end() - 1, o2.begin()));
+      if (!same_domain)
+        return FusionDecision::no("sibling contractions " + node_label(a1) + " and " + node_label(a2) +
+                                  " produce different output domains " + shape_str(o1) + " and " + shape_str(o2));
+    }
   }
   if (chained) {
     if (a1->op_type() != "MatMul" || last->op_type() != "MatMul")
@@ -163,33 +174,41 @@ FusionDecision check_contraction_group(const GroupGraph& gg, const Members& m,
         return FusionDecision::no("the intermediate '" + o->name() + "' between " + node_label(a1) + " and " +
                                   node_label(last) + " is needed outside, so it would still be written");
   }
-  // Row reductions: over the last axis of a contraction's output (epilogue) or of a MatMul's left
-  // operand (prologue), with the row kept on chip.
+  // Row reductions: over trailing axes (the "row") of a contraction's output (epilogue: softmax,
+  // LayerNorm, a global pool after a conv) or over the last axis of a MatMul's left operand
+  // (prologue), with 64 rows kept on chip.
   for (const Node* r : reds) {
     if (is_windowed_reduction(*r))
       return FusionDecision::no(node_label(r) + " reads overlapping windows of the contraction's output "
                                 "(halo); tile-level fusion of pools is not implemented");
     const Value* in = r->input(0);
-    int64_t rank = int64_t(in->shape().size());
-    if (reduced_axes(r) != std::vector<int64_t>{rank - 1})
-      return FusionDecision::no(node_label(r) + " reduces other axes than the last; only row reductions fuse "
-                                "with a contraction");
+    const Shape& is = in->shape();
+    int64_t rank = int64_t(is.size());
+    auto axes = reduced_axes(r);
+    bool trailing = !axes.empty() && axes.back() == rank - 1 && axes.front() == rank - int64_t(axes.size());
+    if (!trailing)
+      return FusionDecision::no(node_label(r) + " reduces leading or inner axes; only reductions over trailing "
+                                "axes (rows) fuse with a contraction");
+    int64_t row = 1;
+    for (int64_t a : axes) row *= is[size_t(a)];
+    auto same_row = [&](const Value* v) {
+      const Shape& vs = v->shape();
+      if (numel(v) != numel(in) || vs.size() < axes.size()) return false;
+      return std::equal(is.end() - int64_t(axes.size()), is.end(), vs.end() - int64_t(axes.size()));
+    };
     bool fits_a_row = false;
     for (const Node* c : contractions) {
-      const Value* o = c->output(0);
-      if (numel(in) == numel(o) && in->shape().back() == o->shape().back()) fits_a_row = true;
-      if (c->op_type() == "MatMul" && numel(in) == numel(c->input(0)) &&
-          in->shape().back() == c->input(0)->shape().back())
-        fits_a_row = true;
+      if (same_row(c->output(0))) fits_a_row = true;
+      if (c->op_type() == "MatMul" && axes.size() == 1 && same_row(c->input(0))) fits_a_row = true;
     }
     if (!fits_a_row)
-      return FusionDecision::no(node_label(r) + " reduces rows of " + shape_str(in->shape()) +
+      return FusionDecision::no(node_label(r) + " reduces rows of " + shape_str(is) +
                                 ", which are not the rows of a contraction in the kernel");
-    int64_t row_bytes = in->shape().back() * int64_t(dtype_size(in->dtype())) * 64;
+    int64_t row_bytes = row * int64_t(dtype_size(in->dtype())) * 64;
     if (row_bytes > t.onchip_budget_bytes())
-      return FusionDecision::no(node_label(r) + ": 64 rows of " + std::to_string(in->shape().back()) +
-                                " elements need " + std::to_string(row_bytes) + " bytes on chip; target " + t.name +
-                                " has " + std::to_string(t.onchip_budget_bytes()));
+      return FusionDecision::no(node_label(r) + ": 64 rows of " + std::to_string(row) + " elements need " +
+                                std::to_string(row_bytes) + " bytes on chip; target " + t.name + " has " +
+                                std::to_string(t.onchip_budget_bytes()));
   }
   // Epilogue members compute on the last contraction's output tile (or one value per row).
   const Value* o = last->output(0);
@@ -209,7 +228,9 @@ FusionDecision check_contraction_group(const GroupGraph& gg, const Members& m,
     }
     const Value* ref = downstream && chained && !within.depends(n, last) ? a1->output(0) : o;
     int64_t k = numel(n->output(0));
-    if (downstream && k != numel(ref) && k != rows(ref))
+    bool per_row = k == rows(ref);
+    for (const Node* r : reds) per_row = per_row || k == numel(r->output(0));
+    if (downstream && k != numel(ref) && !per_row)
       return FusionDecision::no(node_label(n) + " produces " + shape_str(n->output(0)->shape()) +
                                 ", not the contraction's output tile " + shape_str(ref->shape()));
     if (!downstream && k > numel(o))
@@ -230,12 +251,27 @@ int estimate_registers(const GroupGraph& gg, const Members& m, const std::vector
         if (ci == v) epilogue_stream = false;
     streams += epilogue_stream ? 1 : 0;
   }
-  int independent = 0;
+  // Independent contractions that read the same input with the same geometry are one contraction
+  // with their weights concatenated along the output features (QKV): one tile. Others each keep a
+  // tile of their own live.
+  auto same_geometry = [](const Node* a, const Node* b) {
+    if (a->op_type() != b->op_type() || a->input(0) != b->input(0)) return false;
+    if (a->op_type() == "MatMul") return a->input(1)->shape().size() == 2 && b->input(1)->shape().size() == 2;
+    for (const char* attr : {"kernel_shape", "strides", "pads", "dilations"})
+      if (a->attr_ints(attr) != b->attr_ints(attr)) return false;
+    return a->attr_int("group", 1) == 1 && b->attr_int("group", 1) == 1 &&
+           a->attr_string("auto_pad", "NOTSET") == b->attr_string("auto_pad", "NOTSET");
+  };
+  std::vector<const Node*> tiles;
   for (const Node* c : contractions) {
     bool after_other = false;
     for (const Node* d : contractions) after_other = after_other || within.depends(c, d);
-    independent += after_other ? 0 : 1;
+    if (after_other) continue;
+    bool joins = false;
+    for (const Node* tnode : tiles) joins = joins || same_geometry(tnode, c);
+    if (!joins) tiles.push_back(c);
   }
+  int independent = int(tiles.size());
   int reductions = 0;
   for (int i : m) reductions += op_kind(*gg.nodes()[size_t(i)]) == OpKind::Reduction ? 1 : 0;
   return independent * t.contraction_tile_registers + streams + reductions + 2;

@@ -89,6 +89,12 @@ Candidate evaluate_edge(const GroupGraph& gg, int p, int c, const Target& t) {
       if (!best.decision.ok() || benefit > best.benefit) best = {p, c, Mode::Recompute, benefit, r};
     }
   }
+  // A view costs nothing in either place, so the estimate sees no gain in moving it; but a view
+  // left between two kernels hides their edge from each other. A tiny bonus (below any real
+  // benefit) lets views ride along with a neighbour once the real fusions are done.
+  constexpr double kViewBonusUs = 1e-3;
+  if (best.decision.ok() && (pk == GroupKind::View || gg.kind_of(gg.members(c)) == GroupKind::View))
+    best.benefit = std::max(best.benefit, kViewBonusUs);
   return best;
 }
 

@@ -158,15 +158,14 @@ std::string DecomposeNormalization::refusal(const Node& n) {
 }
 
 bool DecomposeNormalization::run(Graph& g) {
-  bool changed = false;
-  for (Node* n : g.nodes()) {
-    if (!refusal(*n).empty()) continue;
-    const std::vector<int64_t> axes = reduced_axes(*n);
-    if (n->op_type() == "LayerNormalization") layer_norm(g, n, axes);
-    else if (n->op_type() == "InstanceNormalization") instance_norm(g, n, axes);
-    else mean_variance_norm(g, n, axes);
-    changed = true;
-  }
+  bool changed = rewrite_in_order(
+      g, [](const Node& n) { return refusal(n).empty(); },
+      [&](Node* n) {
+        const std::vector<int64_t> axes = reduced_axes(*n);
+        if (n->op_type() == "LayerNormalization") layer_norm(g, n, axes);
+        else if (n->op_type() == "InstanceNormalization") instance_norm(g, n, axes);
+        else mean_variance_norm(g, n, axes);
+      });
   if (changed) g.remove_unused_values();
   return changed;
 }

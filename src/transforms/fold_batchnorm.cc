@@ -150,7 +150,7 @@ void lower_to_affine(Graph& g, Node* bn) {
     NodeRewriter rw(g, bn);
     Value* s = rw.constant("scale", tensor_from_doubles(a.s, cshape, dt));
     Value* shift = rw.constant("shift", tensor_from_doubles(a.shift, cshape, dt));
-    rw.binary("Add", rw.binary("Mul", x, s, "scale"), shift, "shift", rw.output(0));
+    rw.binary("Add", rw.binary("Mul", x, s, "scaled"), shift, "shifted", rw.output(0));
     return;
   }
 
@@ -161,7 +161,7 @@ void lower_to_affine(Graph& g, Node* bn) {
   Value* centered = rw.binary("Sub", x, p[2], "centered");
   Value* std = rw.unary("Sqrt", rw.binary("Add", p[3], rw.scalar("epsilon", eps, dt), "var_eps"), "std");
   Value* normalized = rw.binary("Div", centered, std, "normalized");
-  rw.binary("Add", rw.binary("Mul", normalized, p[0], "scaled"), p[1], "shift", rw.output(0));
+  rw.binary("Add", rw.binary("Mul", normalized, p[0], "scaled"), p[1], "shifted", rw.output(0));
 }
 
 }  // namespace
@@ -192,13 +192,12 @@ std::string FoldBatchNorm::fold_refusal(const Graph& g, const Node& n) {
 }
 
 bool FoldBatchNorm::run(Graph& g) {
-  bool changed = false;
-  for (Node* n : g.nodes()) {  // snapshot; only n and its producer (visited before) are removed
-    if (!refusal(g, *n).empty()) continue;
-    if (fold_refusal(g, *n).empty()) fold_into_producer(g, n);
-    else lower_to_affine(g, n);
-    changed = true;
-  }
+  bool changed = rewrite_in_order(
+      g, [&](const Node& n) { return refusal(g, n).empty(); },
+      [&](Node* n) {
+        if (fold_refusal(g, *n).empty()) fold_into_producer(g, n);
+        else lower_to_affine(g, n);
+      });
   if (changed) g.remove_unused_values();
   return changed;
 }

@@ -73,11 +73,11 @@ void lower(Graph& g, Node* n, ConstantCache& cache) {
   else if (trans_b) b = transposed(rw, cache, b, "transpose_b");
 
   Value* r = rw.emit("MatMul", {a, b}, y->type(), "matmul", {}, mul_alpha || c ? nullptr : y);
-  if (mul_alpha) r = rw.binary("Mul", r, rw.scalar("alpha", alpha, dt), "alpha", c ? nullptr : y);
+  if (mul_alpha) r = rw.binary("Mul", r, rw.scalar("alpha", alpha, dt), "scaled", c ? nullptr : y);
   if (!c) return;
   if (beta != 1.0) {
     if (c->is_constant() && is_float(dt)) c = cache.get(c, false, beta);
-    else c = rw.binary("Mul", c, rw.scalar("beta", beta, dt), "beta");
+    else c = rw.binary("Mul", c, rw.scalar("beta", beta, dt), "scaled_c");
   }
   rw.binary("Add", r, c, "bias", y);
 }
@@ -103,12 +103,8 @@ std::string LowerGemm::refusal(const Node& n) {
 
 bool LowerGemm::run(Graph& g) {
   ConstantCache cache(g);
-  bool changed = false;
-  for (Node* n : g.nodes()) {
-    if (!refusal(*n).empty()) continue;
-    lower(g, n, cache);
-    changed = true;
-  }
+  bool changed = rewrite_in_order(
+      g, [](const Node& n) { return refusal(n).empty(); }, [&](Node* n) { lower(g, n, cache); });
   if (changed) g.remove_unused_values();
   return changed;
 }

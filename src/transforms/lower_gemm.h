@@ -13,7 +13,8 @@
 //      Constant arithmetic runs in float64 and rounds once. Integer Gemms never fold alpha or beta
 //      into constants (the reference truncates alpha and beta to the integer type first; the
 //      emitted scalar constants do the same, so results stay bit-exact).
-//      Node names derive from the Gemm's: "<gemm>/matmul", "<gemm>/alpha", "<gemm>/bias".
+//      Node names derive from the Gemm's: "<gemm>/matmul", "<gemm>/scaled" (alpha),
+//      "<gemm>/scaled_c" (beta), "<gemm>/bias".
 // A weight transposed or scaled for several Gemms becomes one new constant (cached per run).
 #pragma once
 #include "transforms/pass.h"

@@ -7,20 +7,36 @@
 
 namespace kiln {
 
+bool rewrite_in_order(Graph& g, const std::function<bool(const Node&)>& wants,
+                      const std::function<void(Node*)>& rewrite) {
+  const std::vector<Node*> order = g.nodes();
+  if (std::none_of(order.begin(), order.end(), [&](const Node* n) { return wants(*n); })) return false;
+  for (Node* n : order) {
+    KILN_CHECK(g.node_list().front().get() == n, "rewrite_in_order: ", n->describe(), " is not first");
+    if (wants(*n)) {
+      rewrite(n);
+      continue;
+    }
+    // Move n to the back: re-create it there (its outputs are redefined at once, so their uses stay).
+    const std::string op = n->op_type(), name = n->name(), domain = n->domain();
+    const std::vector<Value*> inputs = n->inputs(), outputs = n->outputs();
+    AttributeMap attrs = n->attrs();
+    g.remove_node(n);
+    g.add_node(op, inputs, outputs, std::move(attrs), name, domain);
+  }
+  return true;
+}
+
 NodeRewriter::NodeRewriter(Graph& g, Node* n)
-    : g_(g), next_(nullptr), name_(n->name()), inputs_(n->inputs()), outputs_(n->outputs()), attrs_(n->attrs()) {
+    : g_(g), name_(n->name()), inputs_(n->inputs()), outputs_(n->outputs()), attrs_(n->attrs()) {
   KILN_CHECK(!outputs_.empty(), "NodeRewriter: ", n->describe(), " has no outputs");
+  KILN_CHECK(g.node_list().front().get() == n, "NodeRewriter: ", n->describe(), " is not the first node");
   base_ = outputs_[0]->name();
-  const auto& list = g.node_list();
-  auto it = std::find_if(list.begin(), list.end(), [&](const auto& p) { return p.get() == n; });
-  KILN_CHECK(it != list.end(), "NodeRewriter: node not in graph");
-  if (std::next(it) != list.end()) next_ = std::next(it)->get();
   g.remove_node(n);
 }
 
 Node* NodeRewriter::insert(const std::string& op, const std::vector<Value*>& inputs,
                            const std::vector<Value*>& outputs, AttributeMap attrs, const std::string& node_name) {
-  if (next_) return g_.insert_node_before(next_, op, inputs, outputs, std::move(attrs), node_name);
   return g_.add_node(op, inputs, outputs, std::move(attrs), node_name);
 }
 
@@ -53,7 +69,8 @@ Value* NodeRewriter::reduce(const std::string& op, Value* x, const std::vector<i
                             const std::string& suffix, Value* into) {
   Shape s = x->shape();
   for (int64_t a : axes) s.at(size_t(a)) = 1;
-  Value* axes_v = constant(suffix + "_axes", Tensor::from_vector<int64_t>(axes, {int64_t(axes.size())}));
+  Value*& axes_v = axes_[axes];
+  if (!axes_v) axes_v = constant("axes", Tensor::from_vector<int64_t>(axes, {int64_t(axes.size())}));
   return emit(op, {x, axes_v}, TensorType{x->dtype(), s}, suffix, {{"keepdims", int64_t(1)}}, into);
 }
 

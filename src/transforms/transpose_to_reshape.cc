@@ -33,16 +33,15 @@ std::string TransposeToReshape::refusal(const Node& n) {
 }
 
 bool TransposeToReshape::run(Graph& g) {
-  bool changed = false;
-  for (Node* n : g.nodes()) {
-    if (!refusal(*n).empty()) continue;
-    NodeRewriter rw(g, n);
-    Value* y = rw.output(0);
-    const Shape& s = y->shape();
-    Value* shape = rw.constant("shape", Tensor::from_vector<int64_t>(s, {int64_t(s.size())}));
-    rw.insert("Reshape", {rw.input(0), shape}, {y}, {}, rw.node_name());
-    changed = true;
-  }
+  bool changed = rewrite_in_order(
+      g, [](const Node& n) { return refusal(n).empty(); },
+      [&](Node* n) {
+        NodeRewriter rw(g, n);
+        Value* y = rw.output(0);
+        const Shape& s = y->shape();
+        Value* shape = rw.constant("shape", Tensor::from_vector<int64_t>(s, {int64_t(s.size())}));
+        rw.insert("Reshape", {rw.input(0), shape}, {y}, {}, rw.node_name());
+      });
   if (changed) g.remove_unused_values();
   return changed;
 }

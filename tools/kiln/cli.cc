@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "transforms/lowering.h"
+
 namespace kiln::cli {
 
 const std::vector<std::string> kModelValuedOptions = {"input-shape", "dump-after", "disable-pass"};
@@ -89,7 +91,7 @@ PipelineOptions pipeline_options(const Args& a) {
   return p;
 }
 
-std::unique_ptr<Graph> load_model(const std::string& path, const Args& a, const PipelineOptions& popts) {
+std::unique_ptr<Graph> load_model(const std::string& path, const Args& a, const PipelineOptions& popts, bool lower) {
   ImportOptions io;
   for (const auto& spec : a.all("input-shape")) {
     auto [name, shape] = parse_input_shape(spec);
@@ -97,7 +99,12 @@ std::unique_ptr<Graph> load_model(const std::string& path, const Args& a, const 
   }
   auto g = import_onnx(path, io);
   try {
-    run_pipeline(*g, popts);
+    // Simplification, then (for fusion) lowering to primitives, as one pass list so that
+    // --dump-after / --disable-pass accept any pass of either.
+    auto passes = simplification_pipeline();
+    if (lower)
+      for (auto& p : lowering_pipeline()) passes.push_back(std::move(p));
+    run_passes(*g, passes, popts);
   } catch (const UserError& e) {
     throw UserError(path + ": " + e.what());
   }

@@ -37,8 +37,10 @@ std::pair<std::string, Shape> parse_input_shape(const std::string& spec);
 
 // Pipeline options from --dump-after/--disable-pass/--time-passes.
 PipelineOptions pipeline_options(const Args& a);
-// Imports MODEL (with --input-shape options) and runs the simplification pipeline.
-std::unique_ptr<Graph> load_model(const std::string& path, const Args& a, const PipelineOptions& popts);
+// Imports MODEL (with --input-shape options) and runs the simplification pipeline, followed by the
+// lowering to primitives when `lower` (what fusion works on).
+std::unique_ptr<Graph> load_model(const std::string& path, const Args& a, const PipelineOptions& popts,
+                                  bool lower = false);
 
 // Fusion options from --target/--no-fusion/--fusion-fuel.
 FusionOptions fusion_options(const Args& a);

@@ -48,7 +48,7 @@ int cmd_explain(const std::vector<std::string>& argv) {
   Args a(argv, valued, flags);
   if (a.positional().size() != 1) user_error("explain expects one MODEL.onnx");
   FusionOptions fo = fusion_options(a);
-  auto g = load_model(a.positional()[0], a, pipeline_options(a));
+  auto g = load_model(a.positional()[0], a, pipeline_options(a), /*lower=*/true);
   FusionPlan plan = partition(*g, fo);
   std::cout << (a.has("json") ? explain_json(*g, plan) : explain_text(*g, plan));
   if (a.has("dot")) write_file(a.get("dot"), explain_dot(*g, plan));

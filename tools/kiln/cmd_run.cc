@@ -1,6 +1,7 @@
 // kiln run / info / show: the commands that load one model.
 #include <filesystem>
 #include <iostream>
+#include <algorithm>
 #include <map>
 
 #include "cli.h"
@@ -49,7 +50,7 @@ int cmd_run(const std::vector<std::string>& argv) {
     if (inputs.count(name)) user_error("--input '", name, "' is given twice");
     inputs[name] = read_npy(spec.substr(eq + 1));
   }
-  auto g = load_model(model, a, pipeline_options(a));
+  auto g = load_model(model, a, pipeline_options(a), /*lower=*/a.has("fused-plan"));
   // Only the reference executor exists until code generation lands; --reference is accepted so
   // scripts written now keep working when compiled execution becomes the default.
   TensorMap outputs;
@@ -124,7 +125,7 @@ int cmd_show(const std::vector<std::string>& argv) {
   auto valued = kModelValuedOptions;
   valued.push_back("after");
   auto flags = kModelFlags;
-  flags.push_back("no-elide");
+  flags.insert(flags.end(), {"no-elide", "lowered"});
   Args a(argv, valued, flags);
   if (a.positional().size() != 1) user_error("show expects one MODEL.onnx");
   PrintOptions po;
@@ -142,7 +143,11 @@ int cmd_show(const std::vector<std::string>& argv) {
     p.dump_after = after;  // dumps go to stdout here: they are what the user asked for
     p.dump = &std::cout;
   }
-  auto g = load_model(a.positional()[0], a, p);
+  // A lowering pass named in --after implies --lowered.
+  auto simplify = pass_names();
+  bool lower = a.has("lowered") ||
+               (!after.empty() && after != "all" && !std::count(simplify.begin(), simplify.end(), after));
+  auto g = load_model(a.positional()[0], a, p, lower);
   if (after.empty()) std::cout << print_graph(*g, po);
   return 0;
 }

@@ -98,7 +98,7 @@ Tensor as_bfloat16_if_needed(const Tensor& t, DType want) {
 std::string run_test(const fs::path& dir, bool fused) {
   try {
     Args none({}, kModelValuedOptions, kModelFlags);
-    auto g = load_model((dir / "model.onnx").string(), none, {});
+    auto g = load_model((dir / "model.onnx").string(), none, {}, /*lower=*/fused);
     auto sets = sorted_matching(dir, "test_data_set_");
     if (sets.empty()) return "no test_data_set_* folders";
     for (const auto& set : sets) {
