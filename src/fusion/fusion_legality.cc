@@ -132,6 +132,13 @@ FusionDecision check_contraction_group(const GroupGraph& gg, const Members& m,
         break;
       }
   bool chained = !dependents.empty();
+  if (chained) {
+    for (const Node* d : dependents)
+      for (const Node* c : contractions)
+        if (within.depends(d, c) && (c->op_type() != "MatMul" || d->op_type() != "MatMul"))
+          return FusionDecision::no("only MatMul→MatMul chains (attention) fuse; " + node_label(c) + " → " +
+                                    node_label(d) + " is not one");
+  }
   if (chained && contractions.size() > 2)
     return FusionDecision::no("a kernel holds at most two chained contractions; this would hold " +
                               std::to_string(contractions.size()));
@@ -178,9 +185,15 @@ FusionDecision check_contraction_group(const GroupGraph& gg, const Members& m,
   // LayerNorm, a global pool after a conv) or over the last axis of a MatMul's left operand
   // (prologue), with 64 rows kept on chip.
   for (const Node* r : reds) {
-    if (is_windowed_reduction(*r))
-      return FusionDecision::no(node_label(r) + " reads overlapping windows of the contraction's output "
-                                "(halo); tile-level fusion of pools is not implemented");
+    if (is_windowed_reduction(*r)) {
+      bool after = false;
+      for (const Node* c : contractions) after = after || within.depends(r, c);
+      if (after)
+        return FusionDecision::no(node_label(r) + " reads overlapping windows of the contraction's output "
+                                  "(halo); tile-level fusion of pools is not implemented");
+      return FusionDecision::no(node_label(r) + " would have to be recomputed inside the contraction's operand "
+                                "loads, once per output tile; pools do not fuse as prologues");
+    }
     const Value* in = r->input(0);
     const Shape& is = in->shape();
     int64_t rank = int64_t(is.size());
@@ -320,8 +333,11 @@ FusionDecision check_loop_nest(const GroupGraph& gg, const Members& m, const std
 
 FusionDecision can_fuse(const GroupGraph& gg, int p, int c, const Members& merged, const std::vector<int>& replacing,
                         const Target& t) {
-  if (gg.reachable_indirectly(p, c))
-    return FusionDecision::no("fusing would create a cycle: another kernel runs between them");
+  int via = gg.path_via(p, c);
+  if (via >= 0)
+    return FusionDecision::no("fusing would create a cycle: the kernel with " +
+                              node_label(gg.nodes()[size_t(gg.members(via).front())]) +
+                              " needs the producer's result and produces an input of the consumer");
   return check_loop_nest(gg, merged, replacing, t);
 }
 

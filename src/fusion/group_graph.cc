@@ -155,20 +155,22 @@ std::vector<int> GroupGraph::consumer_groups(int gid) const {
   return r;
 }
 
-bool GroupGraph::reachable_indirectly(int from, int to) const {
-  std::vector<int> stack;
+int GroupGraph::path_via(int from, int to) const {
+  // Depth-first from each consumer of `from` except `to`; remember which first step led to `to`.
   std::vector<bool> seen(groups_.size(), false);
-  for (int c : consumer_groups(from))
-    if (c != to) stack.push_back(c);
-  while (!stack.empty()) {
-    int g = stack.back();
-    stack.pop_back();
-    if (g == to) return true;
-    if (seen[size_t(g)]) continue;
-    seen[size_t(g)] = true;
-    for (int c : consumer_groups(g)) stack.push_back(c);
+  for (int first : consumer_groups(from)) {
+    if (first == to) continue;
+    std::vector<int> stack{first};
+    while (!stack.empty()) {
+      int g = stack.back();
+      stack.pop_back();
+      if (g == to) return first;
+      if (seen[size_t(g)]) continue;
+      seen[size_t(g)] = true;
+      for (int c : consumer_groups(g)) stack.push_back(c);
+    }
   }
-  return false;
+  return -1;
 }
 
 void GroupGraph::merge(int p, int c) {

@@ -43,8 +43,10 @@ class GroupGraph {
 
   // Alive groups that read a value produced by gid (and not computed by themselves).
   std::vector<int> consumer_groups(int gid) const;
-  // Whether `to` is reachable from `from` through other groups (skipping the direct edge).
-  bool reachable_indirectly(int from, int to) const;
+  // A group on a path from `from` to `to` other than the direct edge (-1 when there is none):
+  // fusing the two would put that group both before and after the fused kernel.
+  int path_via(int from, int to) const;
+  bool reachable_indirectly(int from, int to) const { return path_via(from, to) >= 0; }
 
   static Members unite(const Members& a, const Members& b);
 
