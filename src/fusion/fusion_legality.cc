@@ -175,6 +175,12 @@ FusionDecision check_contraction_group(const GroupGraph& gg, const Members& m,
     if (lhs->shape().back() != row)
       return FusionDecision::no("the chained rows of " + node_label(a1) + " are not " + node_label(last) +
                                 "'s contraction axis");
+    int64_t row_bytes = row * int64_t(dtype_size(lhs->dtype())) * t.rows_per_tile;
+    if (row_bytes > t.onchip_budget_bytes())
+      return FusionDecision::no("the intermediate rows between " + node_label(a1) + " and " + node_label(last) +
+                                " (" + std::to_string(t.rows_per_tile) + " x " + std::to_string(row) + " elements, " +
+                                std::to_string(row_bytes) + " bytes) do not fit on chip; target " + t.name +
+                                " has " + std::to_string(t.onchip_budget_bytes()));
     for (const Value* o : outs)
       if (o->producer() && (o->producer() == a1 || within.depends(o->producer(), a1)) &&
           !(o->producer() == last || within.depends(o->producer(), last)))
@@ -183,7 +189,7 @@ FusionDecision check_contraction_group(const GroupGraph& gg, const Members& m,
   }
   // Row reductions: over trailing axes (the "row") of a contraction's output (epilogue: softmax,
   // LayerNorm, a global pool after a conv) or over the last axis of a MatMul's left operand
-  // (prologue), with 64 rows kept on chip.
+  // (prologue), with Target::rows_per_tile rows kept on chip.
   for (const Node* r : reds) {
     if (is_windowed_reduction(*r)) {
       bool after = false;
@@ -217,9 +223,10 @@ FusionDecision check_contraction_group(const GroupGraph& gg, const Members& m,
     if (!fits_a_row)
       return FusionDecision::no(node_label(r) + " reduces rows of " + shape_str(is) +
                                 ", which are not the rows of a contraction in the kernel");
-    int64_t row_bytes = row * int64_t(dtype_size(in->dtype())) * 64;
+    int64_t row_bytes = row * int64_t(dtype_size(in->dtype())) * t.rows_per_tile;
     if (row_bytes > t.onchip_budget_bytes())
-      return FusionDecision::no(node_label(r) + ": 64 rows of " + std::to_string(row) + " elements need " +
+      return FusionDecision::no(node_label(r) + ": " + std::to_string(t.rows_per_tile) + " rows of " +
+                                std::to_string(row) + " elements need " +
                                 std::to_string(row_bytes) + " bytes on chip; target " + t.name + " has " +
                                 std::to_string(t.onchip_budget_bytes()));
   }
@@ -253,16 +260,27 @@ FusionDecision check_contraction_group(const GroupGraph& gg, const Members& m,
   return FusionDecision::yes();
 }
 
-// Live vector registers the kernel would need (see target.h for the tile figure).
+// Live vector registers the kernel would need, the larger of its two phases:
+//   K loop:   tiles × (accumulators + operand registers) + extra prologue streams
+//             (siblings of one geometry share a tile)
+//   epilogue: tiles × accumulators + one register per tensor the epilogue streams in + 2 temporaries
+// Kernels without a contraction: one register per input stream, one per reduction accumulator, and
+// 2 temporaries. Scalar constants are immediates and do not count.
 int estimate_registers(const GroupGraph& gg, const Members& m, const std::vector<const Value*>& ins,
                        const std::vector<const Node*>& contractions, const Within& within, const Target& t) {
-  int streams = 0;
+  // A tensor the kernel reads is an epilogue stream when some member reading it runs after the K
+  // loop (it is neither a contraction nor upstream of one); otherwise it feeds operand loads.
+  int streams = 0, operand_streams = 0;
   for (const Value* v : ins) {
-    bool epilogue_stream = true;
-    for (const Node* c : contractions)
-      for (const Value* ci : c->inputs())
-        if (ci == v) epilogue_stream = false;
-    streams += epilogue_stream ? 1 : 0;
+    if (v->is_constant() && v->constant().numel() == 1) continue;
+    bool epilogue = false;
+    for (auto [user, slot] : v->uses()) {
+      if (!std::binary_search(m.begin(), m.end(), gg.index(user))) continue;
+      bool feeds_loop = op_kind(*user) == OpKind::Contraction;
+      for (const Node* c : contractions) feeds_loop = feeds_loop || within.depends(c, user);
+      epilogue = epilogue || !feeds_loop;
+    }
+    (epilogue ? streams : operand_streams) += 1;
   }
   // Independent contractions that read the same input with the same geometry are one contraction
   // with their weights concatenated along the output features (QKV): one tile. Others each keep a
@@ -284,10 +302,15 @@ int estimate_registers(const GroupGraph& gg, const Members& m, const std::vector
     for (const Node* tnode : tiles) joins = joins || same_geometry(tnode, c);
     if (!joins) tiles.push_back(c);
   }
-  int independent = int(tiles.size());
   int reductions = 0;
   for (int i : m) reductions += op_kind(*gg.nodes()[size_t(i)]) == OpKind::Reduction ? 1 : 0;
-  return independent * t.contraction_tile_registers + streams + reductions + 2;
+  int n = int(tiles.size());
+  if (n == 0) return streams + reductions + 2;
+  // Each contraction reads two operands; prologue streams beyond those need a register each.
+  int extra_operands = std::max(0, operand_streams - 2 * int(contractions.size()));
+  int k_loop = n * (t.contraction_accumulators + t.contraction_operand_registers) + extra_operands;
+  int epilogue = n * t.contraction_accumulators + streams + reductions + 2;
+  return std::max(k_loop, epilogue);
 }
 
 }  // namespace
@@ -342,8 +365,10 @@ FusionDecision can_fuse(const GroupGraph& gg, int p, int c, const Members& merge
 }
 
 FusionDecision can_fuse_siblings(const GroupGraph& gg, int a, int b, const Members& merged, const Target& t) {
-  if (gg.reachable_indirectly(a, b) || gg.reachable_indirectly(b, a))
-    return FusionDecision::no("one sibling depends on the other through another kernel");
+  auto ca = gg.consumer_groups(a), cb = gg.consumer_groups(b);
+  if (std::count(ca.begin(), ca.end(), b) || std::count(cb.begin(), cb.end(), a) || gg.reachable_indirectly(a, b) ||
+      gg.reachable_indirectly(b, a))
+    return FusionDecision::no("one sibling depends on the other");
   GroupKind ka = gg.kind_of(gg.members(a)), kb = gg.kind_of(gg.members(b));
   if (ka != kb)
     return FusionDecision::no(std::string("siblings of different kinds (") + group_kind_name(ka) + ", " +

@@ -120,6 +120,9 @@ std::vector<Candidate> candidates(const GroupGraph& gg, const Target& t) {
       for (size_t j = i + 1; j < gs.size(); ++j) {
         auto key = std::minmax(gs[i], gs[j]);
         if (!seen.insert(key).second) continue;
+        // Dependent pairs are producer→consumer candidates, not siblings.
+        auto ca = gg.consumer_groups(key.first), cb = gg.consumer_groups(key.second);
+        if (std::count(ca.begin(), ca.end(), key.second) || std::count(cb.begin(), cb.end(), key.first)) continue;
         // Horizontal fusion pays for kernels that stream the shared input through a loop nest of
         // their own (contractions, reductions). Elementwise and injective readers are better
         // absorbed into their consumers as prologues, which a sibling group could no longer be.
@@ -253,7 +256,18 @@ FusionPlan partition(const Graph& g, const FusionOptions& opts) {
   if (opts.enabled) {
     std::set<std::pair<const Node*, const Node*>> reported;
     for (const auto& c : candidates(gg, t)) {
-      if (c.mode == Mode::Siblings) continue;
+      if (c.mode == Mode::Siblings) {
+        // Horizontal fusions considered and refused are reported by the groups' first nodes.
+        if (c.decision.ok() && !fuel_out) continue;
+        const Node* a = gg.nodes()[size_t(gg.members(c.a).front())];
+        const Node* b = gg.nodes()[size_t(gg.members(c.b).front())];
+        if (!reported.insert({a, b}).second) continue;
+        plan.rejected.push_back({first_name(a), first_name(b),
+                                 "siblings (they read the same tensor): " +
+                                     (c.decision.ok() ? std::string("fusion fuel exhausted (--fusion-fuel)")
+                                                      : c.decision.reason())});
+        continue;
+      }
       std::string why;
       if (fuel_out && c.decision.ok() && c.benefit > 0) why = "fusion fuel exhausted (--fusion-fuel)";
       else if (!c.decision.ok()) why = c.decision.reason();

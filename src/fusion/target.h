@@ -17,9 +17,11 @@ struct Target {
   std::string name;
   int vector_lanes_f32 = 16;      // float32 lanes per SIMD register
   int vector_registers = 32;      // architectural SIMD registers
-  // Registers a contraction micro-kernel keeps live (accumulators + operand loads): an AVX-512
-  // 6x32 float tile is 12 accumulators + 2 B loads + 1 broadcast.
-  int contraction_tile_registers = 15;
+  // A contraction micro-kernel's registers: accumulators (an AVX-512 6x32 float tile is 12 zmm)
+  // and, during the K loop only, operand registers (2 B loads + 1 A broadcast). The epilogue runs
+  // after the K loop, when the operand registers are free again.
+  int contraction_accumulators = 12;
+  int contraction_operand_registers = 3;
   int64_t l1_bytes = 32 * 1024;
   int64_t l2_bytes = 1024 * 1024;
   int max_kernel_args = 64;       // buffers one kernel may take (C: pointer array; GPUs: param space)
@@ -28,12 +30,18 @@ struct Target {
   double dram_gbps = 20.0;
   double launch_overhead_us = 2.0;  // per kernel: thread-pool dispatch and barrier on a CPU
 
+  // GPUs: shared memory per thread block (0 on CPUs, where rows live in L2).
+  int64_t shared_memory_bytes = 0;
+  // Rows of a row-kernel (softmax, LayerNorm, attention) one kernel instance keeps in flight.
+  int rows_per_tile = 64;
+
   // Bytes of intermediate rows a fused kernel may keep on chip (rule 6: attention rows, row
-  // reductions after a contraction): half of L2, leaving room for operand tiles.
-  int64_t onchip_budget_bytes() const { return l2_bytes / 2; }
+  // reductions after a contraction): shared memory on a GPU; on a CPU half of L2, leaving room
+  // for operand tiles.
+  int64_t onchip_budget_bytes() const { return shared_memory_bytes > 0 ? shared_memory_bytes : l2_bytes / 2; }
 
   static Target default_target();  // "x86-avx512"
-  // "x86-avx512", "x86-avx2"; nullopt for unknown names.
+  // "x86-avx512", "x86-avx2", "cuda-sm80"; nullopt for unknown names.
   static std::optional<Target> by_name(const std::string& name);
   static std::vector<std::string> names();
 };
