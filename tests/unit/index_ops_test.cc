@@ -13,10 +13,10 @@ namespace {
 
 using testing::run_op;
 using testing::values;
+using testing::f32;
+using testing::i64;
+using testing::i32;
 
-Tensor f32(std::vector<float> v, Shape s) { return Tensor::from_vector<float>(v, std::move(s)); }
-Tensor i64(std::vector<int64_t> v, Shape s) { return Tensor::from_vector<int64_t>(v, std::move(s)); }
-Tensor i32(std::vector<int32_t> v, Shape s) { return Tensor::from_vector<int32_t>(v, std::move(s)); }
 
 // ---------------------------------------------------------------- Gather
 

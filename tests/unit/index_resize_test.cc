@@ -12,9 +12,9 @@ namespace {
 
 using testing::run_op;
 using testing::values;
+using testing::f32;
+using testing::i64;
 
-Tensor f32(std::vector<float> v, Shape s) { return Tensor::from_vector<float>(v, std::move(s)); }
-Tensor i64(std::vector<int64_t> v, Shape s) { return Tensor::from_vector<int64_t>(v, std::move(s)); }
 Tensor scales(std::vector<float> v) { return f32(v, {int64_t(v.size())}); }
 Tensor sizes(std::vector<int64_t> v) { return i64(v, {int64_t(v.size())}); }
 

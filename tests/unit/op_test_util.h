@@ -23,6 +23,11 @@ inline std::vector<Tensor> run_op(const std::string& op, const std::vector<Tenso
   return run_node(*n, args);
 }
 
+// Short tensor literals for kernel tests: f32({1, 2, 3}, {3}).
+inline Tensor f32(std::vector<float> v, Shape s) { return Tensor::from_vector<float>(v, std::move(s)); }
+inline Tensor i64(std::vector<int64_t> v, Shape s) { return Tensor::from_vector<int64_t>(v, std::move(s)); }
+inline Tensor i32(std::vector<int32_t> v, Shape s) { return Tensor::from_vector<int32_t>(v, std::move(s)); }
+
 template <class T>
 std::vector<T> values(const Tensor& t) {
   const T* d = t.data<T>();

@@ -13,9 +13,9 @@ namespace {
 
 using testing::run_op;
 using testing::values;
+using testing::f32;
+using testing::i64;
 
-Tensor f32(std::vector<float> v, Shape s) { return Tensor::from_vector<float>(v, std::move(s)); }
-Tensor i64(std::vector<int64_t> v, Shape s) { return Tensor::from_vector<int64_t>(v, std::move(s)); }
 
 // softmax([1,2,3]) and log_softmax([1,2,3]).
 const std::vector<float> kSoft123{0.09003057f, 0.24472847f, 0.66524096f};
