@@ -29,8 +29,10 @@
 #include "fusion/partitioner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "fusion/fusion_legality.h"
 #include "fusion/group_graph.h"
@@ -133,6 +135,76 @@ std::vector<Candidate> candidates(const GroupGraph& gg, const Target& t) {
   return r;
 }
 
+// Alive groups that produce something group gid reads from memory.
+std::vector<int> producer_groups(const GroupGraph& gg, int gid) {
+  std::vector<int> r;
+  for (const Value* v : gg.inputs_of(gg.members(gid))) {
+    if (!v->producer()) continue;
+    for (int p : gg.groups_of(gg.index(v->producer())))
+      if (p != gid && std::find(r.begin(), r.end(), p) == r.end()) r.push_back(p);
+  }
+  return r;
+}
+
+// The candidates of the greedy loop, kept between rounds: after a fusion only the candidates of
+// the groups it touched (the fused groups and their neighbours) are evaluated again, which makes
+// partitioning near-linear in the model size instead of quadratic. The chosen candidate is always
+// re-evaluated before it is applied, so a stale entry can cost a retry but never an illegal fusion.
+class CandidateSet {
+ public:
+  CandidateSet(const GroupGraph& gg, const Target& t) : gg_(gg), t_(t) {}
+
+  void refresh(const std::set<int>& dirty) {
+    for (auto it = cands_.begin(); it != cands_.end();) {
+      auto [a, b, sib] = it->first;
+      bool stale = dirty.count(a) || dirty.count(b) || !gg_.alive(a) || !gg_.alive(b);
+      it = stale ? cands_.erase(it) : std::next(it);
+    }
+    for (int g : dirty) {
+      if (!gg_.alive(g)) continue;
+      for (int c : gg_.consumer_groups(g)) put(evaluate_edge(gg_, g, c, t_));
+      for (int p : producer_groups(gg_, g)) {
+        auto cs = gg_.consumer_groups(p);
+        if (std::count(cs.begin(), cs.end(), g)) put(evaluate_edge(gg_, p, g, t_));
+      }
+      add_siblings(g);
+    }
+  }
+
+  void put(const Candidate& c) { cands_[{c.a, c.b, c.mode == Mode::Siblings}] = c; }
+
+  const Candidate* best() const {
+    const Candidate* best = nullptr;
+    for (const auto& [key, c] : cands_) {
+      if (!c.decision.ok() || c.benefit <= 1e-9) continue;
+      if (!best || c.benefit > best->benefit + 1e-9) best = &c;
+    }
+    return best;
+  }
+
+ private:
+  void add_siblings(int g) {
+    GroupKind k = gg_.kind_of(gg_.members(g));
+    if (k != GroupKind::Contraction && k != GroupKind::Reduction) return;
+    for (const Value* v : gg_.inputs_of(gg_.members(g))) {
+      if (v->is_constant()) continue;
+      for (auto [user, slot] : v->uses())
+        for (int h : gg_.groups_of(gg_.index(user))) {
+          if (h == g || gg_.kind_of(gg_.members(h)) != k) continue;
+          auto [a, b] = std::minmax(g, h);
+          auto ca = gg_.consumer_groups(a), cb = gg_.consumer_groups(b);
+          if (std::count(ca.begin(), ca.end(), b) || std::count(cb.begin(), cb.end(), a)) continue;
+          if (cands_.count({a, b, true})) continue;
+          put(evaluate_siblings(gg_, a, b, t_));
+        }
+    }
+  }
+
+  const GroupGraph& gg_;
+  const Target& t_;
+  std::map<std::tuple<int, int, bool>, Candidate> cands_;
+};
+
 std::string group_name(const GroupGraph& gg, const Members& m, int index) {
   std::string name = "fused";
   std::set<std::string> seen;
@@ -228,21 +300,36 @@ FusionPlan partition(const Graph& g, const FusionOptions& opts) {
   GroupGraph gg(g);
   int64_t accepted = 0;
   bool fuel_out = false;
+  CandidateSet cands(gg, t);
+  if (opts.enabled) {
+    std::set<int> all;
+    for (int gid = 0; gid < gg.num_groups(); ++gid) all.insert(gid);
+    cands.refresh(all);
+  }
   while (opts.enabled) {
     if (opts.fuel >= 0 && accepted >= opts.fuel) {
       fuel_out = true;
       break;
     }
-    const Candidate* best = nullptr;
-    auto cands = candidates(gg, t);
-    for (const auto& c : cands) {
-      if (!c.decision.ok() || c.benefit <= 1e-9) continue;
-      if (!best || c.benefit > best->benefit + 1e-9) best = &c;
-    }
+    const Candidate* best = cands.best();
     if (!best) break;
-    if (best->mode == Mode::Recompute) gg.recompute_into(best->a, best->b);
-    else gg.merge(best->a, best->b);
+    Candidate chosen = *best;
+    Candidate fresh = chosen.mode == Mode::Siblings ? evaluate_siblings(gg, chosen.a, chosen.b, t)
+                                                     : evaluate_edge(gg, chosen.a, chosen.b, t);
+    if (!fresh.decision.ok() || fresh.mode != chosen.mode || std::abs(fresh.benefit - chosen.benefit) > 1e-9) {
+      cands.put(fresh);  // stale: correct it and choose again
+      continue;
+    }
+    if (chosen.mode == Mode::Recompute) gg.recompute_into(chosen.a, chosen.b);
+    else gg.merge(chosen.a, chosen.b);
     ++accepted;
+    std::set<int> dirty{chosen.a, chosen.b};
+    for (int g : {chosen.a, chosen.b}) {
+      if (!gg.alive(g)) continue;
+      for (int n : gg.consumer_groups(g)) dirty.insert(n);
+      for (int n : producer_groups(gg, g)) dirty.insert(n);
+    }
+    cands.refresh(dirty);
   }
 
   FusionPlan plan = build_plan(gg, t);
