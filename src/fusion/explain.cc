@@ -48,7 +48,7 @@ std::string dot_escape(const std::string& s) {
 
 }  // namespace
 
-std::string explain_text(const Graph& g, const FusionPlan& plan) {
+std::string explain_text(const Graph& g, const FusionPlan& plan, const ExplainExtras& extras) {
   std::ostringstream os;
   os << "target " << plan.target.name << " (" << plan.target.peak_gflops << " GFLOP/s, " << plan.target.dram_gbps
      << " GB/s, " << plan.target.launch_overhead_us << " us per launch; a target description, not a measurement)\n\n";
@@ -75,16 +75,20 @@ std::string explain_text(const Graph& g, const FusionPlan& plan) {
   os << "intermediate bytes to DRAM: " << human_bytes(plan.intermediate_bytes_unfused) << " unfused -> "
      << human_bytes(plan.intermediate_bytes_fused) << " fused\n";
   os << "estimated time: " << fmt(plan.est_us_unfused) << " us unfused -> " << fmt(plan.est_us_fused) << " us fused\n";
+  if (extras.arena_bytes >= 0)
+    os << "memory: peak arena " << human_bytes(extras.arena_bytes) << " for " << human_bytes(extras.intermediate_sum_bytes)
+       << " of intermediates (liveness-planned, in-place where elementwise)\n";
   return os.str();
 }
 
-std::string explain_json(const Graph& g, const FusionPlan& plan) {
+std::string explain_json(const Graph& g, const FusionPlan& plan, const ExplainExtras& extras) {
   std::ostringstream os;
   os << "{\"target\": " << json_escape(plan.target.name) << ", \"kernel_count\": " << plan.kernel_count()
      << ", \"op_count\": " << g.num_nodes() << ", \"accepted_fusions\": " << plan.accepted_fusions
      << ", \"intermediate_bytes_unfused\": " << plan.intermediate_bytes_unfused
      << ", \"intermediate_bytes_fused\": " << plan.intermediate_bytes_fused
      << ", \"est_us_unfused\": " << fmt(plan.est_us_unfused, 3) << ", \"est_us_fused\": " << fmt(plan.est_us_fused, 3)
+     << ", \"peak_arena_bytes\": " << extras.arena_bytes << ", \"intermediate_sum_bytes\": " << extras.intermediate_sum_bytes
      << ",\n \"kernels\": [";
   bool first = true;
   for (const auto& grp : plan.groups) {

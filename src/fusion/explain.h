@@ -6,8 +6,14 @@
 
 namespace kiln {
 
-std::string explain_text(const Graph& g, const FusionPlan& plan);
-std::string explain_json(const Graph& g, const FusionPlan& plan);
+// Figures from later stages that explain also reports (memory planning).
+struct ExplainExtras {
+  int64_t arena_bytes = -1;          // peak arena after memory planning (-1: not computed)
+  int64_t intermediate_sum_bytes = -1;  // all intermediates without reuse
+};
+
+std::string explain_text(const Graph& g, const FusionPlan& plan, const ExplainExtras& extras = {});
+std::string explain_json(const Graph& g, const FusionPlan& plan, const ExplainExtras& extras = {});
 std::string explain_dot(const Graph& g, const FusionPlan& plan);
 // The plan's structure only (groups, their nodes, refusals; no cost figures): the golden-test form.
 //   kernel fused_conv_add_relu_0 [contraction]: conv, bias, relu

@@ -7,6 +7,7 @@
 #include "cli.h"
 #include "fusion/explain.h"
 #include "fusion/partitioner.h"
+#include "runtime/memory_plan.h"
 
 namespace kiln::cli {
 
@@ -50,7 +51,9 @@ int cmd_explain(const std::vector<std::string>& argv) {
   FusionOptions fo = fusion_options(a);
   auto g = load_model(a.positional()[0], a, pipeline_options(a), /*lower=*/true);
   FusionPlan plan = partition(*g, fo);
-  std::cout << (a.has("json") ? explain_json(*g, plan) : explain_text(*g, plan));
+  runtime::MemoryPlan mp = runtime::plan_memory(*g, plan);
+  ExplainExtras extras{mp.arena_bytes, mp.naive_bytes};
+  std::cout << (a.has("json") ? explain_json(*g, plan, extras) : explain_text(*g, plan, extras));
   if (a.has("dot")) write_file(a.get("dot"), explain_dot(*g, plan));
   if (a.has("svg")) {
     std::string dot_path = a.get("svg") + ".dot.kiln-tmp";

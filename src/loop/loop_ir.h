@@ -1,0 +1,130 @@
+// Loop IR: explicit loop nests, one per fusion group (a future kernel). Expressions are immutable
+// trees shared by pointer; statements are a small tree of For / Store / Let / Block / If /
+// Allocate / Call. Every IR has a printer (print_kernel), used by tests and --dump-after.
+//
+// Indexing model: buffers are dense row-major arrays; a Load or Store takes one flat element index
+// (an Int64 expression built from loop variables). Multi-dimensional index arithmetic is lowered
+// into that flat index by the code that builds the nest, so emitters (C now; CUDA and OpenCL
+// later, from one C-style base) only print expressions.
+//
+// Scheduling (split, reorder, vectorize, unroll, parallelize, cache) rewrites these trees; a loop's
+// ForKind records the decision, and Schedule (schedule.h) carries the parameters the tuner sets.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/dtype.h"
+#include "ir/tensor.h"
+
+namespace kiln::loop {
+
+// ---------------------------------------------------------------- buffers
+
+enum class Scope { Global, Local, Register };
+const char* scope_name(Scope s);
+
+struct Buffer {
+  std::string name;  // sanitised C identifier
+  DType dtype = DType::Float32;
+  Shape shape;
+  Scope scope = Scope::Global;
+  int64_t numel() const { return shape_numel(shape); }
+};
+using BufferPtr = std::shared_ptr<Buffer>;
+
+// ---------------------------------------------------------------- expressions
+
+enum class ExprKind { IntImm, FloatImm, Var, Load, Unary, Binary, Select, Cast, Call };
+
+enum class BinOp { Add, Sub, Mul, Div, Mod, Min, Max, Pow, Lt, Le, Gt, Ge, Eq, Ne, And, Or, Xor };
+enum class UnOp { Neg, Not, Abs, Sqrt, Exp, Log, Erf, Tanh, Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh,
+                  Asinh, Acosh, Atanh, Floor, Ceil, Round, IsNaN, IsInf };
+
+const char* binop_name(BinOp op);
+const char* unop_name(UnOp op);
+
+struct ExprNode;
+using Expr = std::shared_ptr<const ExprNode>;
+
+struct ExprNode {
+  ExprKind kind;
+  DType type;            // type of the value; index arithmetic is Int64, predicates Bool
+  int64_t int_value = 0;       // IntImm
+  double float_value = 0;      // FloatImm
+  std::string name;            // Var: variable name; Call: function name
+  BinOp bin = BinOp::Add;      // Binary
+  UnOp un = UnOp::Neg;         // Unary
+  BufferPtr buffer;            // Load
+  std::vector<Expr> args;      // operands: Load {index}; Unary {a}; Binary {a, b}; Select {c, t, f};
+                               // Cast {a}; Call {args...}
+};
+
+Expr int_imm(int64_t v, DType t = DType::Int64);
+Expr float_imm(double v, DType t = DType::Float32);
+Expr var(const std::string& name, DType t = DType::Int64);
+Expr load(const BufferPtr& b, Expr index);
+Expr unary(UnOp op, Expr a);
+Expr binary(BinOp op, Expr a, Expr b);  // comparison and logic ops have type Bool
+Expr select(Expr cond, Expr t, Expr f);
+Expr cast(DType t, Expr a);
+Expr call(const std::string& fn, DType t, std::vector<Expr> args);
+
+// Index arithmetic with light folding (x*1, x+0, constant operands) so printed nests stay readable.
+Expr add(Expr a, Expr b);
+Expr mul(Expr a, Expr b);
+Expr div_floor(Expr a, Expr b);  // operands are non-negative indices here
+Expr mod(Expr a, Expr b);
+
+// ---------------------------------------------------------------- statements
+
+enum class StmtKind { For, Store, Let, Assign, Block, If, Allocate, Call, Comment };
+enum class ForKind { Serial, Parallel, Vectorized, Unrolled };
+const char* for_kind_name(ForKind k);
+
+struct StmtNode;
+using Stmt = std::shared_ptr<StmtNode>;
+
+struct StmtNode {
+  StmtKind kind;
+  // For: `for (var = 0; var < extent; ++var) body` (loops start at 0; splits rewrite indices).
+  std::string var;
+  Expr extent;
+  ForKind for_kind = ForKind::Serial;
+  // Store: buffer[index] = value. Let: `T var = value` (a new scalar). Assign: var = value.
+  BufferPtr buffer;
+  Expr index, value;
+  // If: cond ? body : else_body. Block/For/Allocate: body.
+  Expr cond;
+  std::vector<Stmt> body, else_body;
+  // Allocate: a Local/Register buffer live for `body`. Call: a micro-kernel (name, args).
+  std::string text;  // Comment text; Call: function name
+  std::vector<Expr> call_args;
+};
+
+Stmt for_loop(const std::string& var, Expr extent, std::vector<Stmt> body, ForKind k = ForKind::Serial);
+Stmt store(const BufferPtr& b, Expr index, Expr value);
+Stmt let(const std::string& var, Expr value);
+Stmt assign(const std::string& var, Expr value);
+Stmt block(std::vector<Stmt> body);
+Stmt if_then(Expr cond, std::vector<Stmt> body, std::vector<Stmt> else_body = {});
+Stmt allocate(const BufferPtr& b, std::vector<Stmt> body);
+Stmt call_stmt(const std::string& fn, std::vector<Expr> args);
+Stmt comment(const std::string& text);
+
+// ---------------------------------------------------------------- kernels
+
+struct LoopKernel {
+  std::string name;                  // C identifier, e.g. fused_conv_add_relu_7
+  std::vector<std::string> sources;  // ONNX node names it came from (for the source comment)
+  std::vector<BufferPtr> inputs;     // read-only global buffers, in argument order
+  std::vector<BufferPtr> outputs;    // written global buffers, after the inputs
+  Stmt body;
+};
+
+std::string print_expr(const Expr& e);
+std::string print_stmt(const Stmt& s, int indent = 0);
+std::string print_kernel(const LoopKernel& k);
+
+}  // namespace kiln::loop

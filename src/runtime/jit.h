@@ -1,0 +1,38 @@
+// Builds C source into a shared object with the system compiler and loads it (dlopen), caching the
+// object by a content hash of (source, compiler, flags) under $XDG_CACHE_HOME/kiln or ~/.cache/kiln.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kiln::runtime {
+
+struct CompileOptions {
+  std::string compiler = "cc";
+  // One place for the flags; `kiln explain` shows them. No fast-math by default.
+  std::vector<std::string> flags = {"-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off"};
+  bool use_cache = true;       // --no-cache bypasses
+  std::string cache_dir;       // default: $XDG_CACHE_HOME/kiln or ~/.cache/kiln
+};
+
+using KernelFn = void (*)(void* const* args);
+
+class JitModule {
+ public:
+  // Compiles (or finds in the cache) and loads. A compiler failure is a UserError that names the
+  // kept source file and the compiler's first error line.
+  static std::unique_ptr<JitModule> build(const std::string& source, const CompileOptions& opts = {});
+  ~JitModule();
+  KernelFn get(const std::string& name) const;  // UserError when missing
+  const std::string& library_path() const { return path_; }
+  bool from_cache() const { return cached_; }
+
+ private:
+  void* handle_ = nullptr;
+  std::string path_;
+  bool cached_ = false;
+};
+
+std::string default_cache_dir();
+
+}  // namespace kiln::runtime

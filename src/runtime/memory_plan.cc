@@ -1,0 +1,132 @@
+#include "runtime/memory_plan.h"
+
+#include <algorithm>
+#include <map>
+
+#include "fusion/op_kind.h"
+
+namespace kiln::runtime {
+
+const TensorSlot* MemoryPlan::find(const Value* v) const {
+  for (const auto& s : slots)
+    if (s.value == v) return &s;
+  return nullptr;
+}
+
+namespace {
+
+int64_t align(int64_t x) { return (x + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment; }
+
+bool overlaps_in_time(const TensorSlot& a, const TensorSlot& b) { return a.first <= b.last && b.first <= a.last; }
+
+// A group whose every op is elementwise (no broadcast of the value in question, no index remap)
+// computes output element i from input element i only, so its output may overwrite an input of
+// the same shape that dies in it.
+bool pure_elementwise(const FusionGroup& grp) {
+  if (grp.kind != GroupKind::Elementwise) return false;
+  for (const Node* n : grp.nodes) {
+    OpKind k = op_kind(*n);
+    if (k != OpKind::ElementWise && k != OpKind::Broadcast) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const Graph& g, const FusionPlan& plan) {
+  MemoryPlan mp;
+  std::map<const Value*, size_t> index;
+  auto is_intermediate = [&](const Value* v) {
+    return !v->is_constant() && !v->is_graph_input() && !g.is_graph_output(v);
+  };
+  for (size_t k = 0; k < plan.groups.size(); ++k)
+    for (const Value* v : plan.groups[k].outputs)
+      if (is_intermediate(v)) {
+        index[v] = mp.slots.size();
+        mp.slots.push_back({v, 0, align(value_bytes(v)), int(k), int(k)});
+      }
+  for (size_t k = 0; k < plan.groups.size(); ++k)
+    for (const Value* v : plan.groups[k].inputs) {
+      auto it = index.find(v);
+      if (it != index.end()) mp.slots[it->second].last = std::max(mp.slots[it->second].last, int(k));
+    }
+  for (const auto& s : mp.slots) mp.naive_bytes += s.bytes;
+
+  // In-place candidates: output slot → the input slot it may share.
+  std::map<size_t, size_t> in_place;
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    const FusionGroup& grp = plan.groups[k];
+    if (!pure_elementwise(grp)) continue;
+    std::vector<size_t> taken;
+    for (const Value* out : grp.outputs) {
+      auto o = index.find(out);
+      if (o == index.end()) continue;
+      for (const Value* in : grp.inputs) {
+        auto i = index.find(in);
+        if (i == index.end() || in->shape() != out->shape() || in->dtype() != out->dtype()) continue;
+        if (mp.slots[i->second].last != int(k) || std::count(taken.begin(), taken.end(), i->second)) continue;
+        in_place[o->second] = i->second;
+        taken.push_back(i->second);
+        break;
+      }
+    }
+  }
+
+  // Greedy by size: the largest tensors are placed first, each at the lowest offset where it does
+  // not overlap a placed tensor that is live at the same time.
+  std::vector<size_t> order(mp.slots.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return mp.slots[a].bytes > mp.slots[b].bytes; });
+  std::vector<bool> placed(mp.slots.size(), false);
+  auto conflicts = [&](size_t a, size_t b) {
+    auto ia = in_place.find(a), ib = in_place.find(b);
+    bool shared = (ia != in_place.end() && ia->second == b) || (ib != in_place.end() && ib->second == a);
+    return !shared && overlaps_in_time(mp.slots[a], mp.slots[b]);
+  };
+  auto fits_at = [&](size_t s, int64_t off) {
+    for (size_t o = 0; o < mp.slots.size(); ++o) {
+      if (!placed[o] || o == s || !conflicts(s, o)) continue;
+      const TensorSlot& p = mp.slots[o];
+      if (off < p.offset + p.bytes && p.offset < off + mp.slots[s].bytes) return false;
+    }
+    return true;
+  };
+  for (size_t s : order) {
+    auto ip = in_place.find(s);
+    if (ip != in_place.end() && placed[ip->second] && fits_at(s, mp.slots[ip->second].offset)) {
+      mp.slots[s].offset = mp.slots[ip->second].offset;
+    } else {
+      // Candidate offsets: 0 and the end of every conflicting placed slot.
+      std::vector<int64_t> cands{0};
+      for (size_t o = 0; o < mp.slots.size(); ++o)
+        if (placed[o] && conflicts(s, o)) cands.push_back(mp.slots[o].offset + mp.slots[o].bytes);
+      std::sort(cands.begin(), cands.end());
+      for (int64_t c : cands)
+        if (fits_at(s, c)) {
+          mp.slots[s].offset = c;
+          break;
+        }
+    }
+    placed[s] = true;
+    mp.arena_bytes = std::max(mp.arena_bytes, mp.slots[s].offset + mp.slots[s].bytes);
+  }
+  // Reverse the in-place map for verification: shared pairs are legal overlaps.
+  for (auto [o, i] : in_place)
+    if (mp.slots[o].offset == mp.slots[i].offset) mp.slots[o].shares = mp.slots[i].value;
+  verify_memory_plan(mp);
+  return mp;
+}
+
+void verify_memory_plan(const MemoryPlan& mp) {
+  for (size_t a = 0; a < mp.slots.size(); ++a)
+    for (size_t b = a + 1; b < mp.slots.size(); ++b) {
+      const TensorSlot &x = mp.slots[a], &y = mp.slots[b];
+      if (x.shares == y.value || y.shares == x.value) continue;
+      bool space = x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
+      KILN_CHECK(!(space && overlaps_in_time(x, y)), "memory plan: '", x.value->name(), "' and '", y.value->name(),
+                 "' are live at once and overlap in the arena");
+      KILN_CHECK(x.offset % kSlotAlignment == 0, "memory plan: misaligned slot");
+    }
+}
+
+}  // namespace kiln::runtime
