@@ -175,10 +175,12 @@ FusionDecision check_contraction_group(const GroupGraph& gg, const Members& m,
     if (lhs->shape().back() != row)
       return FusionDecision::no("the chained rows of " + node_label(a1) + " are not " + node_label(last) +
                                 "'s contraction axis");
-    int64_t row_bytes = row * int64_t(dtype_size(lhs->dtype())) * t.rows_per_tile;
+    // A tile keeps rows_per_tile rows in flight, or all of them when there are fewer (batch 1).
+    int64_t tile_rows = std::min<int64_t>(t.rows_per_tile, row ? numel(lhs) / row : 0);
+    int64_t row_bytes = row * int64_t(dtype_size(lhs->dtype())) * tile_rows;
     if (row_bytes > t.onchip_budget_bytes())
       return FusionDecision::no("the intermediate rows between " + node_label(a1) + " and " + node_label(last) +
-                                " (" + std::to_string(t.rows_per_tile) + " x " + std::to_string(row) + " elements, " +
+                                " (" + std::to_string(tile_rows) + " x " + std::to_string(row) + " elements, " +
                                 std::to_string(row_bytes) + " bytes) do not fit on chip; target " + t.name +
                                 " has " + std::to_string(t.onchip_budget_bytes()));
     for (const Value* o : outs)
@@ -223,9 +225,10 @@ FusionDecision check_contraction_group(const GroupGraph& gg, const Members& m,
     if (!fits_a_row)
       return FusionDecision::no(node_label(r) + " reduces rows of " + shape_str(is) +
                                 ", which are not the rows of a contraction in the kernel");
-    int64_t row_bytes = row * int64_t(dtype_size(in->dtype())) * t.rows_per_tile;
+    int64_t tile_rows = std::min<int64_t>(t.rows_per_tile, row ? numel(in) / row : 0);
+    int64_t row_bytes = row * int64_t(dtype_size(in->dtype())) * tile_rows;
     if (row_bytes > t.onchip_budget_bytes())
-      return FusionDecision::no(node_label(r) + ": " + std::to_string(t.rows_per_tile) + " rows of " +
+      return FusionDecision::no(node_label(r) + ": " + std::to_string(tile_rows) + " rows of " +
                                 std::to_string(row) + " elements need " +
                                 std::to_string(row_bytes) + " bytes on chip; target " + t.name + " has " +
                                 std::to_string(t.onchip_budget_bytes()));

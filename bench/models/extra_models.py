@@ -1,0 +1,164 @@
+#!/usr/bin/python3
+"""Export models kiln's fusion partitioner has not been tuned on, for a sweep against ONNX Runtime.
+
+Usage: /usr/bin/python3 bench/models/extra_models.py [--out DIR] [--list] [--ops] [NAME ...]
+
+Same files and conventions as make_models.py (whose export_model, calibrate_batchnorm and checks
+this script reuses by importing it): for each model NAME (all when none are given) it writes into
+DIR (default /tmp/kiln_extra) NAME.onnx (opset 13, constant folding on, batch 1, input "input",
+output "output"), NAME.input.npy, NAME.output.npy (PyTorch's output) and, last, NAME.json.
+Weights are random from a fixed per-model seed; BatchNorm running statistics are measured with
+train-mode passes (momentum=None) before eval. Export runs with autograd enabled (never under
+torch.no_grad()), so no fused fast path is traced.
+
+A model that fails to export is skipped and reported; the exit status is 1 if any failed.
+Use Debian's Python (/usr/bin/python3): it has torch, torchvision and onnx.
+"""
+
+import argparse
+import math
+import os
+import sys
+import traceback
+
+import torch
+import torch.nn as nn
+import torchvision
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_models  # noqa: E402  (export_model, calibrate_batchnorm, checks)
+
+DEFAULT_OUT = "/tmp/kiln_extra"
+
+
+def gelu_tanh(x):
+    """HuggingFace's NewGELUActivation (the tanh approximation), spelled out."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+class BertSelfAttention(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = d // heads
+        self.query = nn.Linear(d, d)
+        self.key = nn.Linear(d, d)
+        self.value = nn.Linear(d, d)
+
+    def split_heads(self, x):
+        b, s, _ = x.shape
+        return x.view(b, s, self.heads, self.head_dim).permute(0, 2, 1, 3)
+
+    def forward(self, h, mask):
+        q = self.split_heads(self.query(h))
+        k = self.split_heads(self.key(h))
+        v = self.split_heads(self.value(h))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
+        scores = scores + mask
+        probs = torch.softmax(scores, dim=-1)
+        ctx = torch.matmul(probs, v).permute(0, 2, 1, 3).contiguous()
+        b, s = ctx.shape[0], ctx.shape[1]
+        return ctx.view(b, s, self.heads * self.head_dim)
+
+
+class BertLayer(nn.Module):
+    """One HuggingFace-BERT encoder layer (post-norm), dropout omitted (eval)."""
+
+    def __init__(self, d, heads, ff):
+        super().__init__()
+        self.attention = BertSelfAttention(d, heads)
+        self.attn_out = nn.Linear(d, d)
+        self.attn_norm = nn.LayerNorm(d, eps=1e-12)
+        self.intermediate = nn.Linear(d, ff)
+        self.output = nn.Linear(ff, d)
+        self.out_norm = nn.LayerNorm(d, eps=1e-12)
+
+    def forward(self, h, mask):
+        a = self.attn_norm(self.attn_out(self.attention(h, mask)) + h)
+        return self.out_norm(self.output(gelu_tanh(self.intermediate(a))) + a)
+
+
+class BertEncoder(nn.Module):
+    """2 BERT layers, d=256, 4 heads, FFN 1024, seq 64, with an additive attention mask.
+
+    The mask is HuggingFace's extended mask: (1 - attention_mask)[:, None, None, :] * -10000,
+    a [1, 1, 1, S] float tensor built from a constant attention_mask whose last 8 positions are
+    padding; constant folding turns it into an initializer added to the scores before softmax.
+    """
+
+    def __init__(self, d=256, heads=4, ff=1024, layers=2, seq=64, pad=8):
+        super().__init__()
+        attention_mask = torch.ones(1, seq)
+        attention_mask[:, seq - pad:] = 0.0
+        self.register_buffer("attention_mask", attention_mask)
+        self.layers = nn.ModuleList([BertLayer(d, heads, ff) for _ in range(layers)])
+
+    def forward(self, x):
+        mask = (1.0 - self.attention_mask[:, None, None, :]) * -10000.0
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x
+
+
+IMG = (1, 3, 224, 224)
+tv = torchvision.models
+# name -> (seed, constructor, input shape, description), as in make_models.MODELS
+EXTRA_MODELS = {
+    "efficientnet_b0": (200, lambda: tv.efficientnet_b0(weights=None), IMG, "torchvision efficientnet_b0"),
+    "mobilenet_v3_small": (201, lambda: tv.mobilenet_v3_small(weights=None), IMG,
+                           "torchvision mobilenet_v3_small"),
+    "squeezenet1_1": (202, lambda: tv.squeezenet1_1(weights=None), IMG, "torchvision squeezenet1_1"),
+    "densenet121": (203, lambda: tv.densenet121(weights=None), IMG, "torchvision densenet121"),
+    "vgg11": (204, lambda: tv.vgg11(weights=None), IMG, "torchvision vgg11 (no BN)"),
+    "resnet50": (205, lambda: tv.resnet50(weights=None), IMG, "torchvision resnet50"),
+    "shufflenet_v2_x1_0": (206, lambda: tv.shufflenet_v2_x1_0(weights=None), IMG,
+                           "torchvision shufflenet_v2_x1_0"),
+    "googlenet": (207, lambda: tv.googlenet(weights=None, aux_logits=False, init_weights=True), IMG,
+                  "torchvision googlenet, aux_logits=False, init_weights=True"),
+    "bert": (208, BertEncoder, (1, 64, 256),
+             "hand-written HF-BERT encoder: 2 layers, d 256, 4 heads, ff 1024, seq 64, tanh GELU, mask"),
+}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help=f"models (default: all of {', '.join(EXTRA_MODELS)})")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="output directory (default: %(default)s)")
+    parser.add_argument("--list", action="store_true", help="list the models and exit")
+    parser.add_argument("--ops", action="store_true", help="print each model's op histogram")
+    args = parser.parse_args()
+
+    if args.list:
+        for name, (_, _, shape, description) in EXTRA_MODELS.items():
+            print(f"{name:19s} {'x'.join(map(str, shape)):12s} {description}")
+        return 0
+    unknown = [n for n in args.names if n not in EXTRA_MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(EXTRA_MODELS)}")
+
+    # export_model looks models up in make_models.MODELS.
+    clash = set(EXTRA_MODELS) & set(make_models.MODELS)
+    assert not clash, f"names already used by make_models.py: {clash}"
+    make_models.MODELS.update(EXTRA_MODELS)
+
+    os.makedirs(args.out, exist_ok=True)
+    torch.set_num_threads(1)  # bit-reproducible reference outputs, as in make_models.py
+    failed = []
+    for name in args.names or list(EXTRA_MODELS):
+        try:
+            meta = make_models.export_model(name, args.out)
+        except Exception as e:  # noqa: BLE001 - report and go on with the next model
+            failed.append(name)
+            print(f"{name}: EXPORT FAILED: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            traceback.print_exc(limit=3, file=sys.stderr)
+            continue
+        if args.ops:
+            print("  " + ", ".join(f"{op} {n}" for op, n in meta["ops"].items()), flush=True)
+    if failed:
+        print(f"failed to export: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
