@@ -22,6 +22,9 @@ class JitModule {
   // Compiles (or finds in the cache) and loads. A compiler failure is a UserError that names the
   // kept source file and the compiler's first error line.
   static std::unique_ptr<JitModule> build(const std::string& source, const CompileOptions& opts = {});
+  JitModule() = default;
+  JitModule(const JitModule&) = delete;  // owns a dlopen handle
+  JitModule& operator=(const JitModule&) = delete;
   ~JitModule();
   KernelFn get(const std::string& name) const;  // UserError when missing
   const std::string& library_path() const { return path_; }

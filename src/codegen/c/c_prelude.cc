@@ -1,0 +1,150 @@
+#include "codegen/c/c_prelude.h"
+
+#include <sstream>
+
+namespace kiln::codegen::detail {
+namespace {
+
+// The helpers reproduce the reference executor's semantics exactly (src/ir/dtype.cc for the
+// float16/bfloat16 conversions, src/reference/ops/elementwise_* for min/max, integer division,
+// pow and float→integer casts), so a compiled kernel can be compared with the oracle bit for bit.
+
+const char* kConversions = R"(/* float16 / bfloat16 storage: arithmetic happens in float; stores round to nearest even. */
+static inline float kiln_bits_to_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t kiln_f32_to_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float kiln_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, ex = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+  if (ex == 0x1fu) return kiln_bits_to_f32(sign | 0x7f800000u | (man << 13));
+  if (ex == 0) {  /* zero or subnormal: man * 2^-24 */
+    float v = (float)man * (1.0f / 16777216.0f);
+    return sign ? -v : v;
+  }
+  return kiln_bits_to_f32(sign | ((ex + 112u) << 23) | (man << 13));
+}
+static inline uint16_t kiln_f32_to_f16(float f) {
+  uint32_t x = kiln_f32_to_bits(f);
+  uint32_t sign = (x >> 16) & 0x8000u, ex = (x >> 23) & 0xffu, man = x & 0x7fffffu;
+  if (ex == 0xffu) return (uint16_t)(sign | 0x7c00u | (man ? 0x200u : 0u));  /* inf, quiet nan */
+  int e = (int)ex - 112;
+  if (e >= 31) return (uint16_t)(sign | 0x7c00u);  /* overflow to inf */
+  if (e <= 0) {  /* subnormal half or zero */
+    if (e < -10) return (uint16_t)sign;
+    man |= 0x800000u;
+    int shift = 14 - e;
+    uint32_t hm = man >> shift, rem = man & ((1u << shift) - 1u), halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (hm & 1u))) hm++;
+    return (uint16_t)(sign | hm);
+  }
+  uint32_t hm = man >> 13, rem = man & 0x1fffu;
+  uint32_t v = sign | ((uint32_t)e << 10) | hm;
+  if (rem > 0x1000u || (rem == 0x1000u && (hm & 1u))) v++;  /* a carry into the exponent is right */
+  return (uint16_t)v;
+}
+static inline float kiln_bf16_to_f32(uint16_t b) { return kiln_bits_to_f32((uint32_t)b << 16); }
+static inline uint16_t kiln_f32_to_bf16(float f) {
+  uint32_t x = kiln_f32_to_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);  /* nan stays nan */
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return (uint16_t)(x >> 16);
+}
+)";
+
+struct IntType {
+  const char* c;       // C type
+  const char* s;       // helper suffix
+  const char* u;       // unsigned type of the same width
+  bool is_signed;
+  const char* lo;      // lowest value as a C expression
+  const char* hi;      // highest value
+  const char* dlo;     // lowest value as a double literal (exact)
+  const char* dhi;     // highest value rounded to double (saturate at or above it)
+};
+
+const IntType kInts[] = {
+    {"int8_t", "i8", "uint8_t", true, "INT8_MIN", "INT8_MAX", "-128.0", "127.0"},
+    {"int16_t", "i16", "uint16_t", true, "INT16_MIN", "INT16_MAX", "-32768.0", "32767.0"},
+    {"int32_t", "i32", "uint32_t", true, "INT32_MIN", "INT32_MAX", "-2147483648.0", "2147483647.0"},
+    {"int64_t", "i64", "uint64_t", true, "INT64_MIN", "INT64_MAX", "-9223372036854775808.0",
+     "9223372036854775808.0"},
+    {"uint8_t", "u8", "uint8_t", false, "0", "UINT8_MAX", "0.0", "255.0"},
+    {"uint16_t", "u16", "uint16_t", false, "0", "UINT16_MAX", "0.0", "65535.0"},
+    {"uint32_t", "u32", "uint32_t", false, "0", "UINT32_MAX", "0.0", "4294967295.0"},
+    {"uint64_t", "u64", "uint64_t", false, "0", "UINT64_MAX", "0.0", "18446744073709551616.0"},
+};
+
+void float_helpers(std::ostringstream& os, const char* t, const char* s) {
+  // numpy.minimum/maximum: a NaN in either position wins (the first one when both are NaN).
+  os << "static inline " << t << " kiln_min_" << s << "(" << t << " a, " << t
+     << " b) { return isnan(a) ? a : isnan(b) ? b : (b < a ? b : a); }\n"
+     << "static inline " << t << " kiln_max_" << s << "(" << t << " a, " << t
+     << " b) { return isnan(a) ? a : isnan(b) ? b : (a < b ? b : a); }\n"
+     << "static inline bool kiln_isnan_" << s << "(" << t << " x) { return isnan(x) != 0; }\n"
+     << "static inline bool kiln_isinf_" << s << "(" << t << " x) { return isinf(x) != 0; }\n";
+}
+
+void int_helpers(std::ostringstream& os, const IntType& it) {
+  const std::string t = it.c, s = it.s, u = it.u;
+  const std::string fn = "static inline " + t + " kiln_";
+  os << fn << "min_" << s << "(" << t << " a, " << t << " b) { return b < a ? b : a; }\n";
+  os << fn << "max_" << s << "(" << t << " a, " << t << " b) { return a < b ? b : a; }\n";
+  if (it.is_signed) {
+    // Division by -1 negates with wrap-around (INT_MIN / -1 traps in C); x % -1 is 0.
+    os << fn << "div_" << s << "(" << t << " a, " << t << " b) { return b == 0 ? 0 : b == -1 ? (" << t
+       << ")(0u - (" << u << ")a) : (" << t << ")(a / b); }\n";
+    os << fn << "mod_" << s << "(" << t << " a, " << t << " b) { return (b == 0 || b == -1) ? 0 : (" << t
+       << ")(a % b); }\n";
+    os << fn << "abs_" << s << "(" << t << " a) { return a < 0 ? (" << t << ")(0u - (" << u
+       << ")a) : a; }\n";
+  } else {
+    os << fn << "div_" << s << "(" << t << " a, " << t << " b) { return b == 0 ? 0 : (" << t << ")(a / b); }\n";
+    os << fn << "mod_" << s << "(" << t << " a, " << t << " b) { return b == 0 ? 0 : (" << t << ")(a % b); }\n";
+  }
+  if (it.is_signed && (t == "int32_t" || t == "int64_t")) {
+    // Wrapping arithmetic through the unsigned type of the same width (signed overflow is UB in C;
+    // narrower types promote to int and are converted back by the emitter instead).
+    for (const char* op : {"add+", "sub-", "mul*"})
+      os << fn << std::string(op, 3) << "_" << s << "(" << t << " a, " << t << " b) { return (" << t << ")((" << u
+         << ")a " << op[3] << " (" << u << ")b); }\n";
+    os << fn << "neg_" << s << "(" << t << " a) { return (" << t << ")(0u - (" << u << ")a); }\n";
+  }
+  // Integer power by repeated squaring in uint64_t (narrow types would promote to int and could
+  // overflow it); the low bits of the product are those of the wrapping repeated multiplication.
+  os << fn << "powu_" << s << "(" << t << " base, uint64_t e) {\n"
+     << "  uint64_t r = 1, b = (uint64_t)base;\n"
+     << "  for (; e > 0; e >>= 1) { if (e & 1u) r *= b; b *= b; }\n"
+     << "  return (" << t << ")" << (it.is_signed ? "(" + u + ")" : "") << "r;\n}\n";
+  // A negative exponent gives the truncated real result: 1 for base 1, ±1 for base -1, else 0.
+  os << fn << "pow_" << s << "(" << t << " base, int64_t e) {\n"
+     << "  if (e >= 0) return kiln_powu_" << s << "(base, (uint64_t)e);\n"
+     << "  if (base == 1) return 1;\n";
+  if (it.is_signed) os << "  if (base == -1) return (e & 1) ? -1 : 1;\n";
+  os << "  return 0;\n}\n";
+  os << fn << "sat_" << s << "(double v) { return v != v ? 0 : v >= " << it.dhi << " ? " << it.hi
+     << " : v <= " << it.dlo << " ? " << it.lo << " : (" << t << ")v; }\n";
+}
+
+}  // namespace
+
+std::string c_prelude() {
+  std::ostringstream os;
+  os << "/* Generated by kiln. C11; kernels take `void* const* args` (inputs, then outputs). */\n"
+     << "#include <math.h>\n#include <stdbool.h>\n#include <stdint.h>\n#include <stdlib.h>\n"
+     << "#include <string.h>\n\n"
+     << kConversions << "\n"
+     << "/* Floating point min/max (NaN-propagating) and classification. */\n";
+  float_helpers(os, "float", "f32");
+  float_helpers(os, "double", "f64");
+  os << "\n/* Integers: wrap-around like the reference executor; x/0 and x%0 are 0. */\n";
+  for (const IntType& it : kInts) int_helpers(os, it);
+  os << "static inline bool kiln_min_b(bool a, bool b) { return a && b; }\n"
+     << "static inline bool kiln_max_b(bool a, bool b) { return a || b; }\n"
+     << "static inline bool kiln_div_b(bool a, bool b) { return b ? a : 0; }\n"
+     << "static inline bool kiln_mod_b(bool a, bool b) { (void)a; (void)b; return 0; }\n\n"
+     // The runtime sets the thread count of the module's parallel loops through this entry point,
+     // so kiln itself need not link OpenMP.
+     << "#ifdef _OPENMP\n#include <omp.h>\n#endif\n"
+     << "void kiln_set_num_threads(int n) {\n#ifdef _OPENMP\n  omp_set_num_threads(n);\n#else\n  (void)n;\n#endif\n}\n\n";
+  return os.str();
+}
+
+}  // namespace kiln::codegen::detail

@@ -1,0 +1,18 @@
+// The fixed part of every translation unit emit_c writes: includes and the static inline helpers
+// the emitted expressions call. Internal to the C emitter.
+#pragma once
+#include <string>
+
+namespace kiln::codegen::detail {
+
+// Helper families (NAME_<suffix>, suffix from c_suffix in c_emitter.cc):
+//   kiln_f16_to_f32 / kiln_f32_to_f16 / kiln_bf16_to_f32 / kiln_f32_to_bf16  (storage conversions)
+//   kiln_min_S / kiln_max_S     f32 f64 (NaN-propagating) and every integer type and b (bool)
+//   kiln_div_S / kiln_mod_S     integers and b: x/0 and x%0 give 0, INT_MIN / -1 wraps
+//   kiln_abs_S kiln_add_S kiln_sub_S kiln_mul_S kiln_neg_S   signed integers, wrapping
+//   kiln_pow_S(base, int64 e), kiln_powu_S(base, uint64 e)   integers (repeated squaring, wrapping)
+//   kiln_sat_S(double)          float → integer: NaN → 0, out-of-range saturates
+//   kiln_isnan_S / kiln_isinf_S f32 f64, returning bool
+std::string c_prelude();
+
+}  // namespace kiln::codegen::detail

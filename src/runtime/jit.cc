@@ -1,0 +1,260 @@
+#include "runtime/jit.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string_view>
+
+#include "support/error.h"
+
+namespace kiln::runtime {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Bump when the kernel ABI or the emitted prelude's contract changes, so stale objects are ignored.
+constexpr std::string_view kCacheVersion = "kiln-jit-1";
+
+// FNV-1a, 64 bits: fast, dependency-free; the cache needs no resistance to crafted collisions.
+struct Fnv1a {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  // Each field ends with a NUL so ("ab", "c") and ("a", "bc") hash differently.
+  void field(std::string_view s) {
+    for (unsigned char c : s) mix(c);
+    mix(0);
+  }
+  void mix(unsigned char c) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+};
+
+// With -march=native the object depends on the CPU as well: a cache directory shared by several
+// machines (an NFS home) must not hand one machine's object to another (SIGILL).
+const std::string& cpu_identity() {
+  static const std::string id = [] {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line, out;
+    while (std::getline(in, line)) {
+      auto key = line.substr(0, line.find(':'));
+      while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.pop_back();
+      if (key == "model name" || key == "flags" || key == "Features" || key == "CPU part") out += line + "\n";
+      if (line.empty() && !out.empty()) break;  // the first processor is enough
+    }
+    return out;
+  }();
+  return id;
+}
+
+std::string content_hash(const std::string& source, const CompileOptions& o) {
+  Fnv1a h;
+  h.field(kCacheVersion);
+  h.field(source);
+  h.field(o.compiler);
+  bool native = false;
+  for (const auto& f : o.flags) {
+    h.field(f);
+    native = native || f.find("=native") != std::string::npos;
+  }
+  if (native) h.field(cpu_identity());
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h.h));
+  return buf;
+}
+
+bool usable_dir(const fs::path& p) {
+  std::error_code ec;
+  fs::create_directories(p, ec);
+  return fs::is_directory(p, ec) && ::access(p.c_str(), W_OK | X_OK) == 0;
+}
+
+// The cache directory, created; a private temporary one when it cannot be (read-only home).
+fs::path cache_dir_for(const CompileOptions& opts) {
+  fs::path dir = opts.cache_dir.empty() ? fs::path(default_cache_dir()) : fs::path(opts.cache_dir);
+  if (usable_dir(dir)) return dir;
+  std::error_code ec;
+  fs::path tmp = fs::temp_directory_path(ec);
+  if (ec) tmp = "/tmp";
+  fs::path user_tmp = tmp / ("kiln-" + std::to_string(::getuid()));
+  if (usable_dir(user_tmp)) return user_tmp;
+  std::string templ = (tmp / "kiln-XXXXXX").string();
+  if (::mkdtemp(templ.data())) return templ;
+  user_error("cannot create a directory for compiled kernels (tried ", dir.string(), " and ", tmp.string(), ")");
+}
+
+// A name no other thread or process uses at the same time, next to `base`.
+std::string unique_temp(const std::string& base, const char* ext) {
+  static std::atomic<uint64_t> counter{0};
+  return base + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++) + ext;
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) user_error("cannot write ", path, ": ", std::strerror(errno));
+}
+
+// Readers (other processes) only ever see a complete file: write aside, then rename over.
+void write_file_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = unique_temp(path, "");
+  write_file(tmp, text);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    user_error("cannot rename ", tmp, " to ", path, ": ", std::strerror(err));
+  }
+}
+
+// The executable exec will run: `name` itself when it has a slash, else the first match on PATH.
+// Resolved before fork so that the child only calls async-signal-safe functions.
+std::string find_program(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const char* path = std::getenv("PATH");
+  std::string_view dirs = path && *path ? path : "/usr/local/bin:/usr/bin:/bin";
+  while (true) {
+    const size_t colon = dirs.find(':');
+    std::string dir(dirs.substr(0, colon));
+    if (dir.empty()) dir = ".";
+    const std::string cand = dir + "/" + name;
+    if (::access(cand.c_str(), X_OK) == 0) return cand;
+    if (colon == std::string_view::npos) break;
+    dirs.remove_prefix(colon + 1);
+  }
+  user_error("C compiler '", name, "' not found on PATH");
+}
+
+// Runs argv (no shell) with stdout and stderr going to log_path; returns the exit status, or
+// 128 + signal number when it was killed.
+int run_process(const std::vector<std::string>& argv, const std::string& log_path) {
+  const std::string program = find_program(argv[0]);
+  std::vector<char*> av;
+  for (const auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
+  av.push_back(nullptr);
+  const std::string exec_failed = "kiln: cannot execute " + program + "\n";
+
+  const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) user_error("cannot write ", log_path, ": ", std::strerror(errno));
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int err = errno;
+    ::close(fd);
+    user_error("cannot start the C compiler: ", std::strerror(err));
+  }
+  if (pid == 0) {  // child: async-signal-safe calls only (the parent may have other threads)
+    ::dup2(fd, STDOUT_FILENO);
+    ::dup2(fd, STDERR_FILENO);
+    ::execv(program.c_str(), av.data());
+    ssize_t ignored = ::write(STDERR_FILENO, exec_failed.data(), exec_failed.size());
+    (void)ignored;
+    ::_exit(127);
+  }
+  ::close(fd);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) user_error("waiting for the C compiler failed: ", std::strerror(errno));
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+// The line of a compiler log a user should see first: the first diagnostic that is an error,
+// else the first non-empty line.
+std::string first_error_line(const std::string& log_path) {
+  std::ifstream in(log_path);
+  std::string line, first;
+  while (std::getline(in, line)) {
+    if (line.find("error") != std::string::npos) return line;
+    if (first.empty() && !line.empty()) first = line;
+  }
+  return first.empty() ? "(no compiler output)" : first;
+}
+
+// RTLD_NODELETE: a module that ran OpenMP parallel loops leaves libgomp worker threads behind;
+// unmapping it on dlclose would crash them at process exit, so modules stay mapped.
+void* open_library(const std::string& path) {
+  return ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+}
+
+}  // namespace
+
+std::string default_cache_dir() {
+  // XDG says a relative $XDG_CACHE_HOME is invalid and must be ignored.
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg && xdg[0] == '/') return (fs::path(xdg) / "kiln").string();
+  const char* home = std::getenv("HOME");
+  if (home && home[0]) return (fs::path(home) / ".cache" / "kiln").string();
+  std::error_code ec;
+  fs::path tmp = fs::temp_directory_path(ec);
+  return ((ec ? fs::path("/tmp") : tmp) / ("kiln-" + std::to_string(::getuid()))).string();
+}
+
+std::unique_ptr<JitModule> JitModule::build(const std::string& source, const CompileOptions& opts) {
+  const fs::path dir = cache_dir_for(opts);
+  const std::string base = (dir / ("kiln_" + content_hash(source, opts))).string();
+  const std::string src_path = base + ".c", so_path = base + ".so", log_path = base + ".log";
+  std::unique_ptr<JitModule> m(new JitModule());
+  m->path_ = so_path;
+
+  std::error_code ec;
+  if (opts.use_cache && fs::exists(so_path, ec)) {
+    // A file that fails to load (another libc, a truncated copy) is simply rebuilt below.
+    if ((m->handle_ = open_library(so_path))) {
+      m->cached_ = true;
+      return m;
+    }
+  }
+
+  // Every file is written aside and renamed into place: processes building the same kernel at
+  // the same time never see each other's partial output, and the last rename wins harmlessly.
+  write_file_atomic(src_path, source);
+  const std::string tmp_so = unique_temp(base, ".so"), tmp_log = unique_temp(base, ".log");
+  std::vector<std::string> argv = {opts.compiler};
+  argv.insert(argv.end(), opts.flags.begin(), opts.flags.end());
+  argv.insert(argv.end(), {"-o", tmp_so, src_path});
+  const int rc = run_process(argv, tmp_log);
+  if (rc != 0) {
+    std::remove(tmp_so.c_str());
+    std::rename(tmp_log.c_str(), log_path.c_str());
+    user_error("C compiler failed (exit ", rc, ") on ", src_path, ": ", first_error_line(log_path),
+               "; full log: ", log_path);
+  }
+  std::remove(tmp_log.c_str());
+  if (std::rename(tmp_so.c_str(), so_path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp_so.c_str());
+    user_error("cannot rename ", tmp_so, " to ", so_path, ": ", std::strerror(err));
+  }
+  m->handle_ = open_library(so_path);
+  if (!m->handle_) {
+    const char* err = ::dlerror();
+    user_error("cannot load compiled kernels ", so_path, ": ", err ? err : "unknown error");
+  }
+  return m;
+}
+
+JitModule::~JitModule() {
+  if (handle_) ::dlclose(handle_);
+}
+
+KernelFn JitModule::get(const std::string& name) const {
+  ::dlerror();  // clear a stale error
+  void* sym = handle_ ? ::dlsym(handle_, name.c_str()) : nullptr;
+  if (!sym) user_error("kernel ", name, " not found in ", path_);
+  return reinterpret_cast<KernelFn>(sym);
+}
+
+}  // namespace kiln::runtime
