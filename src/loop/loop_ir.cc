@@ -251,7 +251,9 @@ std::string print_stmt(const Stmt& s, int indent) {
       os << pad << dtype_name(s->value->type) << " " << s->var << " = " << print_expr(s->value) << "\n";
       break;
     case StmtKind::Assign: os << pad << s->var << " = " << print_expr(s->value) << "\n"; break;
-    case StmtKind::Block: body(s->body); break;
+    case StmtKind::Block:
+      for (const auto& c : s->body) os << print_stmt(c, indent);  // a block adds no nesting level
+      break;
     case StmtKind::If:
       os << pad << "if " << print_expr(s->cond) << " {\n";
       body(s->body);

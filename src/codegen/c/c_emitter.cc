@@ -113,8 +113,16 @@ std::string ident(const std::string& name) {
 }
 
 // Called functions are the prelude's, libm's or (later) micro-kernels: kiln's names, not the model's.
-std::string callee(const std::string& name) {
+// A libm function called on float32 uses its float variant (log1p → log1pf), as the reference's
+// std:: overloads do; anything else is called by its name.
+std::string callee(const std::string& name, DType type) {
   KILN_CHECK(is_identifier(name), "C emitter: call to '", name, "', not a C identifier");
+  static const char* libm[] = {"log1p", "expm1", "exp", "log", "sqrt", "pow", "fabs", "erf", "tanh", "sin", "cos",
+                               "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "floor",
+                               "ceil", "nearbyint", "fmod", "fmax", "fmin", "exp2", "log2", "cbrt", "hypot"};
+  if (type == DType::Float32 || type == DType::Float16 || type == DType::BFloat16)
+    for (const char* f : libm)
+      if (name == f) return name + "f";
   return name;
 }
 
@@ -300,7 +308,7 @@ std::string emit_expr(const Expr& ep, Ctx ctx) {
       return "(" + emit_expr(e.args[0], ctx) + " ? " + emit_expr(e.args[1], ctx) + " : " + emit_expr(e.args[2], ctx) + ")";
     case ExprKind::Cast: return convert(emit_expr(e.args[0], ctx), e.args[0]->type, e.type);
     case ExprKind::Call: {
-      std::string s = callee(e.name) + "(";
+      std::string s = callee(e.name, e.type) + "(";
       for (size_t i = 0; i < e.args.size(); ++i) s += (i ? ", " : "") + emit_expr(e.args[i]);
       return s + ")";
     }
@@ -352,7 +360,7 @@ class StmtEmitter {
         break;
       case StmtKind::Allocate: emit_allocate(*s, indent); break;
       case StmtKind::Call: {
-        os_ << pad << callee(s->text) << "(";
+        os_ << pad << callee(s->text, DType::Undefined) << "(";
         for (size_t i = 0; i < s->call_args.size(); ++i) os_ << (i ? ", " : "") << emit_expr(s->call_args[i]);
         os_ << ");\n";
         break;

@@ -1,0 +1,368 @@
+#include "loop/loop_interpreter.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <unordered_map>
+
+#include "support/error.h"
+
+namespace kiln::loop {
+namespace {
+
+// One scalar: float types keep their (exactly representable) value in f, integers and bool in i
+// (uint64 as its bit pattern). The Expr's type says which.
+struct Scalar {
+  double f = 0;
+  int64_t i = 0;
+};
+
+template <class T>
+constexpr bool is_half_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+// The C++ type an element type computes in (float16/bfloat16 in float).
+template <class T>
+using compute_t = std::conditional_t<is_half_v<T>, float, T>;
+
+template <class T>
+T get(const Scalar& s) {
+  if constexpr (std::is_same_v<T, bool>) return s.i != 0;
+  else if constexpr (std::is_integral_v<T>) return T(s.i);
+  else if constexpr (is_half_v<T>) return T(float(s.f));
+  else return T(s.f);
+}
+
+template <class T>
+Scalar put(T v) {
+  Scalar s;
+  if constexpr (std::is_integral_v<T>) s.i = int64_t(v);
+  else if constexpr (is_half_v<T>) s.f = double(float(v));
+  else s.f = double(v);
+  return s;
+}
+
+// Wrapping integer arithmetic in the unsigned type of at least int width.
+template <class T>
+using wide_unsigned_t = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+
+template <class C>
+C nan_max(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>) {
+    if (std::isnan(a)) return a;
+    if (std::isnan(b)) return b;
+  }
+  return a < b ? b : a;
+}
+template <class C>
+C nan_min(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>) {
+    if (std::isnan(a)) return a;
+    if (std::isnan(b)) return b;
+  }
+  return b < a ? b : a;
+}
+
+// double → float rounded to odd, so that a second rounding to float16/bfloat16 is correct (the
+// same construction as the reference Cast kernel).
+float round_to_odd_float(double d) {
+  float f = float(d);
+  if (!std::isfinite(d) || double(f) == d) return f;
+  if (std::fabs(double(f)) > std::fabs(d)) f = std::nextafter(f, 0.0f);
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits |= 1u;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+template <class To>
+To saturate(double v) {
+  if constexpr (std::is_same_v<To, bool>) {
+    return v != 0.0;
+  } else {
+    if (std::isnan(v)) return To(0);
+    if (v >= double(std::numeric_limits<To>::max())) return std::numeric_limits<To>::max();
+    if (v <= double(std::numeric_limits<To>::lowest())) return std::numeric_limits<To>::lowest();
+    return To(v);
+  }
+}
+
+// Cast semantics (see the header): those of kiln's reference Cast op.
+template <class From, class To>
+To convert(From v) {
+  if constexpr (is_half_v<To>) {
+    if constexpr (std::is_same_v<From, float> || is_half_v<From>) return To(float(v));
+    else return To(round_to_odd_float(double(v)));
+  } else if constexpr (std::is_integral_v<To> && !std::is_integral_v<From>) {
+    return saturate<To>(double(compute_t<From>(v)));
+  } else if constexpr (std::is_same_v<To, bool>) {
+    return v != From(0);
+  } else {
+    return To(compute_t<From>(v));
+  }
+}
+
+class Interpreter {
+ public:
+  void bind(const BufferPtr& b, Tensor* t) {
+    KILN_CHECK(t && t->dtype() == b->dtype && t->numel() == b->numel(), "buffer '", b->name, "' is ",
+               dtype_name(b->dtype), shape_str(b->shape), ", bound to ",
+               t ? std::string(dtype_name(t->dtype())) + shape_str(t->shape()) : std::string("nothing"));
+    buffers_[b.get()] = t;
+  }
+
+  void exec(const Stmt& s) {
+    switch (s->kind) {
+      case StmtKind::For: {
+        const int64_t n = eval(s->extent).i;
+        vars_.push_back({s->var, Scalar{}});
+        const size_t slot = vars_.size() - 1;
+        for (int64_t i = 0; i < n; ++i) {
+          vars_[slot].second.i = i;
+          exec_list(s->body);
+        }
+        vars_.pop_back();
+        break;
+      }
+      case StmtKind::Store: {
+        KILN_CHECK(s->value->type == s->buffer->dtype, "store of a ", dtype_name(s->value->type), " value into ",
+                   dtype_name(s->buffer->dtype), " buffer '", s->buffer->name, "'");
+        Tensor* t = tensor(s->buffer);
+        const int64_t idx = checked_index(s->buffer, eval(s->index).i);
+        const Scalar v = eval(s->value);
+        dispatch_dtype(t->dtype(), [&](auto tag) {
+          using T = decltype(tag);
+          t->data<T>()[idx] = get<T>(v);
+        });
+        break;
+      }
+      case StmtKind::Let: vars_.push_back({s->var, eval(s->value)}); break;
+      case StmtKind::Assign: lookup(s->var) = eval(s->value); break;
+      case StmtKind::Block: exec_list(s->body); break;
+      case StmtKind::If: exec_list(eval(s->cond).i != 0 ? s->body : s->else_body); break;
+      case StmtKind::Allocate: {
+        Tensor local(s->buffer->dtype, s->buffer->shape);
+        buffers_[s->buffer.get()] = &local;
+        exec_list(s->body);
+        buffers_.erase(s->buffer.get());
+        break;
+      }
+      case StmtKind::Call: KILN_CHECK(false, "the interpreter cannot run micro-kernel call ", s->text);
+      case StmtKind::Comment: break;
+    }
+  }
+
+ private:
+  void exec_list(const std::vector<Stmt>& body) {
+    const size_t depth = vars_.size();
+    for (const auto& c : body) exec(c);
+    vars_.resize(depth);
+  }
+
+  Scalar& lookup(const std::string& name) {
+    for (auto it = vars_.rbegin(); it != vars_.rend(); ++it)
+      if (it->first == name) return it->second;
+    KILN_CHECK(false, "variable '", name, "' is not defined");
+  }
+
+  Tensor* tensor(const BufferPtr& b) {
+    auto it = buffers_.find(b.get());
+    KILN_CHECK(it != buffers_.end(), "buffer '", b->name, "' is not bound");
+    return it->second;
+  }
+
+  static int64_t checked_index(const BufferPtr& b, int64_t i) {
+    KILN_CHECK(i >= 0 && i < b->numel(), "index ", i, " is outside buffer '", b->name, "' of ", b->numel(),
+               " elements");
+    return i;
+  }
+
+  Scalar eval(const Expr& e) {
+    switch (e->kind) {
+      case ExprKind::IntImm: return Scalar{0, e->int_value};
+      case ExprKind::FloatImm:
+        return dispatch_dtype(e->type, [&](auto tag) -> Scalar {
+          using T = decltype(tag);
+          if constexpr (std::is_integral_v<T>) KILN_CHECK(false, "float immediate of integer type");
+          else return put<T>(T(compute_t<T>(e->float_value)));
+        });
+      case ExprKind::Var: return lookup(e->name);
+      case ExprKind::Load: {
+        Tensor* t = tensor(e->buffer);
+        const int64_t idx = checked_index(e->buffer, eval(e->args[0]).i);
+        return dispatch_dtype(t->dtype(), [&](auto tag) {
+          using T = decltype(tag);
+          return put<T>(t->data<T>()[idx]);
+        });
+      }
+      case ExprKind::Unary: return eval_unary(e);
+      case ExprKind::Binary: return eval_binary(e);
+      case ExprKind::Select: {
+        // All operands are evaluated (see the header): the branch not taken must be total too.
+        const Scalar c = eval(e->args[0]), t = eval(e->args[1]), f = eval(e->args[2]);
+        KILN_CHECK(e->args[1]->type == e->args[2]->type, "select branches of different types");
+        return c.i != 0 ? t : f;
+      }
+      case ExprKind::Cast: {
+        const Scalar a = eval(e->args[0]);
+        return dispatch_dtype(e->args[0]->type, [&](auto ftag) {
+          using From = decltype(ftag);
+          return dispatch_dtype(e->type, [&](auto ttag) {
+            using To = decltype(ttag);
+            return put<To>(convert<From, To>(get<From>(a)));
+          });
+        });
+      }
+      case ExprKind::Call: return eval_call(e);
+    }
+    KILN_CHECK(false, "unknown expression kind");
+  }
+
+  Scalar eval_unary(const Expr& e) {
+    const Scalar a = eval(e->args[0]);
+    const DType t = e->args[0]->type;
+    return dispatch_dtype(t, [&](auto tag) -> Scalar {
+      using T = decltype(tag);
+      using C = compute_t<T>;
+      const C x = C(get<T>(a));
+      if constexpr (std::is_same_v<T, bool>) {
+        KILN_CHECK(e->un == UnOp::Not, "unary ", unop_name(e->un), " on bool");
+        return put<bool>(!x);
+      } else if constexpr (std::is_integral_v<T>) {
+        using U = wide_unsigned_t<T>;
+        switch (e->un) {
+          case UnOp::Neg: return put<T>(T(U(0) - U(x)));
+          case UnOp::Abs:
+            if constexpr (std::is_signed_v<T>) return put<T>(x < 0 ? T(U(0) - U(x)) : x);
+            else return put<T>(x);
+          case UnOp::Floor:
+          case UnOp::Ceil:
+          case UnOp::Round: return put<T>(x);
+          default: KILN_CHECK(false, "unary ", unop_name(e->un), " on ", dtype_name(t));
+        }
+      } else {
+        switch (e->un) {
+          case UnOp::Neg: return put<T>(T(-x));
+          case UnOp::Abs: return put<T>(T(std::abs(x)));
+          case UnOp::Sqrt: return put<T>(T(std::sqrt(x)));
+          case UnOp::Exp: return put<T>(T(std::exp(x)));
+          case UnOp::Log: return put<T>(T(std::log(x)));
+          case UnOp::Erf: return put<T>(T(std::erf(x)));
+          case UnOp::Tanh: return put<T>(T(std::tanh(x)));
+          case UnOp::Sin: return put<T>(T(std::sin(x)));
+          case UnOp::Cos: return put<T>(T(std::cos(x)));
+          case UnOp::Tan: return put<T>(T(std::tan(x)));
+          case UnOp::Asin: return put<T>(T(std::asin(x)));
+          case UnOp::Acos: return put<T>(T(std::acos(x)));
+          case UnOp::Atan: return put<T>(T(std::atan(x)));
+          case UnOp::Sinh: return put<T>(T(std::sinh(x)));
+          case UnOp::Cosh: return put<T>(T(std::cosh(x)));
+          case UnOp::Asinh: return put<T>(T(std::asinh(x)));
+          case UnOp::Acosh: return put<T>(T(std::acosh(x)));
+          case UnOp::Atanh: return put<T>(T(std::atanh(x)));
+          case UnOp::Floor: return put<T>(T(std::floor(x)));
+          case UnOp::Ceil: return put<T>(T(std::ceil(x)));
+          case UnOp::Round: return put<T>(T(std::nearbyint(x)));
+          case UnOp::IsNaN: return put<bool>(std::isnan(x));
+          case UnOp::IsInf: return put<bool>(std::isinf(x));
+          case UnOp::Not: break;
+        }
+        KILN_CHECK(false, "unary ", unop_name(e->un), " on ", dtype_name(t));
+      }
+    });
+  }
+
+  Scalar eval_binary(const Expr& e) {
+    const Scalar va = eval(e->args[0]), vb = eval(e->args[1]);
+    const DType t = e->args[0]->type;
+    KILN_CHECK(t == e->args[1]->type, "binary ", binop_name(e->bin), " of ", dtype_name(t), " and ",
+               dtype_name(e->args[1]->type));
+    return dispatch_dtype(t, [&](auto tag) -> Scalar {
+      using T = decltype(tag);
+      using C = compute_t<T>;
+      const C a = C(get<T>(va)), b = C(get<T>(vb));
+      switch (e->bin) {
+        case BinOp::Lt: return put<bool>(a < b);
+        case BinOp::Le: return put<bool>(a <= b);
+        case BinOp::Gt: return put<bool>(a > b);
+        case BinOp::Ge: return put<bool>(a >= b);
+        case BinOp::Eq: return put<bool>(a == b);
+        case BinOp::Ne: return put<bool>(a != b);
+        default: break;
+      }
+      if constexpr (std::is_same_v<T, bool>) {
+        switch (e->bin) {
+          case BinOp::And: return put<bool>(a && b);
+          case BinOp::Or: return put<bool>(a || b);
+          case BinOp::Xor: return put<bool>(a != b);
+          case BinOp::Min: return put<bool>(a && b);
+          case BinOp::Max: return put<bool>(a || b);
+          default: KILN_CHECK(false, "binary ", binop_name(e->bin), " on bool");
+        }
+      } else if constexpr (std::is_integral_v<T>) {
+        using U = wide_unsigned_t<T>;
+        switch (e->bin) {
+          case BinOp::Add: return put<T>(T(U(a) + U(b)));
+          case BinOp::Sub: return put<T>(T(U(a) - U(b)));
+          case BinOp::Mul: return put<T>(T(U(a) * U(b)));
+          case BinOp::Div:
+          case BinOp::Mod: {
+            KILN_CHECK(b != 0, "integer ", binop_name(e->bin), " by zero (lowering must guard it)");
+            if constexpr (std::is_signed_v<T>)
+              KILN_CHECK(!(b == T(-1) && a == std::numeric_limits<T>::min()), "integer overflow in ",
+                         binop_name(e->bin));
+            return put<T>(e->bin == BinOp::Div ? T(a / b) : T(a % b));
+          }
+          case BinOp::Min: return put<T>(nan_min(a, b));
+          case BinOp::Max: return put<T>(nan_max(a, b));
+          default: KILN_CHECK(false, "binary ", binop_name(e->bin), " on ", dtype_name(t));
+        }
+      } else {
+        switch (e->bin) {
+          case BinOp::Add: return put<T>(T(a + b));
+          case BinOp::Sub: return put<T>(T(a - b));
+          case BinOp::Mul: return put<T>(T(a * b));
+          case BinOp::Div: return put<T>(T(a / b));
+          case BinOp::Mod: return put<T>(T(std::fmod(a, b)));
+          case BinOp::Min: return put<T>(T(nan_min(a, b)));
+          case BinOp::Max: return put<T>(T(nan_max(a, b)));
+          case BinOp::Pow: return put<T>(T(std::pow(a, b)));
+          default: KILN_CHECK(false, "binary ", binop_name(e->bin), " on ", dtype_name(t));
+        }
+      }
+    });
+  }
+
+  Scalar eval_call(const Expr& e) {
+    KILN_CHECK(e->name == "log1p" && e->args.size() == 1 && is_float(e->type) && e->args[0]->type == e->type,
+               "unknown call ", e->name, " of ", e->args.size(), " arguments");
+    const Scalar a = eval(e->args[0]);
+    return dispatch_dtype(e->type, [&](auto tag) -> Scalar {
+      using T = decltype(tag);
+      if constexpr (std::is_integral_v<T>) {
+        KILN_CHECK(false, "log1p of an integer");
+      } else {
+        using C = compute_t<T>;
+        return put<T>(T(std::log1p(C(get<T>(a)))));
+      }
+    });
+  }
+
+  std::unordered_map<const Buffer*, Tensor*> buffers_;
+  std::vector<std::pair<std::string, Scalar>> vars_;
+};
+
+}  // namespace
+
+void interpret(const LoopKernel& k, const std::vector<Tensor*>& inputs, const std::vector<Tensor*>& outputs) {
+  KILN_CHECK(inputs.size() == k.inputs.size() && outputs.size() == k.outputs.size(), "kernel ", k.name, " takes ",
+             k.inputs.size(), " inputs and ", k.outputs.size(), " outputs, got ", inputs.size(), " and ",
+             outputs.size());
+  Interpreter in;
+  for (size_t i = 0; i < inputs.size(); ++i) in.bind(k.inputs[i], inputs[i]);
+  for (size_t i = 0; i < outputs.size(); ++i) in.bind(k.outputs[i], outputs[i]);
+  if (k.body) in.exec(k.body);
+}
+
+}  // namespace kiln::loop

@@ -1,0 +1,453 @@
+// Lowering of one elementwise/injective fusion group to one loop nest. The model (values as
+// expressions of their position, memoised per (value, index)) is described in lower_internal.h;
+// this file builds the nest, the kernel's buffers, and the Lets that compute shared values once.
+//
+// Decisions, in order:
+//  - the nest walks the outputs' domain in row-major order: one flat loop `i` when no access needs
+//    a multi-dimensional index (pure elementwise chains, scalar operands, views), otherwise one
+//    loop per output dimension (`i0, i1, ...`, size-1 dims skipped) so broadcasts and remaps index
+//    with loop variables instead of div/mod. Lowering tries the flat form first and redoes the
+//    group nested when some index had to be unravelled;
+//  - outermost loop Parallel when the domain has >= 4096 elements, innermost Vectorized;
+//  - outputs of different sizes (a Split alone in its group) get one nest each;
+//  - a value used twice, and every group node's value at the loop point, is a Let `t<k>`; values
+//    at remapped positions stay inline (and are refused past the limits in lower_internal.h);
+//  - all loads of an iteration precede its stores (multi-output kernels store Let variables), so
+//    in-place memory reuse of a same-shaped input read at the same point is safe.
+// A group is refused (LoweredGroup::reason) for a non-elementwise kind, an op or form with no exact
+// loop spelling yet (Resize, GatherND, integer Pow, run-time Slice/Pad parameters, ...), or an
+// attribute the reference kernel would reject — the runtime then runs the reference kernels.
+#include "loop/lower_group.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <unordered_set>
+
+#include "fusion/op_kind.h"
+#include "loop/lower_internal.h"
+#include "support/error.h"
+
+namespace kiln::loop {
+
+namespace {
+
+bool is_c_keyword(const std::string& s) {
+  static const std::unordered_set<std::string> kw = {
+      "auto",     "break",    "case",     "char",   "const",    "continue", "default",  "do",
+      "double",   "else",     "enum",     "extern", "float",    "for",      "goto",     "if",
+      "inline",   "int",      "long",     "register", "restrict", "return", "short",    "signed",
+      "sizeof",   "static",   "struct",   "switch", "typedef",  "union",    "unsigned", "void",
+      "volatile", "while",    "_Bool",    "_Complex", "_Imaginary", "bool", "true",     "false",
+      "asm",      "typeof",   "main",     "NULL",   "alignas",  "alignof",  "static_assert",
+      "thread_local", "nullptr", "constexpr", "__global__", "__device__", "kernel", "global", "local",
+      "private",  "constant"};
+  return kw.count(s) != 0;
+}
+
+// Names a buffer must not take: the nest's own variables (i, i0.., t0..) and the math functions
+// an emitter calls (a parameter named `exp` would shadow exp()).
+bool is_reserved_name(const std::string& s) {
+  static const std::unordered_set<std::string> fn = {
+      "abs",  "fabs", "sqrt",  "exp",   "log",   "log1p", "erf",   "tanh",  "sin",  "cos",   "tan",
+      "asin", "acos", "atan",  "sinh",  "cosh",  "asinh", "acosh", "atanh", "floor", "ceil", "round",
+      "rint", "nearbyint", "fmod", "pow", "fmin", "fmax", "min", "max", "isnan", "isinf", "select",
+      "args", "n"};
+  if (fn.count(s)) return true;
+  if (s.rfind("kiln", 0) == 0) return true;
+  if ((s[0] == 'i' || s[0] == 't') &&
+      std::all_of(s.begin() + 1, s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return true;
+  return false;
+}
+
+uint32_t fnv1a(const std::string& s) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : s) h = (h ^ c) * 16777619u;
+  return h;
+}
+
+}  // namespace
+
+std::string sanitize_identifier(const std::string& s) {
+  std::string r;
+  for (unsigned char c : s) r += std::isalnum(c) ? char(c) : '_';
+  if (r.empty()) r = "v";
+  if (std::isdigit((unsigned char)r[0])) r = "v" + r;
+  // Identifiers starting with "__" or "_X" are reserved to the C implementation.
+  if (r[0] == '_' && r.size() > 1 && (r[1] == '_' || std::isupper((unsigned char)r[1]))) r = "v" + r;
+  if (is_c_keyword(r)) r += "_";
+  // Model names can be arbitrarily long; keep identifiers short but distinct.
+  if (r.size() > 64) {
+    char h[16];
+    std::snprintf(h, sizeof h, "_%08x", fnv1a(s));
+    r = r.substr(0, 55) + h;
+  }
+  return r;
+}
+
+namespace detail {
+
+void refuse(std::string reason) { throw Refusal{std::move(reason)}; }
+
+// ---------------------------------------------------------------- indices
+
+Expr Lowerer::flat(Index& idx) {
+  if (idx.flat) return idx.flat;
+  // Horner form ((d0 * n1 + d1) * n2 + d2); size-1 dims contribute nothing.
+  Expr acc = int_imm(0);
+  for (size_t d = 0; d < idx.shape.size(); ++d)
+    if (idx.shape[d] != 1) acc = add(mul(acc, int_imm(idx.shape[d])), (*idx.dims)[d]);
+  idx.flat = acc;
+  return acc;
+}
+
+const std::vector<Expr>& Lowerer::dims(Index& idx) {
+  if (idx.dims) return *idx.dims;
+  const Shape& s = idx.shape;
+  size_t nontrivial = 0, first = s.size();
+  for (size_t d = 0; d < s.size(); ++d)
+    if (s[d] != 1) {
+      ++nontrivial;
+      if (first == s.size()) first = d;
+    }
+  if (nontrivial > 1) needed_unravel_ = true;
+  std::vector<Expr> r(s.size());
+  int64_t stride = 1;
+  for (size_t d = s.size(); d-- > 0;) {
+    if (s[d] == 1) {
+      r[d] = int_imm(0);
+      continue;
+    }
+    Expr q = div_floor(idx.flat, int_imm(stride));
+    // The outermost non-trivial dim needs no modulo: the flat offset is within the tensor.
+    r[d] = d == first ? q : mod(q, int_imm(s[d]));
+    stride *= s[d];
+  }
+  idx.dims = std::move(r);
+  return *idx.dims;
+}
+
+Index Lowerer::broadcast(Index& idx, const Shape& in) {
+  if (in == idx.shape) return idx;
+  const int64_t n_in = shape_numel(in);
+  if (n_in == 1) return Index::zero(in);
+  // Equal sizes under broadcasting differ only by leading or matching unit dims: same offset.
+  if (n_in == shape_numel(idx.shape)) return Index::from_flat(in, flat(idx));
+  const auto& d = dims(idx);
+  KILN_CHECK(in.size() <= d.size(), "operand of rank ", in.size(), " broadcast to rank ", d.size());
+  const size_t off = d.size() - in.size();
+  std::vector<Expr> r(in.size());
+  for (size_t k = 0; k < in.size(); ++k) r[k] = in[k] == 1 ? int_imm(0) : d[k + off];
+  return Index::from_dims(in, std::move(r));
+}
+
+Expr Lowerer::operand(const Node& n, size_t k, Index& idx) {
+  const Value* v = n.input(k);
+  if (!v) refuse(cat(n.op_type(), " input ", k, " is missing"));
+  return value_at(v, broadcast(idx, v->shape()));
+}
+
+// ---------------------------------------------------------------- values
+
+Expr Lowerer::value_at(const Value* v, Index idx) {
+  KILN_CHECK(v && idx.shape == v->shape(), "index of shape ", shape_str(idx.shape), " into ",
+             v ? v->name() : "?", " of shape ", v ? shape_str(v->shape()) : "?");
+  const Expr f = flat(idx);
+  const std::string where = print_expr(f);
+  char key_prefix[32];
+  std::snprintf(key_prefix, sizeof key_prefix, "%p@", static_cast<const void*>(v));
+  const std::string key = key_prefix + where;
+  if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+  if (memo_.size() >= kMaxValuePoints)
+    refuse(cat("recomputing remapped values would need more than ", kMaxValuePoints, " expressions"));
+
+  Expr r;
+  if (auto it = input_buffers_.find(v); it != input_buffers_.end()) {
+    r = load(it->second, f);
+  } else {
+    const Node* p = v->producer();
+    KILN_CHECK(p && members_.count(p), "kernel ", grp_.name, " uses '", v->name(), "', which it neither reads nor computes");
+    size_t slot = 0;
+    while (p->output(slot) != v) ++slot;
+    r = lower_node(*p, slot, idx);
+    KILN_CHECK(r->type == v->dtype(), p->describe(), " lowered to ", dtype_name(r->type), ", expected ",
+               dtype_name(v->dtype()));
+    if (where == domain_flat_) at_point_.insert(r.get());
+  }
+  memo_[key] = r;
+  return r;
+}
+
+Expr Lowerer::lower_node(const Node& n, size_t slot, Index& idx) {
+  const auto kind = op_kind_of_type(n.op_type());
+  if (kind && *kind == OpKind::ElementWise) return lower_elementwise(n, idx);
+  return lower_injective(n, slot, idx);
+}
+
+// ---------------------------------------------------------------- Lets and the nest
+
+namespace {
+
+// Turns the expression DAG of the stores into Lets: a value used more than once, or a group
+// node's value at the loop point, is computed once into `t<k>`; the rest stays inline.
+class LetBuilder {
+ public:
+  LetBuilder(const std::set<const ExprNode*>& at_point, int first) : at_point_(at_point), next_(first) {}
+  int next() const { return next_; }
+
+  void count_root(const Expr& e) {
+    ++refs_[e.get()];
+    ++root_refs_[e.get()];
+    visit(e);
+  }
+  size_t dag_size() const { return seen_.size(); }
+
+  // Nodes of the code as emitted: every expression tree after the rewrite, with shared
+  // sub-expressions that were not hoisted counted once per use.
+  static int64_t emitted_size(const Expr& e, std::unordered_map<const ExprNode*, int64_t>& memo) {
+    if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
+    int64_t n = 1;
+    for (const auto& a : e->args) n += emitted_size(a, memo);
+    memo[e.get()] = n;
+    return n;
+  }
+
+  Expr rewrite(const Expr& e, std::vector<Stmt>& lets) {
+    if (auto it = done_.find(e.get()); it != done_.end()) return it->second;
+    Expr r = e;
+    if (!e->args.empty()) {
+      auto copy = std::make_shared<ExprNode>(*e);
+      bool changed = false;
+      for (auto& a : copy->args) {
+        Expr na = rewrite(a, lets);
+        changed = changed || na != a;
+        a = na;
+      }
+      if (changed) r = copy;
+    }
+    if (hoist(e)) {
+      std::string name = "t" + std::to_string(next_++);
+      lets.push_back(let(name, r));
+      r = var(name, e->type);
+    }
+    done_[e.get()] = r;
+    return r;
+  }
+
+ private:
+  void visit(const Expr& e) {
+    if (!seen_.insert(e.get()).second) return;
+    // Affine index arithmetic (loop variables, constants, + - * / %) is left inline even when
+    // shared: the C compiler shares it anyway and vectorisers want to see it. Anything else in an
+    // index (loads, selects, clamps) is worth a Let when shared.
+    bool irregular = !(e->kind == ExprKind::IntImm || e->kind == ExprKind::Var ||
+                       (e->kind == ExprKind::Binary && (e->bin == BinOp::Add || e->bin == BinOp::Sub ||
+                                                        e->bin == BinOp::Mul || e->bin == BinOp::Div ||
+                                                        e->bin == BinOp::Mod)));
+    for (const auto& a : e->args) {
+      ++refs_[a.get()];
+      visit(a);
+      irregular = irregular || irregular_.count(a.get());
+    }
+    if (irregular) irregular_.insert(e.get());
+  }
+
+  bool hoist(const Expr& e) const {
+    if (e->kind == ExprKind::IntImm || e->kind == ExprKind::FloatImm || e->kind == ExprKind::Var) return false;
+    if (e->kind == ExprKind::Cast && e->args[0]->kind != ExprKind::Load && e->args[0]->args.empty()) return false;
+    // Pure index arithmetic stays inline (the C compiler shares it anyway).
+    if (e->type == DType::Int64 && !irregular_.count(e.get())) return false;
+    const int refs = refs_.at(e.get());
+    if (refs >= 2) return true;
+    auto rr = root_refs_.find(e.get());
+    const bool only_stored = rr != root_refs_.end() && rr->second == refs;
+    return at_point_.count(e.get()) && !only_stored;
+  }
+
+  const std::set<const ExprNode*>& at_point_;
+  std::unordered_map<const ExprNode*, int> refs_, root_refs_;
+  std::unordered_set<const ExprNode*> seen_, irregular_;
+  std::unordered_map<const ExprNode*, Expr> done_;
+  int next_;
+};
+
+// Unique buffer names from value names.
+std::string buffer_name(const Value* v, std::set<std::string>& used) {
+  std::string base = sanitize_identifier(v->name());
+  if (is_reserved_name(base)) base = "v_" + base;
+  std::string n = base;
+  for (int k = 1; used.count(n); ++k) n = base + "_" + std::to_string(k);
+  used.insert(n);
+  return n;
+}
+
+}  // namespace
+
+std::vector<Stmt> Lowerer::nest(const std::vector<const Value*>& outs, const std::vector<BufferPtr>& bufs,
+                                int& next_let) {
+  // The domain: the first output's shape; an output of another shape (same size) derives its
+  // position from the flat offset.
+  memo_.clear();
+  at_point_.clear();
+  const Shape domain = outs[0]->shape();
+  const int64_t numel = shape_numel(domain);
+  struct Loop {
+    std::string var;
+    int64_t extent;
+  };
+  std::vector<Loop> loops;
+  Index point;
+  if (numel == 1) {
+    point = Index::zero(domain);
+  } else if (flat_mode_) {
+    loops.push_back({"i", numel});
+    point = Index::from_flat(domain, var("i"));
+  } else {
+    std::vector<Expr> d;
+    for (size_t i = 0; i < domain.size(); ++i) {
+      if (domain[i] == 1) {
+        d.push_back(int_imm(0));
+        continue;
+      }
+      std::string v = "i" + std::to_string(i);
+      loops.push_back({v, domain[i]});
+      d.push_back(var(v));
+    }
+    point = Index::from_dims(domain, std::move(d));
+  }
+  domain_flat_ = print_expr(flat(point));
+
+  std::vector<std::pair<Expr, Expr>> stores;  // (index, value) per output
+  for (const Value* v : outs) {
+    Index at = v->shape() == domain ? point : Index::from_flat(v->shape(), flat(point));
+    Expr value = value_at(v, at);
+    stores.push_back({flat(at), value});
+  }
+
+  LetBuilder lb(at_point_, next_let);
+  for (const auto& [index, value] : stores) {
+    lb.count_root(value);
+    lb.count_root(index);
+  }
+  if (lb.dag_size() > kMaxExprNodes)
+    refuse(cat("the fused expression has ", lb.dag_size(), " nodes (limit ", kMaxExprNodes, ")"));
+  std::vector<Stmt> body;
+  for (auto& [index, value] : stores) {
+    value = lb.rewrite(value, body);
+    index = lb.rewrite(index, body);
+  }
+  next_let = lb.next();
+  // Every load of an iteration happens before its first store, so an output may share memory
+  // with a same-shaped input read at the same point (the memory planner's in-place reuse).
+  if (stores.size() > 1)
+    for (auto& [index, value] : stores)
+      if (value->kind != ExprKind::Var && value->kind != ExprKind::IntImm && value->kind != ExprKind::FloatImm) {
+        std::string name = "t" + std::to_string(next_let++);
+        body.push_back(let(name, value));
+        value = var(name, value->type);
+      }
+  for (size_t i = 0; i < stores.size(); ++i) body.push_back(store(bufs[i], stores[i].first, stores[i].second));
+  std::unordered_map<const ExprNode*, int64_t> sizes;
+  int64_t emitted = 0;
+  for (const Stmt& st : body) emitted += LetBuilder::emitted_size(st->value, sizes) + (st->index ? LetBuilder::emitted_size(st->index, sizes) : 0);
+  if (emitted > kMaxEmittedNodes)
+    refuse(cat("the fused loop body would have ", emitted, " expression nodes (limit ", kMaxEmittedNodes, ")"));
+
+  // Outermost loop parallel for big domains, innermost vectorised (it walks every output
+  // contiguously: the nest follows the outputs' row-major order). A single loop is parallel when
+  // big (the scheduler splits it for vectors later), vectorised otherwise.
+  for (size_t i = loops.size(); i-- > 0;) {
+    ForKind kind = ForKind::Serial;
+    if (i == 0 && numel >= 4096) kind = ForKind::Parallel;
+    else if (i + 1 == loops.size()) kind = ForKind::Vectorized;
+    body = {for_loop(loops[i].var, int_imm(loops[i].extent), std::move(body), kind)};
+  }
+  return body;
+}
+
+LoopKernel Lowerer::lower(const std::string& name) {
+  LoopKernel k;
+  k.name = name;
+  for (const Node* n : grp_.nodes) {
+    members_.insert(n);
+    if (!n->name().empty() && std::find(k.sources.begin(), k.sources.end(), n->name()) == k.sources.end())
+      k.sources.push_back(n->name());
+  }
+  std::set<std::string> used;
+  for (const Value* v : grp_.inputs) {
+    auto b = std::make_shared<Buffer>(Buffer{buffer_name(v, used), v->dtype(), v->shape(), Scope::Global});
+    input_buffers_[v] = b;
+    k.inputs.push_back(b);
+  }
+  for (const Value* v : grp_.outputs)
+    k.outputs.push_back(std::make_shared<Buffer>(Buffer{buffer_name(v, used), v->dtype(), v->shape(), Scope::Global}));
+  if (grp_.outputs.empty()) refuse("the group writes no outputs");
+
+  // Outputs of one size share a nest (the partitioner's rule for fused groups); a multi-output
+  // node alone in its group (Split) may write several sizes: one nest per size, in order.
+  std::vector<std::vector<size_t>> by_size;
+  for (size_t i = 0; i < grp_.outputs.size(); ++i) {
+    const int64_t n = shape_numel(grp_.outputs[i]->shape());
+    auto it = std::find_if(by_size.begin(), by_size.end(),
+                           [&](const auto& c) { return shape_numel(grp_.outputs[c[0]]->shape()) == n; });
+    if (it == by_size.end()) by_size.push_back({i});
+    else it->push_back(i);
+  }
+  std::vector<Stmt> nests;
+  int next_let = 0;
+  for (const auto& c : by_size) {
+    std::vector<const Value*> vals;
+    std::vector<BufferPtr> bufs;
+    for (size_t i : c) {
+      vals.push_back(grp_.outputs[i]);
+      bufs.push_back(k.outputs[i]);
+    }
+    for (auto& st : nest(vals, bufs, next_let)) nests.push_back(std::move(st));
+  }
+  // One statement (the nest) needs no Block around it.
+  k.body = nests.size() == 1 ? nests[0] : block(std::move(nests));
+  return k;
+}
+
+}  // namespace detail
+
+LoweredGroup lower_group(const FusionGroup& grp, const std::string& name) {
+  LoweredGroup r;
+  if (grp.kind != GroupKind::Elementwise && grp.kind != GroupKind::View) {
+    switch (grp.kind) {
+      case GroupKind::Reduction: r.reason = "reductions are not lowered to loops yet"; break;
+      case GroupKind::Contraction: r.reason = "contractions are not lowered to loops yet"; break;
+      default: r.reason = "opaque ops run as library kernels"; break;
+    }
+    return r;
+  }
+  for (const Node* n : grp.nodes) {
+    std::string why = detail::unsupported_reason(*n);
+    if (!why.empty()) {
+      r.reason = why;
+      return r;
+    }
+  }
+  const std::string kname = sanitize_identifier(name);
+  try {
+    // A single flat loop first; if some access needed a multi-dimensional index, one loop per
+    // output dimension instead (so broadcasts and remaps index with loop variables, not div/mod).
+    detail::Lowerer flat(grp, /*flat_mode=*/true);
+    LoopKernel k = flat.lower(kname);
+    if (!flat.needed_unravel()) {
+      r.kernel = std::move(k);
+      return r;
+    }
+    detail::Lowerer nested(grp, /*flat_mode=*/false);
+    r.kernel = nested.lower(kname);
+  } catch (const detail::Refusal& e) {
+    r.reason = e.reason;
+  } catch (const UserError& e) {
+    // An invalid attribute the reference kernel would report at run time: leave it to that kernel.
+    r.reason = e.what();
+  }
+  return r;
+}
+
+}  // namespace kiln::loop

@@ -1,0 +1,383 @@
+// Injective ops as index remaps: each output position reads one input position (or a constant), so
+// the producer of the input is recomputed there instead of being stored. The index arithmetic
+// follows the reference kernels (src/reference/ops/tensor_*.cc, index_*.cc): Slice's ONNX
+// clamping, Pad's crop-then-fill and fold rules, Gather's negative indices. Constant index inputs
+// are read now, at lowering time; a Gather with run-time indices loads them, wraps negatives and
+// clamps to the axis, so the generated code never reads out of bounds (the reference kernel would
+// report such an index as an error instead).
+#include <algorithm>
+#include <set>
+
+#include "loop/lower_internal.h"
+#include "reference/kernel_util.h"
+#include "support/error.h"
+
+namespace kiln::loop::detail {
+
+namespace {
+
+const std::set<std::string> kViews = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"};
+
+std::vector<int64_t> checked_perm(const Node& n, int64_t rank) {
+  std::vector<int64_t> perm(static_cast<size_t>(rank));
+  for (int64_t i = 0; i < rank; ++i) perm[size_t(i)] = rank - 1 - i;
+  if (n.has_attr("perm")) perm = n.attr_ints("perm");
+  if (int64_t(perm.size()) != rank) refuse("Transpose perm does not match the input rank");
+  std::vector<bool> seen(size_t(rank), false);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= rank || seen[size_t(p)]) refuse("Transpose perm is not a permutation");
+    seen[size_t(p)] = true;
+  }
+  return perm;
+}
+
+// Per-axis (start, step) of a Slice, clamped exactly as the reference kernel does.
+void slice_params(const Node& n, const Shape& in, std::vector<int64_t>& start, std::vector<int64_t>& step) {
+  const int64_t rank = int64_t(in.size());
+  if (!n.input(1) || !n.input(2)) refuse("Slice needs starts and ends");
+  auto starts = *constant_ints(n, 1, "starts");
+  auto ends = *constant_ints(n, 2, "ends");
+  const size_t cnt = starts.size();
+  std::vector<int64_t> axes(cnt), steps(cnt, 1);
+  for (size_t i = 0; i < cnt; ++i) axes[i] = int64_t(i);
+  if (auto a = constant_ints(n, 3, "axes")) axes = *a;
+  if (auto s = constant_ints(n, 4, "steps")) steps = *s;
+  if (ends.size() != cnt || axes.size() != cnt || steps.size() != cnt) refuse("Slice inputs have different lengths");
+  start.assign(size_t(rank), 0);
+  step.assign(size_t(rank), 1);
+  std::vector<bool> seen(size_t(rank), false);
+  for (size_t i = 0; i < cnt; ++i) {
+    const int64_t ax = normalize_axis(axes[i], rank);
+    if (seen[size_t(ax)]) refuse("Slice axis appears twice");
+    seen[size_t(ax)] = true;
+    const int64_t dim = in[size_t(ax)];
+    if (steps[i] == 0) refuse("Slice step is 0");
+    const int64_t max_step = std::max<int64_t>(dim, 1);
+    const int64_t st = std::clamp(steps[i], -max_step, max_step);
+    int64_t s = starts[i] < 0 ? starts[i] + dim : starts[i];
+    s = st > 0 ? std::clamp<int64_t>(s, 0, dim) : std::clamp<int64_t>(s, 0, dim - 1);
+    start[size_t(ax)] = s;
+    step[size_t(ax)] = st;
+  }
+}
+
+// Index into an axis of length m (> 0) for a position j that may lie outside [0, m), as the
+// reference Pad's fold_index.
+Expr fold(Expr j, int64_t m, const std::string& mode) {
+  if (m == 1) return int_imm(0);
+  if (mode == "edge") return clamp(std::move(j), 0, m - 1);
+  Expr M = int_imm(m);
+  if (mode == "wrap") return binary(BinOp::Mod, add(binary(BinOp::Mod, j, M), M), M);
+  // reflect: period 2(m-1), mirrored in its second half.
+  const int64_t p = 2 * (m - 1);
+  Expr P = int_imm(p);
+  Expr k = binary(BinOp::Mod, add(binary(BinOp::Mod, j, P), P), P);
+  return select(binary(BinOp::Lt, k, M), k, sub(P, k));
+}
+
+// Wraps a run-time index into [0, dim) and clamps it (see the file comment).
+Expr wrap_and_clamp(Expr i, int64_t dim) {
+  Expr w = select(binary(BinOp::Lt, i, int_imm(0)), add(i, int_imm(dim)), i);
+  return clamp(std::move(w), 0, dim - 1);
+}
+
+bool is_index_type(DType t) { return t == DType::Int32 || t == DType::Int64; }
+
+}  // namespace
+
+std::string unsupported_injective(const Node& n) {
+  const std::string& op = n.op_type();
+  static const std::set<std::string> ok = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout",
+                                           "Transpose", "Concat", "Split", "Slice", "Gather", "GatherElements",
+                                           "Expand", "Tile", "Pad", "DepthToSpace", "SpaceToDepth", "Trilu",
+                                           "EyeLike", "ConstantOfShape"};
+  if (!ok.count(op)) return cat(op, " is not lowered to loops yet");
+  if (n.num_outputs() == 0) return cat(op, " has no outputs");
+  if (op != "ConstantOfShape" && (n.num_inputs() == 0 || !n.input(0))) return cat(op, " has no input 0");
+  if ((op == "Gather" || op == "GatherElements") && (n.num_inputs() < 2 || !n.input(1) || !is_index_type(n.input(1)->dtype())))
+    return cat(op, " indices must be int32 or int64");
+  if (op == "Dropout" && n.input(2)) {
+    const Value* tm = n.input(2);
+    if (!tm->is_constant() || tm->constant().numel() != 1) return "Dropout training_mode is computed at run time";
+    if (tm->constant().as_int64(0) != 0) return "training-mode Dropout is not lowered";
+  }
+  return "";
+}
+
+Expr Lowerer::lower_injective(const Node& n, size_t slot, Index& idx) {
+  const std::string& op = n.op_type();
+  const Value* x = n.input(0);
+
+  if (kViews.count(op) || op == "Dropout") {
+    if (op == "Dropout" && slot == 1) return int_imm(1, DType::Bool);  // inference mask: all kept
+    if (x->shape() == idx.shape) return value_at(x, idx);
+    return value_at(x, Index::from_flat(x->shape(), flat(idx)));
+  }
+  if (op == "Expand") return value_at(x, broadcast(idx, x->shape()));
+  if (op == "Pad") return lower_pad(n, idx);
+  if (op == "Concat") return lower_concat(n, idx);
+  if (op == "Gather") return lower_gather(n, idx);
+  if (op == "GatherElements") return lower_gather_elements(n, idx);
+  if (op == "DepthToSpace" || op == "SpaceToDepth") return lower_space_depth(n, idx);
+
+  if (op == "ConstantOfShape") {
+    const Tensor* v = n.attr_tensor("value");
+    if (v && v->numel() != 1) refuse("ConstantOfShape value must have one element");
+    return v ? tensor_imm(*v, 0) : float_imm(0.0, DType::Float32);
+  }
+  const Shape& in = x->shape();
+  const int64_t rank = int64_t(in.size());
+  if (op == "EyeLike") {
+    if (idx.shape.size() != 2) refuse("EyeLike input must have rank 2");
+    const DType dt = n.output(0)->dtype();
+    const auto& d = dims(idx);
+    Expr on_diag = binary(BinOp::Eq, sub(d[1], d[0]), int_imm(n.attr_int("k", 0)));
+    return select(on_diag, imm(1, dt), imm(0, dt));
+  }
+
+  const auto& d = dims(idx);
+  std::vector<Expr> r(d.size());
+  if (op == "Transpose") {
+    auto perm = checked_perm(n, rank);
+    for (size_t k = 0; k < perm.size(); ++k) r[size_t(perm[k])] = d[k];
+  } else if (op == "Slice") {
+    std::vector<int64_t> start, step;
+    slice_params(n, in, start, step);
+    for (size_t k = 0; k < r.size(); ++k) r[k] = add(int_imm(start[k]), mul(d[k], int_imm(step[k])));
+  } else if (op == "Split") {
+    const int64_t axis = normalize_axis(n.attr_int("axis", 0), rank);
+    int64_t off = 0;
+    for (size_t j = 0; j < slot; ++j) off += n.output(j)->shape()[size_t(axis)];
+    r = d;
+    r[size_t(axis)] = add(d[size_t(axis)], int_imm(off));
+  } else if (op == "Tile") {
+    for (size_t k = 0; k < r.size(); ++k)
+      r[k] = in[k] == idx.shape[k] ? d[k] : in[k] == 1 ? int_imm(0) : mod(d[k], int_imm(in[k]));
+  } else if (op == "Trilu") {
+    if (rank < 2) refuse("Trilu input must have rank >= 2");
+    // k may be any int64: clamped to [-rows, cols] (as the reference) it changes no result and
+    // keeps the comparison free of overflow. A run-time k is loaded and clamped the same way.
+    const int64_t rows = in[size_t(rank - 2)], cols = in[size_t(rank - 1)];
+    Expr k = int_imm(0);
+    if (const Value* kv = n.input(1)) {
+      if (!is_integer(kv->dtype()) || shape_numel(kv->shape()) != 1) refuse("Trilu k must be an integer scalar");
+      k = kv->is_constant() ? int_imm(std::clamp<int64_t>(kv->constant().as_int64(0), -rows, cols))
+                            : clamp(cast(DType::Int64, value_at(kv, Index::zero(kv->shape()))), -rows, cols);
+    }
+    Expr diff = sub(d[size_t(rank - 1)], d[size_t(rank - 2)]);
+    Expr keep = binary(n.attr_int("upper", 1) != 0 ? BinOp::Ge : BinOp::Le, diff, k);
+    const DType dt = x->dtype();
+    return select(keep, value_at(x, idx), imm(0, dt));
+  } else {
+    KILN_CHECK(false, "injective op ", op, " passed the support check but has no lowering");
+  }
+  return value_at(x, Index::from_dims(in, std::move(r)));
+}
+
+Expr Lowerer::lower_concat(const Node& n, Index& idx) {
+  if (!n.has_attr("axis")) refuse("Concat needs an axis");
+  const int64_t rank = int64_t(idx.shape.size());
+  if (rank == 0) refuse("Concat of scalars");
+  const int64_t axis = normalize_axis(n.attr_int("axis", 0), rank);
+  const auto& d = dims(idx);
+  const Expr j = d[size_t(axis)];
+  struct Part {
+    const Value* v;
+    int64_t off, size;
+  };
+  std::vector<Part> parts;
+  int64_t off = 0;
+  for (const Value* v : n.inputs()) {
+    if (!v) refuse("Concat input is missing");
+    const int64_t s = v->shape()[size_t(axis)];
+    if (s > 0) parts.push_back({v, off, s});
+    off += s;
+  }
+  if (parts.empty()) refuse("Concat of empty inputs");
+  // Nested selects from the last part; every part's index is clamped into it, so the parts not
+  // selected still load in bounds.
+  Expr acc;
+  for (size_t p = parts.size(); p-- > 0;) {
+    const Part& part = parts[p];
+    std::vector<Expr> r = d;
+    Expr local = sub(j, int_imm(part.off));
+    if (parts.size() > 1) {
+      if (p == 0) local = binary(BinOp::Min, local, int_imm(part.size - 1));
+      else if (p + 1 == parts.size()) local = binary(BinOp::Max, local, int_imm(0));
+      else local = clamp(local, 0, part.size - 1);
+    }
+    r[size_t(axis)] = local;
+    Expr v = value_at(part.v, Index::from_dims(part.v->shape(), std::move(r)));
+    acc = !acc ? v : select(binary(BinOp::Lt, j, int_imm(part.off + part.size)), v, acc);
+  }
+  return acc;
+}
+
+Expr Lowerer::lower_pad(const Node& n, Index& idx) {
+  const Value* x = n.input(0);
+  const Shape& in = x->shape();
+  const int64_t rank = int64_t(in.size());
+  const std::string mode = n.attr_string("mode", "constant");
+  if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap")
+    refuse(cat("Pad mode '", mode, "' is not supported"));
+  auto pads = constant_ints(n, 1, "pads");
+  if (!pads) refuse("Pad has no pads");
+  std::vector<int64_t> axes;
+  if (auto a = constant_ints(n, 3, "axes")) {
+    for (int64_t ax : *a) axes.push_back(normalize_axis(ax, rank));
+    std::set<int64_t> u(axes.begin(), axes.end());
+    if (u.size() != axes.size()) refuse("Pad axis appears twice");
+  } else {
+    for (int64_t k = 0; k < rank; ++k) axes.push_back(k);
+  }
+  if (pads->size() != 2 * axes.size()) refuse("Pad pads do not match the axes");
+  std::vector<int64_t> begin(size_t(rank), 0), end(size_t(rank), 0);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    begin[size_t(axes[i])] = (*pads)[i];
+    end[size_t(axes[i])] = (*pads)[axes.size() + i];
+  }
+
+  // Fill value (constant mode): constant_value cast to x's type, as the reference does.
+  Expr fill;
+  if (mode == "constant") {
+    const Value* cv = n.input(2);
+    if (!cv || shape_numel(cv->shape()) == 0) {
+      fill = imm(0, x->dtype());
+    } else if (shape_numel(cv->shape()) != 1) {
+      refuse("Pad constant_value must be a scalar");
+    } else if (cv->is_constant()) {
+      fill = tensor_imm(cv->constant().reshaped({}).cast(x->dtype()), 0);
+    } else {
+      if (cv->dtype() != x->dtype()) refuse("Pad constant_value has another type than the data");
+      fill = value_at(cv, Index::zero(cv->shape()));
+    }
+  }
+  if (rank == 0) return value_at(x, idx);
+
+  const auto& d = dims(idx);
+  std::vector<Expr> r(static_cast<size_t>(rank));
+  Expr inside;  // constant mode: the position lies in the (cropped) input
+  bool empty = false;
+  for (size_t k = 0; k < size_t(rank); ++k) {
+    const int64_t crop_lo = std::max<int64_t>(0, -begin[k]), crop_hi = std::max<int64_t>(0, -end[k]);
+    const int64_t pad_lo = std::max<int64_t>(0, begin[k]), pad_hi = std::max<int64_t>(0, end[k]);
+    if (crop_lo > in[k] || crop_hi > in[k] - crop_lo) refuse("Pad crops more than the axis holds");
+    const int64_t m = in[k] - crop_lo - crop_hi;
+    if (pad_lo + m + pad_hi != idx.shape[k]) refuse("Pad output shape does not match its pads");
+    Expr j = sub(d[k], int_imm(pad_lo));
+    if (pad_lo == 0 && pad_hi == 0) {
+      r[k] = add(j, int_imm(crop_lo));
+      continue;
+    }
+    if (m == 0) {
+      if (mode != "constant") refuse("Pad of an empty axis");
+      empty = true;
+      continue;
+    }
+    if (mode == "constant") {
+      // Only the padded sides need a test (and a clamp, so the load stays in bounds).
+      Expr lo_ok = binary(BinOp::Ge, j, int_imm(0)), hi_ok = binary(BinOp::Lt, j, int_imm(m));
+      Expr in_range = pad_lo == 0 ? hi_ok : pad_hi == 0 ? lo_ok : binary(BinOp::And, lo_ok, hi_ok);
+      inside = inside ? binary(BinOp::And, inside, in_range) : in_range;
+      Expr kept = pad_lo == 0   ? binary(BinOp::Min, j, int_imm(m - 1))
+                  : pad_hi == 0 ? binary(BinOp::Max, j, int_imm(0))
+                                : clamp(j, 0, m - 1);
+      r[k] = add(kept, int_imm(crop_lo));
+    } else {
+      r[k] = add(fold(j, m, mode), int_imm(crop_lo));
+    }
+  }
+  if (empty) return fill;
+  Expr v = value_at(x, Index::from_dims(in, std::move(r)));
+  return inside ? select(inside, v, fill) : v;
+}
+
+Expr Lowerer::lower_gather(const Node& n, Index& idx) {
+  const Value* data = n.input(0);
+  const Value* ind = n.input(1);
+  const int64_t r = int64_t(data->shape().size()), q = int64_t(ind->shape().size());
+  if (r < 1) refuse("Gather data must have rank >= 1");
+  const int64_t axis = normalize_axis(n.attr_int("axis", 0), r);
+  const int64_t dim = data->shape()[size_t(axis)];
+  const auto& d = dims(idx);
+
+  // Constant indices are read now: validated (the reference kernel rejects an out-of-range index),
+  // wrapped, and when they form an arithmetic progression a + b*p over their flat position p
+  // (one index, [0, 1, 2], every other row...) turned into index arithmetic instead of a load.
+  std::vector<Expr> id(d.begin() + axis, d.begin() + axis + q);
+  Index at_ind = Index::from_dims(ind->shape(), std::move(id));
+  Expr pos;
+  if (ind->is_constant()) {
+    std::vector<int64_t> vals = ind->constant().to_int64_vector();
+    for (int64_t& i : vals) {
+      if (i < -dim || i >= dim) refuse(cat("Gather index ", i, " is out of range for a dimension of size ", dim));
+      if (i < 0) i += dim;
+    }
+    const int64_t step = vals.size() > 1 ? vals[1] - vals[0] : 0;
+    bool affine = true;
+    for (size_t p = 0; p < vals.size() && affine; ++p) affine = vals[p] == vals[0] + step * int64_t(p);
+    if (affine && !vals.empty()) pos = add(int_imm(vals[0]), mul(flat(at_ind), int_imm(step)));
+  }
+  if (!pos) {
+    if (dim == 0) refuse("Gather from an empty axis");
+    pos = wrap_and_clamp(cast(DType::Int64, value_at(ind, at_ind)), dim);
+  }
+  std::vector<Expr> di(d.begin(), d.begin() + axis);
+  di.push_back(pos);
+  di.insert(di.end(), d.begin() + axis + q, d.end());
+  return value_at(data, Index::from_dims(data->shape(), std::move(di)));
+}
+
+Expr Lowerer::lower_gather_elements(const Node& n, Index& idx) {
+  const Value* data = n.input(0);
+  const Value* ind = n.input(1);
+  const Shape& ds = data->shape();
+  const int64_t r = int64_t(ds.size());
+  if (r < 1 || int64_t(ind->shape().size()) != r) refuse("GatherElements indices rank differs from data rank");
+  const int64_t axis = normalize_axis(n.attr_int("axis", 0), r);
+  for (int64_t k = 0; k < r; ++k)
+    if (k != axis && ind->shape()[size_t(k)] > ds[size_t(k)]) refuse("GatherElements indices exceed the data");
+  const int64_t dim = ds[size_t(axis)];
+  if (dim == 0) refuse("GatherElements from an empty axis");
+  if (ind->is_constant())
+    for (int64_t i : ind->constant().to_int64_vector())
+      if (i < -dim || i >= dim) refuse(cat("GatherElements index ", i, " is out of range for a dimension of size ", dim));
+  std::vector<Expr> di = dims(idx);
+  di[size_t(axis)] = wrap_and_clamp(cast(DType::Int64, value_at(ind, idx)), dim);
+  return value_at(data, Index::from_dims(ds, std::move(di)));
+}
+
+Expr Lowerer::lower_space_depth(const Node& n, Index& idx) {
+  const Value* x = n.input(0);
+  const Shape& in = x->shape();
+  if (in.size() != 4) refuse(cat(n.op_type(), " input must be 4-D"));
+  const int64_t b = n.attr_int("blocksize", 0);
+  if (b <= 0) refuse(cat(n.op_type(), " blocksize must be positive"));
+  const auto& d = dims(idx);
+  Expr B = int_imm(b);
+  std::vector<Expr> r(4);
+  r[0] = d[0];
+  if (n.op_type() == "DepthToSpace") {
+    // out[n, c, y, x] = in[n, channel(c, y % b, x % b), y / b, x / b]
+    const int64_t oc = idx.shape[1];
+    if (in[1] != oc * b * b) refuse("DepthToSpace channels do not match its output");
+    Expr b1 = mod(d[2], B), b2 = mod(d[3], B);
+    const std::string mode = n.attr_string("mode", "DCR");
+    if (mode == "DCR") r[1] = add(mul(add(mul(b1, B), b2), int_imm(oc)), d[1]);
+    else if (mode == "CRD") r[1] = add(mul(d[1], int_imm(b * b)), add(mul(b1, B), b2));
+    else refuse(cat("DepthToSpace mode '", mode, "' is not supported"));
+    r[2] = div_floor(d[2], B);
+    r[3] = div_floor(d[3], B);
+  } else {
+    // out[n, (b1 * b + b2) * C + c, y, x] = in[n, c, y * b + b1, x * b + b2]
+    const int64_t c = in[1];
+    if (in[2] % b != 0 || in[3] % b != 0) refuse("SpaceToDepth spatial size is not divisible by blocksize");
+    Expr blk = div_floor(d[1], int_imm(c));
+    r[1] = mod(d[1], int_imm(c));
+    r[2] = add(mul(d[2], B), div_floor(blk, B));
+    r[3] = add(mul(d[3], B), mod(blk, B));
+  }
+  return value_at(x, Index::from_dims(in, std::move(r)));
+}
+
+}  // namespace kiln::loop::detail

@@ -1,0 +1,117 @@
+// Private machinery of lower_group (lower_group.cc drives; lower_elementwise.cc and
+// lower_injective.cc turn one node into an expression at one index).
+//
+// Model: the kernel's loop nest walks the group's output domain. Every value the group computes is
+// an expression of its position: value_at(v, index) builds it, recursively through v's producer,
+// memoised per (value, index) so that a value needed twice at the same place is built once (and
+// later computed once into a Let). Elementwise ops map their output index to each operand by
+// numpy broadcasting; injective ops (Transpose, Slice, Pad, Concat, Gather, ...) remap it, so their
+// producers are recomputed at the remapped index instead of being stored.
+//
+// Every expression built here is total: loads are always in bounds and integer division never
+// traps, even in a select branch that is not taken (the contract in loop_interpreter.h).
+#pragma once
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "fusion/fusion_plan.h"
+#include "loop/loop_ir.h"
+
+namespace kiln::loop::detail {
+
+// Thrown to refuse a group; lower_group turns it into LoweredGroup::reason.
+struct Refusal {
+  std::string reason;
+};
+[[noreturn]] void refuse(std::string reason);
+
+// A position in a tensor of `shape`: its flat row-major offset and/or its per-dimension indices
+// (Int64 expressions). Whichever is missing is derived on demand (Lowerer::flat / dims).
+struct Index {
+  Shape shape;
+  Expr flat;                              // may be null
+  std::optional<std::vector<Expr>> dims;  // may be absent
+
+  static Index from_flat(Shape s, Expr f) { return Index{std::move(s), std::move(f), std::nullopt}; }
+  static Index from_dims(Shape s, std::vector<Expr> d) { return Index{std::move(s), nullptr, std::move(d)}; }
+  static Index zero(Shape s) { return from_flat(std::move(s), int_imm(0)); }
+};
+
+// Limits on recomputation: distinct (value, index) pairs, distinct expression nodes, and nodes of
+// the loop body as emitted (unhoisted shared index arithmetic counted per use). Past them the
+// group is refused rather than emitting an exploding expression. Real elementwise groups use a
+// few hundred at most.
+constexpr size_t kMaxValuePoints = 1024;
+constexpr size_t kMaxExprNodes = 8192;
+constexpr int64_t kMaxEmittedNodes = 8192;
+
+class Lowerer {
+ public:
+  // flat_mode: one loop over the flat domain (every access contiguous); otherwise one loop per
+  // output dimension.
+  Lowerer(const FusionGroup& grp, bool flat_mode) : grp_(grp), flat_mode_(flat_mode) {}
+
+  LoopKernel lower(const std::string& name);
+
+  // True when some index had to be unravelled (div/mod) from a flat offset: the flat loop is then
+  // not the right nest.
+  bool needed_unravel() const { return needed_unravel_; }
+
+  // ---- used by the per-op files
+  Expr value_at(const Value* v, Index idx);
+  Expr flat(Index& idx);
+  const std::vector<Expr>& dims(Index& idx);
+  // idx (a position in an output of shape idx.shape) mapped to an operand of `in` under numpy
+  // broadcasting.
+  Index broadcast(Index& idx, const Shape& in);
+  // Operand k of n at the node output position idx (broadcast).
+  Expr operand(const Node& n, size_t k, Index& idx);
+
+ private:
+  // The loop nest writing `outs` (all of one size) into `bufs`; Lets are numbered from next_let.
+  std::vector<Stmt> nest(const std::vector<const Value*>& outs, const std::vector<BufferPtr>& bufs, int& next_let);
+  Expr lower_node(const Node& n, size_t slot, Index& idx);
+  Expr lower_elementwise(const Node& n, Index& idx);                // lower_elementwise.cc
+  Expr lower_injective(const Node& n, size_t slot, Index& idx);     // lower_injective.cc
+  Expr lower_pad(const Node& n, Index& idx);                        // lower_injective.cc
+  Expr lower_concat(const Node& n, Index& idx);                     // lower_injective.cc
+  Expr lower_gather(const Node& n, Index& idx);                     // lower_injective.cc
+  Expr lower_gather_elements(const Node& n, Index& idx);            // lower_injective.cc
+  Expr lower_space_depth(const Node& n, Index& idx);                // lower_injective.cc
+
+  const FusionGroup& grp_;
+  bool flat_mode_;
+  bool needed_unravel_ = false;
+  std::unordered_map<const Value*, BufferPtr> input_buffers_;
+  std::set<const Node*> members_;
+  std::unordered_map<std::string, Expr> memo_;
+  std::string domain_flat_;          // printed flat index of the loop point
+  std::set<const ExprNode*> at_point_;  // node values at the loop point (each gets a Let)
+};
+
+// ---- helpers shared by the per-op files
+
+// Why the group cannot contain n ("" when n is supported); checked for every node before lowering.
+std::string unsupported_reason(const Node& n);         // lower_elementwise.cc (dispatches)
+std::string unsupported_injective(const Node& n);      // lower_injective.cc
+
+// Values of a constant integer input (nullopt when the input is absent), refusing when it is
+// computed at run time.
+std::optional<std::vector<int64_t>> constant_ints(const Node& n, size_t input, const char* what);
+
+// The type arithmetic on `t` happens in: float16/bfloat16 compute in float32.
+DType compute_type(DType t);
+// e converted to its compute type.
+Expr to_compute(Expr e);
+// A constant of (compute) type t: float immediates for float types, integer otherwise.
+Expr imm(double v, DType t);
+// Element i of t as an immediate of t's dtype (half types as a cast of a float32 immediate).
+Expr tensor_imm(const Tensor& t, int64_t i);
+// Index arithmetic on Int64 that may be negative (pads, wrapped indices).
+Expr sub(Expr a, Expr b);
+Expr clamp(Expr v, int64_t lo, int64_t hi);
+
+}  // namespace kiln::loop::detail

@@ -1,0 +1,261 @@
+// Test helpers for loop lowering: execute a fusion plan group by group — lowered groups with the
+// loop-IR interpreter, the others with the reference kernels (as fusion/plan_executor.cc does) —
+// and compare with the unfused reference run.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "fusion/partitioner.h"
+#include "loop/loop_interpreter.h"
+#include "loop/lower_group.h"
+#include "reference/executor.h"
+
+namespace kiln::testing {
+
+struct LoweredRun {
+  TensorMap outputs;
+  int lowered = 0, refused = 0;
+  std::map<std::string, int> reasons;       // refusal reason → count (reductions etc. included)
+  std::vector<loop::LoopKernel> kernels;    // the lowered ones, in plan order
+};
+
+inline LoweredRun run_lowered(const Graph& g, const FusionPlan& plan, const TensorMap& inputs) {
+  LoweredRun run;
+  std::unordered_map<const Value*, Tensor> memory;
+  for (Value* in : g.inputs()) memory[in] = inputs.at(in->name());
+  auto read = [&](const Value* v) { return v->is_constant() ? v->constant() : memory.at(v); };
+  for (const auto& grp : plan.groups) {
+    loop::LoweredGroup lg = loop::lower_group(grp, grp.name);
+    if (lg.kernel) {
+      ++run.lowered;
+      std::vector<Tensor> ins, outs;
+      for (const Value* v : grp.inputs) ins.push_back(read(v));
+      for (const Value* v : grp.outputs) outs.emplace_back(v->dtype(), v->shape());
+      std::vector<Tensor*> in_ptrs, out_ptrs;
+      for (auto& t : ins) in_ptrs.push_back(&t);
+      for (auto& t : outs) out_ptrs.push_back(&t);
+      loop::interpret(*lg.kernel, in_ptrs, out_ptrs);
+      for (size_t i = 0; i < outs.size(); ++i) memory[grp.outputs[i]] = outs[i];
+      run.kernels.push_back(std::move(*lg.kernel));
+      continue;
+    }
+    ++run.refused;
+    ++run.reasons[lg.reason];
+    std::unordered_map<const Value*, Tensor> local;
+    for (const Value* v : grp.inputs) local[v] = read(v);
+    for (const Node* n : grp.nodes) {
+      std::vector<Tensor> args;
+      for (const Value* v : n->inputs()) args.push_back(v ? local.at(v) : Tensor{});
+      auto outs = run_node(*n, args);
+      for (size_t i = 0; i < outs.size(); ++i) local[n->output(i)] = outs[i];
+    }
+    for (const Value* v : grp.outputs) memory[v] = local.at(v);
+  }
+  for (Value* o : g.outputs()) run.outputs[o->name()] = read(o);
+  return run;
+}
+
+// "" when got matches want: floats within 1e-5 relative (plus 1e-6 absolute near zero; NaN
+// matches NaN, infinities must be equal), integers and bool exactly.
+inline std::string compare_tensors(const Tensor& got, const Tensor& want) {
+  if (got.dtype() != want.dtype() || got.shape() != want.shape())
+    return cat("got ", TensorType{got.dtype(), got.shape()}.str(), ", want ", TensorType{want.dtype(), want.shape()}.str());
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    bool ok;
+    if (is_float(want.dtype())) {
+      const double g = got.as_double(i), w = want.as_double(i);
+      if (std::isnan(w)) ok = std::isnan(g);
+      else if (std::isinf(w)) ok = g == w;
+      else ok = std::fabs(g - w) <= 1e-5 * std::fabs(w) + 1e-6;
+    } else if (want.dtype() == DType::UInt64) {
+      ok = got.data<uint64_t>()[i] == want.data<uint64_t>()[i];
+    } else {
+      ok = got.as_int64(i) == want.as_int64(i);
+    }
+    if (!ok) return cat("element ", i, ": got ", got.as_double(i), ", want ", want.as_double(i));
+  }
+  return "";
+}
+
+// Random inputs with edge values mixed in: floats in [-3, 3] plus NaN, ±inf, ±0 and large
+// magnitudes (unless !edge_values); integers in [-20, 20] (with zeros), bool at random. `fixed`
+// overrides by name.
+inline TensorMap random_inputs(const Graph& g, unsigned seed = 3, const TensorMap& fixed = {}, bool edge_values = true) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(-3, 3);
+  std::uniform_int_distribution<int> pick(0, 15), iv(-20, 20);
+  TensorMap m;
+  for (Value* in : g.inputs()) {
+    if (fixed.count(in->name())) {
+      m[in->name()] = fixed.at(in->name());
+      continue;
+    }
+    Tensor d(DType::Float64, in->shape());
+    for (int64_t i = 0; i < d.numel(); ++i) {
+      double v = u(rng);
+      if (is_float(in->dtype())) {
+        switch (edge_values ? pick(rng) : 15) {
+          case 0: v = std::numeric_limits<double>::quiet_NaN(); break;
+          case 1: v = std::numeric_limits<double>::infinity(); break;
+          case 2: v = -std::numeric_limits<double>::infinity(); break;
+          case 3: v = 0.0; break;
+          case 4: v = -0.0; break;
+          case 5: v = v * 1e4; break;
+          default: break;
+        }
+      } else {
+        v = iv(rng);
+        if (pick(rng) < 2) v = 0;
+        if (is_integer(in->dtype()) && !is_signed(in->dtype())) v = std::fabs(v);
+      }
+      d.data<double>()[i] = v;
+    }
+    m[in->name()] = in->dtype() == DType::Bool ? d.cast(DType::Int32).cast(DType::Bool) : d.cast(in->dtype());
+  }
+  return m;
+}
+
+// Partitions g, runs it lowered and unfused, and checks every output. Returns the run.
+inline LoweredRun check_lowered(const Graph& g, const TensorMap& inputs, const FusionOptions& o = {}) {
+  FusionPlan plan = partition(g, o);
+  TensorMap want = run_reference(g, inputs);
+  LoweredRun run = run_lowered(g, plan, inputs);
+  for (const auto& [name, t] : want) {
+    std::string why = compare_tensors(run.outputs.at(name), t);
+    EXPECT_EQ(why, "") << "output " << name;
+  }
+  return run;
+}
+
+// IR text of a random chain of elementwise, broadcast and injective ops on rank-3 f32 tensors
+// (unary, binary with a same-shaped value or a broadcast input, Transpose, Slice with negative
+// steps, Pad in every mode, Concat, Reshape, Tile, Gather), with one or two outputs. May contain
+// dead nodes; "" when nothing was generated.
+inline std::string random_chain(std::mt19937& rng) {
+  auto pick = [&](int n) { return int(std::uniform_int_distribution<int>(0, n - 1)(rng)); };
+  auto ints = [](const std::vector<int64_t>& v) {
+    std::string r;
+    for (size_t i = 0; i < v.size(); ++i) r += (i ? ", " : "") + std::to_string(v[i]);
+    return r;
+  };
+  auto type = [&](const Shape& s) { return "f32" + shape_str(s); };
+  struct Val {
+    std::string name;
+    Shape shape;
+  };
+  std::vector<Val> vals = {{"x", {2 + pick(3), 1 + pick(4), 2 + pick(4)}}};
+  std::string body, inputs = "%x: " + type(vals[0].shape);
+  int consts = 0;
+  auto constant = [&](const std::string& dt, const std::vector<int64_t>& v) {
+    std::string n = "c" + std::to_string(consts++);
+    body += "  %" + n + " = constant " + dt + "[" + std::to_string(v.size()) + "] [" + ints(v) + "]\n";
+    return "%" + n;
+  };
+  const int steps = 3 + pick(6);
+  for (int k = 0; k < steps; ++k) {
+    const Val a = vals[size_t(pick(int(vals.size())))];
+    Shape s = a.shape;
+    const std::string out = "v" + std::to_string(k), ax = std::to_string(pick(3));
+    std::string rhs;
+    switch (pick(9)) {
+      case 0: {
+        const char* ops[] = {"Relu", "Exp", "Sigmoid", "Neg", "Tanh", "Abs", "Sqrt", "Softplus"};
+        rhs = std::string(ops[pick(8)]) + "(%" + a.name + ")";
+        break;
+      }
+      case 1: {  // binary with a same-shaped value or a broadcast input
+        const char* ops[] = {"Add", "Mul", "Sub", "Max", "Div"};
+        std::string b;
+        for (const Val& v : vals)
+          if (v.shape == s && v.name != a.name && pick(2)) b = v.name;
+        if (b.empty()) {
+          Shape bs = s;
+          for (auto& d : bs) d = pick(2) ? d : 1;
+          if (pick(2)) bs.erase(bs.begin());
+          b = "in" + std::to_string(k);
+          inputs += ", %" + b + ": " + type(bs);
+        }
+        rhs = std::string(ops[pick(5)]) + "(%" + a.name + ", %" + b + ")";
+        break;
+      }
+      case 2: {
+        std::vector<int64_t> perm = {0, 1, 2};
+        std::shuffle(perm.begin(), perm.end(), rng);
+        s = {a.shape[size_t(perm[0])], a.shape[size_t(perm[1])], a.shape[size_t(perm[2])]};
+        rhs = "Transpose(%" + a.name + ") {perm=[" + ints(perm) + "]}";
+        break;
+      }
+      case 3: {  // Slice one axis, maybe backwards
+        const size_t d = size_t(pick(3));
+        const int64_t n = a.shape[d], step = pick(2) ? 1 + pick(2) : -1 - pick(2);
+        const int64_t start = step > 0 ? pick(int(n)) : n - 1 - pick(int(n)), cnt = 1 + pick(2);
+        int64_t end = start + step * cnt;
+        if (end < 0) end = -n - 1;  // "before the first element" (a negative end counts from the back)
+        // The element count by ONNX's clamping rules (as the reference kernel computes it).
+        const int64_t e = end < 0 ? end + n : end;
+        s[d] = step > 0 ? (std::min(e, n) > start ? (std::min(e, n) - start + step - 1) / step : 0)
+                        : (start > std::max<int64_t>(e, -1) ? (start - std::max<int64_t>(e, -1) - step - 1) / -step : 0);
+        rhs = "Slice(%" + a.name + ", " + constant("i64", {start}) + ", " + constant("i64", {end}) + ", " +
+              constant("i64", {int64_t(d)}) + ", " + constant("i64", {step}) + ")";
+        break;
+      }
+      case 4: {  // Pad (maybe cropping) in a random mode
+        const char* modes[] = {"constant", "reflect", "edge", "wrap"};
+        std::vector<int64_t> pads(6);
+        for (size_t i = 0; i < 6; ++i) {
+          pads[i] = pick(3) - (a.shape[i % 3] > 2 ? 1 : 0);
+          s[i % 3] += pads[i];
+        }
+        rhs = "Pad(%" + a.name + ", " + constant("i64", pads) + ") {mode=\"" + modes[pick(4)] + "\"}";
+        break;
+      }
+      case 5: {  // Concat with a same-shaped value (or itself)
+        std::string b = a.name;
+        for (const Val& v : vals)
+          if (v.shape == s && pick(2)) b = v.name;
+        s[size_t(std::stoi(ax))] *= 2;
+        rhs = "Concat(%" + a.name + ", %" + b + ") {axis=" + ax + "}";
+        break;
+      }
+      case 6: {  // Reshape: rotate the dims
+        s = {a.shape[1], a.shape[2], a.shape[0]};
+        rhs = "Reshape(%" + a.name + ", " + constant("i64", s) + ")";
+        break;
+      }
+      case 7: {
+        std::vector<int64_t> reps = {1, 1, 1};
+        reps[size_t(pick(3))] = 2;
+        for (size_t i = 0; i < 3; ++i) s[i] *= reps[i];
+        rhs = "Tile(%" + a.name + ", " + constant("i64", reps) + ")";
+        break;
+      }
+      case 8: {  // Gather along an axis with constant indices (a progression or not)
+        const size_t d = size_t(pick(3));
+        std::vector<int64_t> idx;
+        for (int i = 0; i < 3; ++i) idx.push_back(pick(int(a.shape[d])) - (pick(2) ? a.shape[d] : 0));
+        s[d] = 3;
+        rhs = "Gather(%" + a.name + ", " + constant("i64", idx) + ") {axis=" + std::to_string(d) + "}";
+        break;
+      }
+    }
+    for (int64_t d : s)
+      if (d <= 0 || d > 24) s = {};
+    if (s.empty()) continue;  // an unlucky shape: skip this step
+    body += "  %" + out + ": " + type(s) + " = " + rhs + " name=\"n" + std::to_string(k) + "\"\n";
+    vals.push_back({out, s});
+  }
+  std::string outs = "%" + vals.back().name;
+  if (vals.size() > 2 && pick(2)) outs += ", %" + vals[vals.size() / 2].name;
+  if (outs == "%x") return "";
+  return "graph main opset 17 (" + inputs + ") -> (" + outs + ") {\n" + body + "}\n";
+}
+
+}  // namespace kiln::testing
