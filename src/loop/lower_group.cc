@@ -414,12 +414,10 @@ LoopKernel Lowerer::lower(const std::string& name) {
 
 LoweredGroup lower_group(const FusionGroup& grp, const std::string& name) {
   LoweredGroup r;
+  if (grp.kind == GroupKind::Reduction) return detail::lower_reduction_group(grp, sanitize_identifier(name));
+  if (grp.kind == GroupKind::Contraction) return detail::lower_contraction_group(grp, sanitize_identifier(name));
   if (grp.kind != GroupKind::Elementwise && grp.kind != GroupKind::View) {
-    switch (grp.kind) {
-      case GroupKind::Reduction: r.reason = "reductions are not lowered to loops yet"; break;
-      case GroupKind::Contraction: r.reason = "contractions are not lowered to loops yet"; break;
-      default: r.reason = "opaque ops run as library kernels"; break;
-    }
+    r.reason = "opaque ops run as library kernels";
     return r;
   }
   for (const Node* n : grp.nodes) {

@@ -19,6 +19,7 @@
 
 #include "fusion/fusion_plan.h"
 #include "loop/loop_ir.h"
+#include "loop/lower_group.h"
 
 namespace kiln::loop::detail {
 
@@ -113,5 +114,11 @@ Expr tensor_imm(const Tensor& t, int64_t i);
 // Index arithmetic on Int64 that may be negative (pads, wrapped indices).
 Expr sub(Expr a, Expr b);
 Expr clamp(Expr v, int64_t lo, int64_t hi);
+
+// Groups anchored by a reduction (row kernels, pools) and by contractions (with their prologue and
+// epilogue); lower_reduction.cc and lower_contraction.cc. They refuse (LoweredGroup::reason) what
+// they do not cover, and the runtime runs those groups with library kernels.
+LoweredGroup lower_reduction_group(const FusionGroup& grp, const std::string& kernel_name);
+LoweredGroup lower_contraction_group(const FusionGroup& grp, const std::string& kernel_name);
 
 }  // namespace kiln::loop::detail
