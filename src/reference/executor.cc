@@ -21,7 +21,10 @@ std::vector<Tensor> run_node(const Node& node, const std::vector<Tensor>& inputs
   return outs;
 }
 
-TensorMap run_reference(const Graph& g, const TensorMap& inputs) {
+namespace {
+
+// Runs g; when keep_all is false, intermediates are freed after their last use.
+std::unordered_map<const Value*, Tensor> execute(const Graph& g, const TensorMap& inputs, bool keep_all) {
   std::unordered_map<const Value*, Tensor> env;
   for (Value* in : g.inputs()) {
     auto it = inputs.find(in->name());
@@ -62,13 +65,26 @@ TensorMap run_reference(const Graph& g, const TensorMap& inputs) {
                                 " for output '", o->name(), "' typed ", o->type().str()));
       env[o] = t;
     }
-    for (Value* v : n->inputs())
-      if (v && --remaining[v] == 0 && !g.is_graph_output(v)) env.erase(v);
+    if (!keep_all)
+      for (Value* v : n->inputs())
+        if (v && --remaining[v] == 0 && !g.is_graph_output(v)) env.erase(v);
   }
+  for (Value* o : g.outputs())
+    if (o->is_constant()) env[o] = o->constant();
+  return env;
+}
 
+}  // namespace
+
+TensorMap run_reference(const Graph& g, const TensorMap& inputs) {
+  auto env = execute(g, inputs, /*keep_all=*/false);
   TensorMap result;
-  for (Value* o : g.outputs()) result[o->name()] = lookup(o);
+  for (Value* o : g.outputs()) result[o->name()] = env.at(o);
   return result;
+}
+
+std::unordered_map<const Value*, Tensor> run_reference_values(const Graph& g, const TensorMap& inputs) {
+  return execute(g, inputs, /*keep_all=*/true);
 }
 
 }  // namespace kiln

@@ -3,6 +3,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "ir/graph.h"
@@ -17,5 +18,9 @@ std::vector<Tensor> run_node(const Node& node, const std::vector<Tensor>& inputs
 // Runs the whole graph. `inputs` maps graph-input names to tensors; each must match the declared
 // dtype and shape (a mismatch is a UserError naming the input). Returns graph outputs by name.
 TensorMap run_reference(const Graph& g, const TensorMap& inputs);
+
+// Like run_reference, but keeps and returns every value the graph computes (for --check, which
+// compares each compiled kernel's outputs with the reference).
+std::unordered_map<const Value*, Tensor> run_reference_values(const Graph& g, const TensorMap& inputs);
 
 }  // namespace kiln

@@ -67,7 +67,7 @@ void* Executable::address_of(const Value* v, const std::vector<void*>& io) const
   throw InternalError(cat("executable: no storage for '", v->name(), "'"));
 }
 
-TensorMap Executable::run(const TensorMap& inputs) {
+TensorMap Executable::run(const TensorMap& inputs, const Observer& observe) {
   const Graph& g = *graph_;
   std::vector<void*> io;
   for (Value* in : g.inputs()) {
@@ -103,6 +103,8 @@ TensorMap Executable::run(const TensorMap& inputs) {
       for (const Value* v : grp.inputs) args.push_back(address_of(v, io));
       for (const Value* v : grp.outputs) args.push_back(address_of(v, io));
       fns_[k](args.data());
+      if (observe)
+        for (const Value* v : grp.outputs) observe(k, v, address_of(v, io));
       continue;
     }
     // Library kernel: the reference kernels, op by op, on copies of the group's inputs.
@@ -122,7 +124,10 @@ TensorMap Executable::run(const TensorMap& inputs) {
       auto r = run_node(*n, a);
       for (size_t i = 0; i < r.size(); ++i) local[n->output(i)] = r[i];
     }
-    for (const Value* v : grp.outputs) std::memcpy(address_of(v, io), local.at(v).raw(), local.at(v).nbytes());
+    for (const Value* v : grp.outputs) {
+      std::memcpy(address_of(v, io), local.at(v).raw(), local.at(v).nbytes());
+      if (observe) observe(k, v, address_of(v, io));
+    }
   }
   for (size_t i = 0; i < g.outputs().size(); ++i) result[g.outputs()[i]->name()] = outs[i];
   return result;

@@ -39,8 +39,11 @@ class Executable {
   static std::unique_ptr<Executable> build(std::unique_ptr<Graph> g, const BuildOptions& opts = {},
                                            const std::function<void(const std::string&)>& progress = {});
 
+  // Called after each kernel with every tensor it wrote (for --check).
+  using Observer = std::function<void(size_t kernel, const Value* v, const void* data)>;
+
   // Runs the model. Inputs by name must match the graph's types (UserError otherwise).
-  TensorMap run(const TensorMap& inputs);
+  TensorMap run(const TensorMap& inputs, const Observer& observe = {});
 
   const Graph& graph() const { return *graph_; }
   const FusionPlan& plan() const { return plan_; }

@@ -35,8 +35,9 @@ def main():
     parser.add_argument("name", help="model name, e.g. resnet18")
     parser.add_argument("--tol", type=float, default=1e-4, help="max relative error (default %(default)g)")
     parser.add_argument("--keep", action="store_true", help="keep kiln's output directory")
-    parser.add_argument("--mode", choices=["reference", "fused-plan"], default="reference",
-                        help="kiln run --reference, or --fused-plan (the fusion plan kernel by kernel)")
+    parser.add_argument("--mode", choices=["reference", "fused-plan", "check"], default="reference",
+                        help="kiln run --reference, --fused-plan (the fusion plan kernel by kernel), or "
+                             "--check (compiled, each kernel compared with the reference)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds before kiln is killed")
     args = parser.parse_args()
 

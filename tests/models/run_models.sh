@@ -7,7 +7,8 @@
 #   KILN       path to the kiln binary
 #   NAME...    models to check (default: every model make_models.py knows)
 # Environment: KILN_MODEL_TOL overrides the relative-error tolerance (default 1e-4);
-#              KILN_RUN_MODE=fused-plan runs the fusion plan kernel by kernel instead of --reference.
+#              KILN_RUN_MODE=fused-plan runs the fusion plan kernel by kernel instead of --reference;
+#              KILN_RUN_MODE=check runs the compiled executable and compares every kernel with the reference.
 # Exits nonzero when any model fails to export or to match.
 set -uo pipefail
 

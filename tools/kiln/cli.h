@@ -8,6 +8,7 @@
 
 #include "frontend/onnx/onnx_import.h"
 #include "fusion/fusion_plan.h"
+#include "reference/executor.h"
 #include "ir/graph.h"
 #include "transforms/pipeline.h"
 
@@ -44,6 +45,10 @@ std::unique_ptr<Graph> load_model(const std::string& path, const Args& a, const 
 
 // Fusion options from --target/--no-fusion/--fusion-fuel.
 FusionOptions fusion_options(const Args& a);
+
+// Builds the (lowered) graph into an Executable and runs it; with `check`, also runs the
+// reference executor and reports per-kernel differences (UserError beyond the tolerance).
+TensorMap run_compiled(std::unique_ptr<Graph> g, const Args& a, const TensorMap& inputs, bool check);
 
 // The options every model-loading command accepts.
 extern const std::vector<std::string> kModelValuedOptions;

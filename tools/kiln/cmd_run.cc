@@ -32,12 +32,13 @@ std::string output_file_name(const std::string& name) {
 int cmd_run(const std::vector<std::string>& argv) {
   auto valued = kModelValuedOptions;
   valued.insert(valued.end(), {"input", "output-dir"});
-  valued.insert(valued.end(), {"target", "fusion-fuel"});
+  valued.insert(valued.end(), {"target", "fusion-fuel", "threads"});
   auto flags = kModelFlags;
-  flags.insert(flags.end(), {"reference", "fused-plan", "no-fusion"});
+  flags.insert(flags.end(), {"reference", "fused-plan", "no-fusion", "compiled", "check", "no-cache"});
   Args a(argv, valued, flags);
   if (a.positional().size() != 1) user_error("run expects one MODEL.onnx (see kiln help)");
-  if (a.has("reference") && a.has("fused-plan")) user_error("--reference and --fused-plan exclude each other");
+  int modes = a.has("reference") + a.has("fused-plan") + (a.has("compiled") || a.has("check"));
+  if (modes > 1) user_error("choose one of --reference, --fused-plan, --compiled/--check");
   if (!a.has("output-dir")) user_error("run needs --output-dir DIR");
   const std::string model = a.positional()[0];
 
@@ -50,7 +51,8 @@ int cmd_run(const std::vector<std::string>& argv) {
     if (inputs.count(name)) user_error("--input '", name, "' is given twice");
     inputs[name] = read_npy(spec.substr(eq + 1));
   }
-  auto g = load_model(model, a, pipeline_options(a), /*lower=*/a.has("fused-plan"));
+  bool compiled = a.has("compiled") || a.has("check");
+  auto g = load_model(model, a, pipeline_options(a), /*lower=*/a.has("fused-plan") || compiled);
   // Only the reference executor exists until code generation lands; --reference is accepted so
   // scripts written now keep working when compiled execution becomes the default.
   TensorMap outputs;
@@ -58,8 +60,14 @@ int cmd_run(const std::vector<std::string>& argv) {
     // --fused-plan runs the fusion plan kernel by kernel with the reference kernels, each kernel
     // seeing only the tensors the plan stores: the check that fusion keeps the function until
     // generated code runs the plan.
-    outputs = a.has("fused-plan") ? run_plan_reference(*g, partition(*g, fusion_options(a)), inputs)
-                                  : run_reference(*g, inputs);
+    if (compiled) {
+      // The executable takes the graph; keep the output list for writing files below.
+      auto clone = g->clone();
+      outputs = run_compiled(std::move(clone), a, inputs, a.has("check"));
+    } else {
+      outputs = a.has("fused-plan") ? run_plan_reference(*g, partition(*g, fusion_options(a)), inputs)
+                                    : run_reference(*g, inputs);
+    }
   } catch (const UserError& e) {
     throw UserError(model + ": " + e.what());
   }

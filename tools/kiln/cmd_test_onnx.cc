@@ -1,5 +1,7 @@
 // kiln test-onnx: runs ONNX backend-test folders (model.onnx + test_data_set_*/input_N.pb,
-// output_N.pb) through import, simplification and the reference executor, and compares outputs.
+// output_N.pb) through import, simplification and the reference executor (or, with --fused, the
+// lowered graph's fusion plan kernel by kernel; with --compiled, the compiled Executable), and
+// compares outputs.
 //
 // Each test runs in a forked child so a crash or a hang in one kernel is reported as that test's
 // failure instead of ending the whole run. Tolerances (per dtype, |got - want| <= atol + rtol*|want|):
@@ -95,7 +97,10 @@ Tensor as_bfloat16_if_needed(const Tensor& t, DType want) {
 }
 
 // Runs one test folder in this process; returns "" on success or the failure reason.
-std::string run_test(const fs::path& dir, bool fused) {
+enum class Mode { Reference, FusedPlan, Compiled };
+
+std::string run_test(const fs::path& dir, Mode mode) {
+  bool fused = mode != Mode::Reference;
   try {
     Args none({}, kModelValuedOptions, kModelFlags);
     auto g = load_model((dir / "model.onnx").string(), none, {}, /*lower=*/fused);
@@ -116,7 +121,12 @@ std::string run_test(const fs::path& dir, bool fused) {
       }
       // --fused executes the fusion plan kernel by kernel (each sees only what the plan stores),
       // so a wrong plan shows up as a wrong output or an internal error.
-      TensorMap outputs = fused ? run_plan_reference(*g, partition(*g), inputs) : run_reference(*g, inputs);
+      TensorMap outputs;
+      if (mode == Mode::Compiled) {
+        outputs = run_compiled(g->clone(), none, inputs, /*check=*/false);
+      } else {
+        outputs = fused ? run_plan_reference(*g, partition(*g), inputs) : run_reference(*g, inputs);
+      }
       auto out_files = sorted_matching(set, "output_");
       if (out_files.size() != g->outputs().size())
         return cat(set.filename().string(), " has ", out_files.size(), " outputs, model has ", g->outputs().size());
@@ -136,7 +146,7 @@ std::string run_test(const fs::path& dir, bool fused) {
 }
 
 // Runs run_test in a child process with a time limit.
-std::string run_test_isolated(const fs::path& dir, bool fused) {
+std::string run_test_isolated(const fs::path& dir, Mode fused) {
   int fds[2];
   if (pipe(fds) != 0) return run_test(dir, fused);
   std::cout.flush();
@@ -210,7 +220,9 @@ std::string test_id(const fs::path& dir) {
 }  // namespace
 
 int cmd_test_onnx(const std::vector<std::string>& argv) {
-  Args a(argv, {"expect", "write-passed"}, {"verbose", "fused"});
+  Args a(argv, {"expect", "write-passed"}, {"verbose", "fused", "compiled"});
+  if (a.has("fused") && a.has("compiled")) user_error("choose one of --fused and --compiled");
+  Mode mode = a.has("compiled") ? Mode::Compiled : a.has("fused") ? Mode::FusedPlan : Mode::Reference;
   if (a.positional().empty()) user_error("test-onnx expects one or more test folders");
   auto tests = collect_tests(a.positional());
   std::set<std::string> expected;
@@ -224,7 +236,7 @@ int cmd_test_onnx(const std::vector<std::string>& argv) {
   int failed = 0, regressions = 0;
   for (const auto& t : tests) {
     std::string id = test_id(t);
-    std::string why = run_test_isolated(t, a.has("fused"));
+    std::string why = run_test_isolated(t, mode);
     if (why.empty()) {
       passed.insert(id);
       if (a.has("verbose")) std::cout << "PASS " << id << "\n";

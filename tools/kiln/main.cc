@@ -10,8 +10,9 @@ namespace {
 const char* kUsage = R"(usage: kiln <command> [options]
 
 commands:
-  run MODEL.onnx --input NAME=FILE.npy [--input ...] --output-dir DIR [--reference]
-                 [--input-shape NAME=DIMS]       run a model; writes DIR/<output>.npy per output
+  run MODEL.onnx --input NAME=FILE.npy [--input ...] --output-dir DIR [--input-shape NAME=DIMS]
+                 [--reference | --fused-plan | --compiled [--threads N] [--no-cache] | --check]
+                                                 run a model; writes DIR/<output>.npy per output
   info MODEL.onnx [--input-shape NAME=DIMS]      inputs, outputs, op histogram, parameter count
   show MODEL.onnx [--after=PASS|import|all]      print the graph IR (after a pass, default: final)
   explain MODEL.onnx [--json] [--dot FILE] [--svg FILE] [--no-fusion] [--fusion-fuel N] [--target T]
