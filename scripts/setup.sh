@@ -28,3 +28,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# ONNX Runtime for `kiln bench --compare` (the baseline kiln is measured against), installed with
+# the default python3 (pip); Debian's python3 keeps torch/onnx for the model exports.
+if ! python3 -c "import onnxruntime" >/dev/null 2>&1; then
+  echo "setup: installing onnxruntime (pip)"
+  python3 -m pip install --quiet onnxruntime numpy || echo "setup: onnxruntime not installed; kiln bench --compare will be unavailable"
+fi

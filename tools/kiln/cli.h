@@ -9,6 +9,7 @@
 #include "frontend/onnx/onnx_import.h"
 #include "fusion/fusion_plan.h"
 #include "reference/executor.h"
+#include "runtime/executable.h"
 #include "ir/graph.h"
 #include "transforms/pipeline.h"
 
@@ -59,5 +60,9 @@ int cmd_info(const std::vector<std::string>& argv);
 int cmd_show(const std::vector<std::string>& argv);
 int cmd_test_onnx(const std::vector<std::string>& argv);
 int cmd_explain(const std::vector<std::string>& argv);
+int cmd_bench(const std::vector<std::string>& argv);
+
+// Executable options from --threads/--no-cache and the fusion options.
+runtime::BuildOptions build_options(const Args& a);
 
 }  // namespace kiln::cli

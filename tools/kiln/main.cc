@@ -17,6 +17,9 @@ commands:
   show MODEL.onnx [--after=PASS|import|all]      print the graph IR (after a pass, default: final)
   explain MODEL.onnx [--json] [--dot FILE] [--svg FILE] [--no-fusion] [--fusion-fuel N] [--target T]
                                                  the fusion plan: kernels, costs, refused fusions
+  bench MODEL.onnx [--threads N] [--runs N] [--warmup N] [--json] [--compare]
+                                                 latency of the compiled model; --compare adds kiln
+                                                 --no-fusion and ONNX Runtime, interleaved
   test-onnx DIR... [--expect FILE] [--write-passed FILE] [--quiet]
                                                  run ONNX backend-test folders
   help                                           this text
@@ -44,6 +47,7 @@ int main(int argc, char** argv) {
     if (cmd == "show") return kiln::cli::cmd_show(args);
     if (cmd == "test-onnx") return kiln::cli::cmd_test_onnx(args);
     if (cmd == "explain") return kiln::cli::cmd_explain(args);
+    if (cmd == "bench") return kiln::cli::cmd_bench(args);
     std::cerr << "kiln: error: unknown command '" << cmd << "' (see kiln help)\n";
     return 2;
   } catch (const kiln::UserError& e) {
