@@ -6,14 +6,8 @@ namespace kiln {
 
 TensorMap run_plan_reference(const Graph& g, const FusionPlan& plan, const TensorMap& inputs) {
   std::unordered_map<const Value*, Tensor> memory;
-  for (Value* in : g.inputs()) {
-    auto it = inputs.find(in->name());
-    if (it == inputs.end()) user_error("missing input '", in->name(), "' (", in->type().str(), ")");
-    if (it->second.dtype() != in->dtype() || it->second.shape() != in->shape())
-      user_error("input '", in->name(), "' expects ", in->type().str(), ", got ",
-                 TensorType{it->second.dtype(), it->second.shape()}.str());
-    memory[in] = it->second;
-  }
+  auto checked = check_inputs(g, inputs);
+  for (size_t i = 0; i < checked.size(); ++i) memory[g.inputs()[i]] = *checked[i];
   for (const auto& grp : plan.groups) {
     std::unordered_map<const Value*, Tensor> local;
     for (const Value* v : grp.inputs) {

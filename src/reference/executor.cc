@@ -21,11 +21,8 @@ std::vector<Tensor> run_node(const Node& node, const std::vector<Tensor>& inputs
   return outs;
 }
 
-namespace {
-
-// Runs g; when keep_all is false, intermediates are freed after their last use.
-std::unordered_map<const Value*, Tensor> execute(const Graph& g, const TensorMap& inputs, bool keep_all) {
-  std::unordered_map<const Value*, Tensor> env;
+std::vector<const Tensor*> check_inputs(const Graph& g, const TensorMap& inputs) {
+  std::vector<const Tensor*> r;
   for (Value* in : g.inputs()) {
     auto it = inputs.find(in->name());
     if (it == inputs.end()) user_error("missing input '", in->name(), "' (", in->type().str(), ")");
@@ -33,10 +30,20 @@ std::unordered_map<const Value*, Tensor> execute(const Graph& g, const TensorMap
     if (t.dtype() != in->dtype() || t.shape() != in->shape())
       user_error("input '", in->name(), "' expects ", in->type().str(), ", got ",
                  TensorType{t.dtype(), t.shape()}.str());
-    env[in] = t;
+    r.push_back(&t);
   }
   for (const auto& [name, t] : inputs)
     if (!g.find_value(name) || !g.find_value(name)->is_graph_input()) user_error("model has no input named '", name, "'");
+  return r;
+}
+
+namespace {
+
+// Runs g; when keep_all is false, intermediates are freed after their last use.
+std::unordered_map<const Value*, Tensor> execute(const Graph& g, const TensorMap& inputs, bool keep_all) {
+  std::unordered_map<const Value*, Tensor> env;
+  auto checked = check_inputs(g, inputs);
+  for (size_t i = 0; i < checked.size(); ++i) env[g.inputs()[i]] = *checked[i];
 
   auto lookup = [&](const Value* v) -> Tensor {
     if (!v) return {};

@@ -15,6 +15,10 @@ using TensorMap = std::map<std::string, Tensor>;
 // Runs one node (outputs in node order). Errors are UserErrors prefixed with the node's description.
 std::vector<Tensor> run_node(const Node& node, const std::vector<Tensor>& inputs);
 
+// Checks that `inputs` holds exactly the graph's inputs with their declared dtypes and shapes
+// (UserError naming the input otherwise) and returns them in graph-input order.
+std::vector<const Tensor*> check_inputs(const Graph& g, const TensorMap& inputs);
+
 // Runs the whole graph. `inputs` maps graph-input names to tensors; each must match the declared
 // dtype and shape (a mismatch is a UserError naming the input). Returns graph outputs by name.
 TensorMap run_reference(const Graph& g, const TensorMap& inputs);

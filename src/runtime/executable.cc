@@ -70,16 +70,7 @@ void* Executable::address_of(const Value* v, const std::vector<void*>& io) const
 TensorMap Executable::run(const TensorMap& inputs, const Observer& observe) {
   const Graph& g = *graph_;
   std::vector<void*> io;
-  for (Value* in : g.inputs()) {
-    auto it = inputs.find(in->name());
-    if (it == inputs.end()) user_error("missing input '", in->name(), "' (", in->type().str(), ")");
-    if (it->second.dtype() != in->dtype() || it->second.shape() != in->shape())
-      user_error("input '", in->name(), "' expects ", in->type().str(), ", got ",
-                 TensorType{it->second.dtype(), it->second.shape()}.str());
-    io.push_back(const_cast<void*>(it->second.raw()));
-  }
-  for (const auto& [name, t] : inputs)
-    if (!g.find_value(name) || !g.find_value(name)->is_graph_input()) user_error("model has no input named '", name, "'");
+  for (const Tensor* t : check_inputs(g, inputs)) io.push_back(const_cast<void*>(t->raw()));
   TensorMap result;
   std::vector<Tensor> outs;
   for (Value* o : g.outputs()) {
