@@ -72,6 +72,10 @@ class Lowerer {
   Expr operand(const Node& n, size_t k, Index& idx);
 
  private:
+  // lower_contraction.cc drives a Lowerer for the prologue and epilogue of a contraction: it binds
+  // the kernel's buffers and members itself and builds its own nest around the K loop.
+  friend class ContractionLowering;
+
   // The loop nest writing `outs` (all of one size) into `bufs`; Lets are numbered from next_let.
   std::vector<Stmt> nest(const std::vector<const Value*>& outs, const std::vector<BufferPtr>& bufs, int& next_let);
   Expr lower_node(const Node& n, size_t slot, Index& idx);
@@ -82,6 +86,9 @@ class Lowerer {
   Expr lower_gather(const Node& n, Index& idx);                     // lower_injective.cc
   Expr lower_gather_elements(const Node& n, Index& idx);            // lower_injective.cc
   Expr lower_space_depth(const Node& n, Index& idx);                // lower_injective.cc
+
+  // Row kernels (lower_reduction.cc) drive value_at pass by pass with their own loops.
+  friend class RowKernelBuilder;
 
   const FusionGroup& grp_;
   bool flat_mode_;

@@ -1,11 +1,512 @@
-// Lowering of reduction-anchored groups (row kernels: softmax, LayerNorm; pools) to loop nests.
+// Lowering of reduction-anchored groups to loop nests: row kernels (softmax, LayerNorm,
+// GlobalAveragePool, Reduce* with their elementwise prologue and epilogue).
+//
+// A row kernel's reductions all reduce the same axes of same-shaped inputs (the partitioner's
+// rule); every other member produces either the whole domain or one value per row. The nest:
+//
+//   for each outer (non-reduced) position           -- outermost loop Parallel when big
+//     per reduction, in topological order:
+//       acc = identity; for each row element (row-major): acc = f(acc, element)
+//       r = finalise(acc)                              -- a Let, visible to later passes
+//     per-row outputs: computed into Lets here
+//     final pass over the row: full-domain outputs, recomputed from the inputs
+//     per-row stores
+//
+// Row elements and outputs are built by the elementwise Lowerer (value_at) at the position of
+// the current pass; a reduction result is a fake Register buffer that value_at loads from, and
+// each such load is replaced by the result's Let — only at the current row: a load anywhere else
+// (a broadcast or remap across rows) refuses the group. Recomputing full-domain values in each
+// pass instead of storing a row buffer keeps the kernel to one loop nest.
+//
+// Numerics follow src/reference/ops/reduction_ops.cc and nn_pool.cc formula by formula: float32
+// accumulates in float32 in row order, float16/bfloat16 in float, float64 in double, integers in
+// 64 bits with wrapping and a final wrapping narrowing; Max/Min start from the row's first element
+// (equal to the reference's identity start, NaN propagating; GlobalMaxPool as nn_pool.cc, which
+// does not propagate a NaN after the first element); GlobalAveragePool sums in double.
+// Refused: windowed pools, ArgMax/ArgMin, bool Max/Min, empty rows, run-time axes, noop reductions.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <unordered_map>
+
+#include "fusion/op_kind.h"
 #include "loop/lower_internal.h"
+#include "support/error.h"
 
 namespace kiln::loop::detail {
 
+namespace {
+
+enum class RKind { Sum, Mean, Max, Min, Prod, L1, L2, LogSum, LogSumExp, SumSquare, GlobalAvg, GlobalMax };
+
+std::optional<RKind> reduce_kind(const std::string& op) {
+  static const std::map<std::string, RKind> m = {
+      {"ReduceSum", RKind::Sum},       {"ReduceMean", RKind::Mean},     {"ReduceMax", RKind::Max},
+      {"ReduceMin", RKind::Min},       {"ReduceProd", RKind::Prod},     {"ReduceL1", RKind::L1},
+      {"ReduceL2", RKind::L2},         {"ReduceLogSum", RKind::LogSum}, {"ReduceLogSumExp", RKind::LogSumExp},
+      {"ReduceSumSquare", RKind::SumSquare}, {"GlobalAveragePool", RKind::GlobalAvg},
+      {"GlobalMaxPool", RKind::GlobalMax}};
+  auto it = m.find(op);
+  if (it == m.end()) return std::nullopt;
+  return it->second;
+}
+
+bool is_unsigned_int(DType t) {
+  return t == DType::UInt8 || t == DType::UInt16 || t == DType::UInt32 || t == DType::UInt64;
+}
+
+// The reference kernels' dtype sets (reduction_internal.h TypeSet::Reduce / ReduceMinMax,
+// nn_pool.cc's global pools); bool Max/Min (opset 20) is not lowered.
+bool accepts(RKind k, DType t) {
+  if (k == RKind::GlobalAvg || k == RKind::GlobalMax)
+    return t == DType::Float32 || t == DType::Float64 || t == DType::Float16;
+  const bool base = is_float(t) || t == DType::Int32 || t == DType::Int64 || t == DType::UInt32 || t == DType::UInt64;
+  if (k == RKind::Max || k == RKind::Min) return base || t == DType::Int8 || t == DType::UInt8;
+  return base;
+}
+
+Expr bin(BinOp op, Expr a, Expr b) { return binary(op, std::move(a), std::move(b)); }
+
+// Common subexpressions of one statement list become Lets `t<k>` (pure index arithmetic stays
+// inline, as in lower_group.cc).
+class Hoister {
+ public:
+  explicit Hoister(int& next) : next_(next) {}
+  void count(const Expr& e) {
+    if (++refs_[e.get()] > 1) return;
+    for (const auto& a : e->args) count(a);
+  }
+  Expr rewrite(const Expr& e, std::vector<Stmt>& lets) {
+    if (auto it = done_.find(e.get()); it != done_.end()) return it->second;
+    Expr r = e;
+    if (!e->args.empty()) {
+      auto copy = std::make_shared<ExprNode>(*e);
+      bool changed = false;
+      for (auto& a : copy->args) {
+        Expr na = rewrite(a, lets);
+        changed = changed || na != a;
+        a = na;
+      }
+      if (changed) r = copy;
+    }
+    const bool leaf = e->kind == ExprKind::IntImm || e->kind == ExprKind::FloatImm || e->kind == ExprKind::Var;
+    if (!leaf && refs_[e.get()] >= 2 && (e->type != DType::Int64 || loads(e))) {
+      std::string name = "t" + std::to_string(next_++);
+      lets.push_back(let(name, r));
+      r = var(name, e->type);
+    }
+    done_[e.get()] = r;
+    return r;
+  }
+
+ private:
+  bool loads(const Expr& e) {
+    if (auto it = loads_.find(e.get()); it != loads_.end()) return it->second;
+    bool r = e->kind == ExprKind::Load;
+    for (const auto& a : e->args) r = loads(a) || r;
+    return loads_[e.get()] = r;
+  }
+  int& next_;
+  std::unordered_map<const ExprNode*, int> refs_;
+  std::unordered_map<const ExprNode*, bool> loads_;
+  std::unordered_map<const ExprNode*, Expr> done_;
+};
+
+int64_t emitted_size(const Expr& e) {
+  int64_t n = 1;
+  for (const auto& a : e->args) n += emitted_size(a);
+  return n;
+}
+
+}  // namespace
+
+class RowKernelBuilder {
+ public:
+  explicit RowKernelBuilder(const FusionGroup& grp) : grp_(grp), L_(grp, /*flat_mode=*/false) {}
+  LoopKernel build(const std::string& name);
+
+ private:
+  // One statement of a list before CSE: Let var = value, Assign var = value, or a Store.
+  struct Root {
+    StmtKind kind;
+    std::string var;
+    BufferPtr buf;
+    Expr index, value;
+  };
+  // A reduction result, read through a fake buffer until its Let exists.
+  struct Result {
+    std::string var;
+    bool defined = false;
+  };
+
+  std::vector<Stmt> finish(std::vector<Root> roots);
+  Expr subst(const Expr& e, std::unordered_map<const ExprNode*, Expr>& memo);
+  // Loops over the reduced dims (named kiln_j<pass>_<dim>) around body; the full-domain index.
+  std::vector<Expr> pass_dims(int pass, std::vector<std::pair<std::string, int64_t>>& loops);
+  static std::vector<Stmt> wrap(const std::vector<std::pair<std::string, int64_t>>& loops, std::vector<Stmt> body,
+                                bool vectorize);
+  void lower_reduction(const Node& r, RKind kind, int k, std::vector<Stmt>& out);
+
+  const FusionGroup& grp_;
+  Lowerer L_;
+  Shape in_;
+  std::vector<bool> reduced_;
+  std::vector<Expr> outer_dims_;  // outer loop vars at kept dims, 0 at reduced ones
+  std::string outer_flat_;        // printed flat index of the current row in a per-row value
+  Expr outer_flat_expr_;
+  int64_t row_ = 1;
+  int passes_ = 0, next_let_ = 0;
+  std::unordered_map<const Buffer*, Result> results_;
+};
+
+Expr RowKernelBuilder::subst(const Expr& e, std::unordered_map<const ExprNode*, Expr>& memo) {
+  if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
+  Expr r = e;
+  if (e->kind == ExprKind::Load) {
+    if (auto it = results_.find(e->buffer.get()); it != results_.end()) {
+      if (!it->second.defined || print_expr(e->args[0]) != outer_flat_)
+        refuse("a reduction result is read at another row than its own (a broadcast or remap across rows)");
+      r = var(it->second.var, e->type);
+    }
+  }
+  if (r == e && !e->args.empty()) {
+    auto copy = std::make_shared<ExprNode>(*e);
+    bool changed = false;
+    for (auto& a : copy->args) {
+      Expr na = subst(a, memo);
+      changed = changed || na != a;
+      a = na;
+    }
+    if (changed) r = copy;
+  }
+  memo[e.get()] = r;
+  return r;
+}
+
+std::vector<Stmt> RowKernelBuilder::finish(std::vector<Root> roots) {
+  std::unordered_map<const ExprNode*, Expr> memo;
+  Hoister h(next_let_);
+  for (auto& r : roots) {
+    r.value = subst(r.value, memo);
+    h.count(r.value);
+    if (r.index) {
+      r.index = subst(r.index, memo);
+      h.count(r.index);
+    }
+  }
+  std::vector<Stmt> body, stores;
+  for (auto& r : roots) {
+    Expr v = h.rewrite(r.value, body);
+    if (r.kind == StmtKind::Let) body.push_back(let(r.var, v));
+    else if (r.kind == StmtKind::Assign) body.push_back(assign(r.var, v));
+    else {
+      // Every load of an iteration precedes its stores (in-place reuse of an input is safe).
+      Expr idx = h.rewrite(r.index, body);
+      if (v->kind != ExprKind::Var && v->kind != ExprKind::IntImm && v->kind != ExprKind::FloatImm) {
+        std::string name = "t" + std::to_string(next_let_++);
+        body.push_back(let(name, v));
+        v = var(name, v->type);
+      }
+      stores.push_back(store(r.buf, idx, v));
+    }
+  }
+  for (auto& s : stores) body.push_back(s);
+  int64_t emitted = 0;
+  for (const Stmt& st : body) emitted += emitted_size(st->value) + (st->index ? emitted_size(st->index) : 0);
+  if (emitted > kMaxEmittedNodes)
+    refuse(cat("the fused row loop would have ", emitted, " expression nodes (limit ", kMaxEmittedNodes, ")"));
+  return body;
+}
+
+std::vector<Expr> RowKernelBuilder::pass_dims(int pass, std::vector<std::pair<std::string, int64_t>>& loops) {
+  std::vector<Expr> d = outer_dims_;
+  for (size_t i = 0; i < in_.size(); ++i) {
+    if (!reduced_[i] || in_[i] == 1) continue;
+    std::string v = "kiln_j" + std::to_string(pass) + "_" + std::to_string(i);
+    loops.push_back({v, in_[i]});
+    d[i] = var(v);
+  }
+  return d;
+}
+
+std::vector<Stmt> RowKernelBuilder::wrap(const std::vector<std::pair<std::string, int64_t>>& loops,
+                                         std::vector<Stmt> body, bool vectorize) {
+  for (size_t i = loops.size(); i-- > 0;) {
+    const ForKind k = vectorize && i + 1 == loops.size() ? ForKind::Vectorized : ForKind::Serial;
+    body = {for_loop(loops[i].first, int_imm(loops[i].second), std::move(body), k)};
+  }
+  return body;
+}
+
+void RowKernelBuilder::lower_reduction(const Node& r, RKind kind, int k, std::vector<Stmt>& out) {
+  const DType t = r.input(0)->dtype();
+  const DType ot = r.output(0)->dtype();
+  const bool flt = is_float(t);
+  // Accumulator and real-result types (reduction_internal.h Accum / RealOf).
+  DType A = flt ? compute_type(t) : (is_unsigned_int(t) ? DType::UInt64 : DType::Int64);
+  if (kind == RKind::GlobalAvg) A = DType::Float64;
+  const DType R = flt ? A : DType::Float64;
+  const std::string acc = "kiln_acc" + std::to_string(k);
+  auto zero = [&](DType d) { return imm(0, d); };
+
+  // One pass: acc (of type `at`) = init; for the row: acc = update(acc, element, first).
+  auto pass = [&](const std::string& name, DType at, Expr init,
+                  const std::function<Expr(Expr acc, Expr elem, Expr first)>& update) {
+    std::vector<std::pair<std::string, int64_t>> loops;
+    const int p = passes_++;
+    std::vector<Expr> d = pass_dims(p, loops);
+    Expr elem = L_.value_at(r.input(0), Index::from_dims(in_, d));
+    Expr rowflat = int_imm(0);
+    for (size_t i = 0; i < in_.size(); ++i)
+      if (reduced_[i] && in_[i] != 1) rowflat = add(mul(rowflat, int_imm(in_[i])), d[i]);
+    Expr first = bin(BinOp::Eq, rowflat, int_imm(0));
+    std::vector<Stmt> init_list = finish({Root{StmtKind::Let, name, nullptr, nullptr, init}});
+    std::vector<Stmt> body = finish({Root{StmtKind::Assign, name, nullptr, nullptr, update(var(name, at), elem, first)}});
+    for (auto& s : init_list) out.push_back(s);
+    for (auto& s : wrap(loops, std::move(body), false)) out.push_back(s);
+  };
+  auto is_nan = [](const Expr& e) { return unary(UnOp::IsNaN, e); };
+  // max_nan / min_nan from the first element on (equal to the reference's identity start).
+  auto extreme = [&](BinOp cmp) {
+    return [&, cmp](Expr a, Expr e, Expr first) {
+      Expr v = cast(A, e);
+      Expr better = bin(cmp, v, a);
+      // GlobalMaxPool keeps the first NaN only (`x > best ? x : best`); Reduce* propagate NaN.
+      if (flt && kind != RKind::GlobalMax) better = bin(BinOp::Or, better, is_nan(v));
+      return select(bin(BinOp::Or, first, better), v, a);
+    };
+  };
+  auto sum = [&](Expr a, Expr e, Expr) { return bin(BinOp::Add, a, cast(A, e)); };
+
+  Expr fin;  // the finalised value, in A or R
+  switch (kind) {
+    case RKind::Sum:
+    case RKind::Mean:
+    case RKind::LogSum:
+    case RKind::GlobalAvg:
+      pass(acc, A, zero(A), sum);
+      break;
+    case RKind::Max:
+    case RKind::GlobalMax:
+      pass(acc, A, zero(A), extreme(BinOp::Gt));
+      break;
+    case RKind::Min:
+      pass(acc, A, zero(A), extreme(BinOp::Lt));
+      break;
+    case RKind::Prod:
+      pass(acc, A, imm(1, A), [&](Expr a, Expr e, Expr) { return bin(BinOp::Mul, a, cast(A, e)); });
+      break;
+    case RKind::L1:
+      pass(acc, A, zero(A), [&](Expr a, Expr e, Expr) {
+        Expr v = cast(A, e);
+        return bin(BinOp::Add, a, is_unsigned_int(t) ? v : unary(UnOp::Abs, v));
+      });
+      break;
+    case RKind::L2:
+    case RKind::SumSquare:
+      pass(acc, A, zero(A), [&](Expr a, Expr e, Expr) {
+        Expr v = cast(A, e);
+        return bin(BinOp::Add, a, bin(BinOp::Mul, v, v));
+      });
+      break;
+    case RKind::LogSumExp: {
+      // log(sum(exp(x - m))) + m with m the NaN-propagating max; a non-finite m is the result.
+      const std::string m = acc + "_max";
+      pass(m, R, zero(R), [&](Expr a, Expr e, Expr first) {
+        Expr v = cast(R, e);
+        return select(bin(BinOp::Or, first, bin(BinOp::Or, bin(BinOp::Gt, v, a), is_nan(v))), v, a);
+      });
+      Expr mv = var(m, R);
+      pass(acc, R, zero(R), [&](Expr a, Expr e, Expr) {
+        return bin(BinOp::Add, a, unary(UnOp::Exp, bin(BinOp::Sub, cast(R, e), mv)));
+      });
+      Expr finite = bin(BinOp::And, unary(UnOp::Not, is_nan(mv)), unary(UnOp::Not, unary(UnOp::IsInf, mv)));
+      fin = select(finite, bin(BinOp::Add, mv, unary(UnOp::Log, var(acc, R))), mv);
+      break;
+    }
+  }
+  Expr a = var(acc, A);
+  switch (kind) {
+    case RKind::Mean: fin = bin(BinOp::Div, a, flt ? imm(double(row_), A) : int_imm(row_, A)); break;
+    case RKind::GlobalAvg: fin = bin(BinOp::Div, a, imm(double(row_), A)); break;
+    case RKind::L2: fin = unary(UnOp::Sqrt, cast(R, a)); break;
+    case RKind::LogSum: fin = unary(UnOp::Log, cast(R, a)); break;
+    case RKind::LogSumExp: break;
+    default: fin = a; break;
+  }
+  // Half types round once from float (the reference stores float results into them).
+  if ((ot == DType::Float16 || ot == DType::BFloat16) && fin->type != DType::Float32) fin = cast(DType::Float32, fin);
+  fin = cast(ot, fin);
+  const std::string rv = "kiln_r" + std::to_string(k);
+  for (auto& s : finish({Root{StmtKind::Let, rv, nullptr, nullptr, fin}})) out.push_back(s);
+}
+
+LoopKernel RowKernelBuilder::build(const std::string& name) {
+  std::vector<std::pair<const Node*, RKind>> reds;
+  for (const Node* n : grp_.nodes) {
+    const auto ok = op_kind_of_type(n->op_type());
+    if (ok && *ok == OpKind::Reduction && n->domain().empty()) {
+      if (is_windowed_reduction(*n)) refuse(cat(n->op_type(), " (a windowed pool) is not lowered to loops yet"));
+      auto k = reduce_kind(n->op_type());
+      if (!k) refuse(cat(n->op_type(), " is not lowered to loops yet"));
+      reds.push_back({n, *k});
+    } else {
+      std::string why = unsupported_reason(*n);
+      if (!why.empty()) refuse(why);
+    }
+  }
+  if (reds.empty()) refuse("the reduction group has no reduction");
+
+  // The reduced axes of each reduction, as its reference kernel reads them.
+  std::vector<bool> reduced;
+  for (const auto& [n, kind] : reds) {
+    if (!n->input(0) || n->num_outputs() != 1) refuse(cat(n->op_type(), " has an unexpected signature"));
+    const Shape& s = n->input(0)->shape();
+    const DType t = n->input(0)->dtype();
+    if (!accepts(kind, t)) refuse(cat(n->op_type(), " on ", dtype_name(t), " is not lowered to loops"));
+    const int64_t rank = int64_t(s.size());
+    std::vector<bool> red(s.size(), false);
+    if (kind == RKind::GlobalAvg || kind == RKind::GlobalMax) {
+      if (rank < 3) refuse(cat(n->op_type(), " needs a rank >= 3 input"));
+      for (size_t i = 2; i < s.size(); ++i) red[i] = true;
+    } else {
+      const int64_t keep = n->attr_int("keepdims", 1), noop = n->attr_int("noop_with_empty_axes", 0);
+      if ((keep != 0 && keep != 1) || (noop != 0 && noop != 1)) refuse(cat(n->op_type(), " has invalid attributes"));
+      auto axes = constant_ints(*n, 1, "axes");
+      if ((!axes || axes->empty()) && noop == 1) refuse(cat(n->op_type(), " with no axes is an identity (noop_with_empty_axes)"));
+      if (!axes || axes->empty()) {
+        red.assign(s.size(), true);
+      } else {
+        if (rank == 0) refuse(cat(n->op_type(), " of a scalar"));
+        for (int64_t a : *axes) {
+          if (a < -rank || a >= rank) refuse(cat(n->op_type(), " axis ", a, " is out of range"));
+          const size_t k = size_t(a < 0 ? a + rank : a);
+          if (red[k]) refuse(cat(n->op_type(), " axes repeat axis ", a));
+          red[k] = true;
+        }
+      }
+    }
+    if (in_.empty() && reduced.empty()) {
+      in_ = s;
+      reduced = red;
+    } else if (s != in_ || red != reduced) {
+      refuse("the group's reductions reduce different rows");
+    }
+  }
+  reduced_ = reduced;
+  const int64_t full = shape_numel(in_);
+  for (size_t i = 0; i < in_.size(); ++i)
+    if (reduced_[i]) row_ *= in_[i];
+  if (full == 0 || row_ == 0) refuse("empty reductions are not lowered to loops");
+  const int64_t outer = full / row_;
+  for (const Node* n : grp_.nodes)
+    for (const Value* o : n->outputs())
+      if (o && shape_numel(o->shape()) != full && shape_numel(o->shape()) != outer)
+        refuse(cat(n->op_type(), " produces ", shape_str(o->shape()), ", neither the rows nor one value per row"));
+  if (grp_.outputs.empty()) refuse("the group writes no outputs");
+
+  // Buffers: kernel inputs and outputs, plus one fake Register buffer per reduction result.
+  LoopKernel k;
+  k.name = name;
+  for (const Node* n : grp_.nodes) {
+    L_.members_.insert(n);
+    if (!n->name().empty() && std::find(k.sources.begin(), k.sources.end(), n->name()) == k.sources.end())
+      k.sources.push_back(n->name());
+  }
+  std::set<std::string> used;
+  auto buffer = [&](const Value* v, Scope scope) {
+    std::string base = "b_" + sanitize_identifier(v->name()), n = base;
+    for (int i = 1; used.count(n); ++i) n = base + "_" + std::to_string(i);
+    used.insert(n);
+    return std::make_shared<Buffer>(Buffer{n, v->dtype(), v->shape(), scope});
+  };
+  for (const Value* v : grp_.inputs) {
+    auto b = buffer(v, Scope::Global);
+    L_.input_buffers_[v] = b;
+    k.inputs.push_back(b);
+  }
+  for (const Value* v : grp_.outputs) k.outputs.push_back(buffer(v, Scope::Global));
+  for (size_t i = 0; i < reds.size(); ++i) {
+    const Value* v = reds[i].first->output(0);
+    if (L_.input_buffers_.count(v)) refuse("a reduction result is also a kernel input");
+    auto b = buffer(v, Scope::Register);
+    L_.input_buffers_[v] = b;
+    results_[b.get()] = Result{"kiln_r" + std::to_string(i), false};
+  }
+
+  // The outer loops and the current row's flat index in a per-row value.
+  std::vector<std::pair<std::string, int64_t>> outer_loops;
+  Shape keep = in_;
+  for (size_t i = 0; i < in_.size(); ++i) {
+    if (reduced_[i]) {
+      keep[i] = 1;
+      outer_dims_.push_back(int_imm(0));
+    } else if (in_[i] == 1) {
+      outer_dims_.push_back(int_imm(0));
+    } else {
+      std::string v = "i" + std::to_string(i);
+      outer_loops.push_back({v, in_[i]});
+      outer_dims_.push_back(var(v));
+    }
+  }
+  Index row_idx = Index::from_dims(keep, outer_dims_);
+  outer_flat_expr_ = L_.flat(row_idx);
+  outer_flat_ = print_expr(outer_flat_expr_);
+
+  std::vector<Stmt> body;
+  for (size_t i = 0; i < reds.size(); ++i) {
+    lower_reduction(*reds[i].first, reds[i].second, int(i), body);
+    results_[L_.input_buffers_.at(reds[i].first->output(0)).get()].defined = true;
+  }
+
+  // Per-row outputs into Lets now; full-domain outputs in a final pass; per-row stores last.
+  std::vector<Root> per_row, full_roots;
+  std::vector<Stmt> row_stores;
+  for (size_t i = 0; i < grp_.outputs.size(); ++i) {
+    const Value* o = grp_.outputs[i];
+    if (shape_numel(o->shape()) != outer) continue;
+    std::string v = "kiln_o" + std::to_string(i);
+    per_row.push_back(Root{StmtKind::Let, v, nullptr, nullptr,
+                           L_.value_at(o, Index::from_flat(o->shape(), outer_flat_expr_))});
+    row_stores.push_back(store(k.outputs[i], outer_flat_expr_, var(v, o->dtype())));
+  }
+  for (auto& s : finish(std::move(per_row))) body.push_back(s);
+  std::vector<std::pair<std::string, int64_t>> loops;
+  Index at = Index::from_dims(in_, pass_dims(passes_++, loops));
+  const Expr at_flat = L_.flat(at);
+  for (size_t i = 0; i < grp_.outputs.size(); ++i) {
+    const Value* o = grp_.outputs[i];
+    if (shape_numel(o->shape()) == outer) continue;
+    Index oi = o->shape() == in_ ? at : Index::from_flat(o->shape(), at_flat);
+    full_roots.push_back(Root{StmtKind::Store, "", k.outputs[i], at_flat, L_.value_at(o, oi)});
+  }
+  if (!full_roots.empty())
+    for (auto& s : wrap(loops, finish(std::move(full_roots)), true)) body.push_back(s);
+  for (auto& s : row_stores) body.push_back(s);
+
+  // Rows are independent: the outermost outer loop is parallel when there is enough work.
+  for (size_t i = outer_loops.size(); i-- > 0;) {
+    const ForKind fk = i == 0 && outer >= 8 && full >= 4096 ? ForKind::Parallel : ForKind::Serial;
+    body = {for_loop(outer_loops[i].first, int_imm(outer_loops[i].second), std::move(body), fk)};
+  }
+  k.body = body.size() == 1 ? body[0] : block(std::move(body));
+  return k;
+}
+
 LoweredGroup lower_reduction_group(const FusionGroup& grp, const std::string& kernel_name) {
   LoweredGroup r;
-  r.reason = "reductions are not lowered to loops yet";
+  try {
+    RowKernelBuilder b(grp);
+    r.kernel = b.build(kernel_name);
+  } catch (const Refusal& e) {
+    r.reason = e.reason;
+  } catch (const UserError& e) {
+    r.reason = e.what();
+  }
   return r;
 }
 
