@@ -1,11 +1,454 @@
-// Lowering of contraction-anchored groups (MatMul, Conv with prologue and epilogue) to loop nests.
+// Lowering of contraction-anchored groups (one MatMul or Conv with its prologue and epilogue) to a
+// loop nest:
+//
+//   for output position (batch..., i, j) / (n, m, spatial...)   outermost Parallel when big
+//     acc = 0                                                   (float32 for float16/bfloat16)
+//     for k / (c, kernel position...)                           ascending, as the reference sums
+//       acc = acc + A(.., i, k) * B(.., k, j)                   prologue recomputed in the loads
+//     epilogue(acc) -> stores of the group's outputs
+//
+// The prologue (Transpose, Slice, Pad, a scale, ... feeding an operand) is built with the
+// Lowerer's value_at at the operand position the K loop needs. The epilogue is built by the same
+// machinery at the output position, with the contraction's output bound to a placeholder register
+// buffer whose loads are then replaced by the accumulator (and Conv's bias); a placeholder load at
+// any other position (an epilogue op that remaps the output, e.g. a Transpose) refuses the group.
+//
+// Conv padding: positions in the padding contribute 0 * w, as the reference's im2col (so a
+// non-finite weight next to the border gives the same NaN); the input is read at a clamped
+// position and the value replaced by 0 with a select, so no load is ever out of bounds.
+//
+// Refused for now (LoweredGroup::reason; the runtime runs the reference kernels): several
+// contractions in one group (siblings, chains), reductions in the group (LayerNorm/softmax/pools
+// after a contraction), Gemm (run_lowering turns it into MatMul), ConvTranspose, and anything the
+// reference kernel would reject.
+#include <algorithm>
+#include <unordered_set>
+
+#include "fusion/op_kind.h"
 #include "loop/lower_internal.h"
+#include "reference/kernel_util.h"
+#include "reference/ops/nn_internal.h"
+#include "support/error.h"
 
 namespace kiln::loop::detail {
 
+namespace {
+
+constexpr const char* kAcc = "acc";
+
+// Buffer names must not collide with the nest's variables (i<k>, t<k>, acc) or the math functions
+// an emitter calls.
+bool reserved_buffer_name(const std::string& s) {
+  static const std::unordered_set<std::string> fn = {
+      "abs",  "fabs", "sqrt",  "exp",   "log",   "log1p", "erf",   "tanh",  "sin",  "cos",   "tan",
+      "asin", "acos", "atan",  "sinh",  "cosh",  "asinh", "acosh", "atanh", "floor", "ceil", "round",
+      "rint", "nearbyint", "fmod", "pow", "fmin", "fmax", "min", "max", "isnan", "isinf", "select",
+      "args", "n", kAcc};
+  if (fn.count(s) || s.rfind("kiln", 0) == 0) return true;
+  return (s[0] == 'i' || s[0] == 't') && s.size() > 1 &&
+         std::all_of(s.begin() + 1, s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+std::string unique_buffer_name(const Value* v, std::set<std::string>& used) {
+  std::string base = sanitize_identifier(v->name());
+  if (reserved_buffer_name(base)) base = "v_" + base;
+  std::string n = base;
+  for (int k = 1; used.count(n); ++k) n = base + "_" + std::to_string(k);
+  used.insert(n);
+  return n;
+}
+
+bool has_load(const Expr& e, std::unordered_map<const ExprNode*, bool>& memo) {
+  if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
+  bool r = e->kind == ExprKind::Load || e->kind == ExprKind::Select;
+  for (const auto& a : e->args) r = has_load(a, memo) || r;
+  memo[e.get()] = r;
+  return r;
+}
+
+// Computes shared sub-expressions of one statement region once, into Lets `t<k>` placed before
+// the region's statements (and inside the region, so nothing escapes its loop or branch).
+class Hoister {
+ public:
+  explicit Hoister(int& next) : next_(next) {}
+  void count(const Expr& e) {
+    ++refs_[e.get()];
+    visit(e);
+  }
+  size_t dag_size() const { return seen_.size(); }
+  Expr rewrite(const Expr& e, std::vector<Stmt>& lets) {
+    if (auto it = done_.find(e.get()); it != done_.end()) return it->second;
+    Expr r = e;
+    if (!e->args.empty()) {
+      auto copy = std::make_shared<ExprNode>(*e);
+      bool changed = false;
+      for (auto& a : copy->args) {
+        Expr na = rewrite(a, lets);
+        changed = changed || na != a;
+        a = na;
+      }
+      if (changed) r = copy;
+    }
+    const bool leaf = e->kind == ExprKind::IntImm || e->kind == ExprKind::FloatImm || e->kind == ExprKind::Var;
+    // Affine index arithmetic stays inline even when shared (the C compiler shares it anyway).
+    const bool pure_index = e->type == DType::Int64 && !has_load(e, loads_);
+    if (!leaf && !pure_index && refs_[e.get()] >= 2) {
+      std::string name = "t" + std::to_string(next_++);
+      lets.push_back(let(name, r));
+      r = var(name, e->type);
+    }
+    done_[e.get()] = r;
+    return r;
+  }
+
+ private:
+  void visit(const Expr& e) {
+    if (!seen_.insert(e.get()).second) return;
+    for (const auto& a : e->args) {
+      ++refs_[a.get()];
+      visit(a);
+    }
+  }
+  int& next_;
+  std::unordered_map<const ExprNode*, int> refs_;
+  std::unordered_set<const ExprNode*> seen_;
+  std::unordered_map<const ExprNode*, Expr> done_;
+  std::unordered_map<const ExprNode*, bool> loads_;
+};
+
+const std::initializer_list<DType> kMatMulTypes = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16,
+                                                   DType::Int32,   DType::Int64,   DType::UInt32,  DType::UInt64};
+const std::initializer_list<DType> kConvTypes = {DType::Float32, DType::Float64, DType::Float16};
+
+bool type_in(DType t, std::initializer_list<DType> set) { return std::find(set.begin(), set.end(), t) != set.end(); }
+
+}  // namespace
+
+class ContractionLowering {
+ public:
+  ContractionLowering(const FusionGroup& grp, const std::string& name) : grp_(grp), name_(name), L_(grp, false) {}
+
+  LoopKernel lower() {
+    find_contraction();
+    bind();
+    if (c_->op_type() == "MatMul") matmul_geometry();
+    else conv_geometry();
+    if (out_shape_ != c_->output(0)->shape())
+      refuse(cat(c_->op_type(), " output is ", shape_str(c_->output(0)->shape()), ", expected ", shape_str(out_shape_)));
+    return build();
+  }
+
+ private:
+  // ---- analysis
+
+  void find_contraction() {
+    std::vector<const Node*> cs;
+    for (const Node* n : grp_.nodes) {
+      const auto kind = op_kind_of_type(n->op_type());
+      if (kind && *kind == OpKind::Contraction && n->domain().empty()) cs.push_back(n);
+      else if (kind && *kind == OpKind::Reduction)
+        refuse(cat("reductions fused after a contraction (", n->op_type(), ") are not lowered to loops yet"));
+    }
+    if (cs.size() != 1)
+      refuse(cat("groups of ", cs.size(), " contractions (siblings or chains) are not lowered to loops yet"));
+    c_ = cs[0];
+    const std::string& op = c_->op_type();
+    if (op == "Gemm") refuse("Gemm is not lowered to loops yet (run_lowering turns it into MatMul)");
+    if (op == "ConvTranspose") refuse("ConvTranspose is not lowered to loops yet");
+    if (op != "MatMul" && op != "Conv") refuse(cat(op, " is not lowered to loops yet"));
+    if (c_->num_outputs() != 1 || !c_->output(0)) refuse(cat(op, " must have one output"));
+    for (const Node* n : grp_.nodes) {
+      if (n == c_) continue;
+      std::string why = unsupported_reason(*n);
+      if (!why.empty()) refuse(why);
+    }
+    for (size_t i = 0; i < c_->num_inputs(); ++i)
+      if (c_->input(i) && c_->input(i)->dtype() == DType::Undefined) refuse(cat(op, " has an untyped input"));
+  }
+
+  void bind() {
+    k_.name = name_;
+    for (const Node* n : grp_.nodes) {
+      L_.members_.insert(n);
+      if (!n->name().empty() && std::find(k_.sources.begin(), k_.sources.end(), n->name()) == k_.sources.end())
+        k_.sources.push_back(n->name());
+    }
+    std::set<std::string> used = {kAcc};
+    for (const Value* v : grp_.inputs) {
+      auto b = std::make_shared<Buffer>(Buffer{unique_buffer_name(v, used), v->dtype(), v->shape(), Scope::Global});
+      L_.input_buffers_[v] = b;
+      k_.inputs.push_back(b);
+    }
+    for (const Value* v : grp_.outputs)
+      k_.outputs.push_back(
+          std::make_shared<Buffer>(Buffer{unique_buffer_name(v, used), v->dtype(), v->shape(), Scope::Global}));
+    if (grp_.outputs.empty()) refuse("the group writes no outputs");
+    // The contraction's output as the epilogue sees it: loads of this placeholder become `acc`.
+    const Value* y = c_->output(0);
+    placeholder_ = std::make_shared<Buffer>(Buffer{"kiln_contraction", y->dtype(), y->shape(), Scope::Register});
+    L_.input_buffers_[y] = placeholder_;
+  }
+
+  // ---- geometry (the reference kernels' checks: what they would reject is refused)
+
+  void matmul_geometry() {
+    const Value* a = c_->input(0);
+    const Value* b = c_->num_inputs() > 1 ? c_->input(1) : nullptr;
+    if (c_->num_inputs() != 2 || !a || !b) refuse("MatMul needs two inputs");
+    dtype_ = a->dtype();
+    if (b->dtype() != dtype_ || !type_in(dtype_, kMatMulTypes)) refuse(cat("MatMul does not accept ", dtype_name(dtype_)));
+    Shape as = a->shape(), bs = b->shape();
+    if (as.empty() || bs.empty()) refuse("MatMul operands must have rank >= 1");
+    a_vec_ = as.size() == 1;
+    b_vec_ = bs.size() == 1;
+    if (a_vec_) as.insert(as.begin(), 1);
+    if (b_vec_) bs.push_back(1);
+    const int64_t k = as.back();
+    if (bs[bs.size() - 2] != k) refuse("MatMul inner dims differ");
+    a_batch_ = Shape(as.begin(), as.end() - 2);
+    b_batch_ = Shape(bs.begin(), bs.end() - 2);
+    batch_ = broadcast_shapes({a_batch_, b_batch_});
+    out_shape_ = batch_;
+    if (!a_vec_) out_shape_.push_back(as[as.size() - 2]);
+    if (!b_vec_) out_shape_.push_back(bs.back());
+    k_extents_ = {k};
+  }
+
+  void conv_geometry() {
+    const size_t ni = c_->num_inputs();
+    if (ni < 2 || ni > 3 || !c_->input(0) || !c_->input(1)) refuse("Conv needs X and W");
+    const Value* x = c_->input(0);
+    const Value* w = c_->input(1);
+    bias_ = ni > 2 ? c_->input(2) : nullptr;
+    dtype_ = x->dtype();
+    if (!type_in(dtype_, kConvTypes) || w->dtype() != dtype_ || (bias_ && bias_->dtype() != dtype_))
+      refuse(cat("Conv does not accept ", dtype_name(dtype_), " (or its operands' types differ)"));
+    const Shape& xs = x->shape();
+    const Shape& ws = w->shape();
+    if (xs.size() < 3 || ws.size() != xs.size()) refuse("Conv X and W must have the same rank >= 3");
+    const Shape kernel(ws.begin() + 2, ws.end());
+    if (c_->has_attr("kernel_shape") && c_->attr_ints("kernel_shape") != kernel) refuse("Conv kernel_shape does not match W");
+    group_ = c_->attr_int("group", 1);
+    if (group_ < 1 || ws[1] * group_ != xs[1] || ws[0] % group_ != 0) refuse("Conv group does not match X and W");
+    if (bias_ && bias_->shape() != Shape{ws[0]}) refuse("Conv bias must have shape [M]");
+    geo_ = nn::window_geometry(*c_, Shape(xs.begin() + 2, xs.end()), kernel, false);
+    out_shape_ = {xs[0], ws[0]};
+    out_shape_.insert(out_shape_.end(), geo_.out.begin(), geo_.out.end());
+    k_extents_ = {ws[1]};
+    k_extents_.insert(k_extents_.end(), kernel.begin(), kernel.end());
+  }
+
+  // ---- the product at one (output, K) position
+
+  // Operand position of a MatMul operand with batch dims `ob` (before promotion of a vector).
+  std::vector<Expr> matmul_index(const Shape& ob, bool vec, Expr row, Expr col, const std::vector<Expr>& out) {
+    std::vector<Expr> d;
+    const size_t off = batch_.size() - ob.size();
+    for (size_t i = 0; i < ob.size(); ++i) d.push_back(ob[i] == 1 ? int_imm(0) : out[off + i]);
+    if (!vec) d.push_back(row);
+    d.push_back(col);
+    return d;
+  }
+
+  Expr product(const std::vector<Expr>& out, const std::vector<Expr>& kv) {
+    if (c_->op_type() == "MatMul") {
+      Expr i = a_vec_ ? int_imm(0) : out[batch_.size()];
+      Expr j = b_vec_ ? int_imm(0) : out.back();
+      std::vector<Expr> ai = matmul_index(a_batch_, a_vec_, i, kv[0], out);
+      std::vector<Expr> bi = b_vec_ ? std::vector<Expr>{kv[0]} : matmul_index(b_batch_, false, kv[0], j, out);
+      Expr a = L_.value_at(c_->input(0), Index::from_dims(c_->input(0)->shape(), std::move(ai)));
+      Expr b = L_.value_at(c_->input(1), Index::from_dims(c_->input(1)->shape(), std::move(bi)));
+      return binary(BinOp::Mul, to_compute(a), to_compute(b));
+    }
+    // Conv: x[n, g*Cg + c, o*s + k*d - pad] (0 in the padding) times w[m, c, k].
+    const Shape& xs = c_->input(0)->shape();
+    const int64_t mg = c_->input(1)->shape()[0] / group_;
+    Expr cin = kv[0];
+    if (group_ > 1) cin = add(mul(div_floor(out[1], int_imm(mg)), int_imm(xs[1] / group_)), kv[0]);
+    std::vector<Expr> xi = {out[0], cin}, wi = {out[1], kv[0]};
+    Expr inside;
+    for (size_t d = 0; d < size_t(geo_.rank()); ++d) {
+      Expr pos = sub(add(mul(out[2 + d], int_imm(geo_.stride[d])), mul(kv[1 + d], int_imm(geo_.dilation[d]))),
+                     int_imm(geo_.pad_begin[d]));
+      // Statically in range for every output and kernel position: no predicate.
+      const int64_t lo = -geo_.pad_begin[d];
+      const int64_t hi = (geo_.out[d] - 1) * geo_.stride[d] + (geo_.kernel[d] - 1) * geo_.dilation[d] - geo_.pad_begin[d];
+      const int64_t n = geo_.in[d];
+      if (geo_.out[d] > 0 && geo_.kernel[d] > 0 && (lo < 0 || hi >= n)) {
+        Expr ok = binary(BinOp::And, binary(BinOp::Ge, pos, int_imm(0)), binary(BinOp::Lt, pos, int_imm(n)));
+        inside = inside ? binary(BinOp::And, inside, ok) : ok;
+        pos = clamp(pos, 0, n - 1);
+      }
+      xi.push_back(pos);
+      wi.push_back(kv[1 + d]);
+    }
+    Expr x = to_compute(L_.value_at(c_->input(0), Index::from_dims(xs, std::move(xi))));
+    if (inside) x = select(inside, x, imm(0, x->type));
+    Expr w = to_compute(L_.value_at(c_->input(1), Index::from_dims(c_->input(1)->shape(), std::move(wi))));
+    return binary(BinOp::Mul, x, w);
+  }
+
+  // The contraction's output at the loop point, from the accumulator.
+  Expr result(const std::vector<Expr>& out, DType acc_t) {
+    Expr r = var(kAcc, acc_t);
+    if (bias_) r = binary(BinOp::Add, r, to_compute(L_.value_at(bias_, Index::from_dims(bias_->shape(), {out[1]}))));
+    return r->type == dtype_ ? r : cast(dtype_, r);
+  }
+
+  // e with every placeholder load replaced by `with`; refuses a load at another position.
+  Expr substitute(const Expr& e, const std::string& at, const Expr& with, std::unordered_map<const ExprNode*, Expr>& memo) {
+    if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
+    Expr r = e;
+    if (e->kind == ExprKind::Load && e->buffer == placeholder_) {
+      if (print_expr(e->args[0]) != at)
+        refuse(cat("an epilogue op reads the ", c_->op_type(), " output at another position (not lowered to loops yet)"));
+      r = with;
+    } else if (!e->args.empty()) {
+      auto copy = std::make_shared<ExprNode>(*e);
+      bool changed = false;
+      for (auto& a : copy->args) {
+        Expr na = substitute(a, at, with, memo);
+        changed = changed || na != a;
+        a = na;
+      }
+      if (changed) r = copy;
+    }
+    memo[e.get()] = r;
+    return r;
+  }
+
+  // ---- the nest
+
+  LoopKernel build() {
+    const Value* y = c_->output(0);
+    const int64_t numel = shape_numel(out_shape_);
+    for (const Value* v : grp_.outputs)
+      if (shape_numel(v->shape()) != numel)
+        refuse(cat("group output '", v->name(), "' has another size than the ", c_->op_type(), " output"));
+    const DType acc_t = compute_type(dtype_);
+
+    struct Loop {
+      std::string var;
+      int64_t extent;
+    };
+    std::vector<Loop> out_loops, k_loops;
+    std::vector<Expr> out, kv;
+    int next_var = 0;
+    for (int64_t e : out_shape_) {
+      std::string v = "i" + std::to_string(next_var++);
+      if (e == 1) {
+        out.push_back(int_imm(0));
+        continue;
+      }
+      out_loops.push_back({v, e});
+      out.push_back(var(v));
+    }
+    for (int64_t e : k_extents_) {
+      std::string v = "i" + std::to_string(next_var++);
+      if (e == 1) {
+        kv.push_back(int_imm(0));
+        continue;
+      }
+      k_loops.push_back({v, e});
+      kv.push_back(var(v));
+    }
+    Index point = Index::from_dims(out_shape_, out);
+    const Expr point_flat = L_.flat(point);
+    int next_let = 0;
+
+    // The K loop body: acc += product, its shared parts in Lets inside the loop.
+    std::vector<Stmt> kbody;
+    {
+      Expr update = binary(BinOp::Add, var(kAcc, acc_t), product(out, kv));
+      Hoister h(next_let);
+      h.count(update);
+      if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused operand loads have ", h.dag_size(), " nodes"));
+      update = h.rewrite(update, kbody);
+      kbody.push_back(assign(kAcc, update));
+    }
+    // This is the innermost tile: the scheduling issue replaces it with a src/kernels micro-kernel
+    // (register tile of accumulators, epilogue applied on the tile) behind the same interface.
+    Stmt kloop = k_loops.empty() ? block(std::move(kbody)) : nullptr;
+    for (size_t i = k_loops.size(); i-- > 0;) {
+      kloop = for_loop(k_loops[i].var, int_imm(k_loops[i].extent), std::move(kbody));
+      kbody = {kloop};
+    }
+
+    // The epilogue at the output position: the group's outputs from acc.
+    std::vector<std::pair<Expr, Expr>> stores;
+    {
+      Expr with = result(out, acc_t);
+      const std::string at = print_expr(point_flat);
+      std::unordered_map<const ExprNode*, Expr> memo;
+      for (const Value* v : grp_.outputs) {
+        Index idx = v->shape() == out_shape_ ? point : Index::from_flat(v->shape(), point_flat);
+        Expr e = v == y ? with : substitute(L_.value_at(v, idx), at, with, memo);
+        stores.push_back({L_.flat(idx), e});
+      }
+    }
+    std::vector<Stmt> body = {let(kAcc, imm(0, acc_t)),
+                              comment("innermost tile: src/kernels micro-kernels with epilogue plug in here"), kloop};
+    Hoister h(next_let);
+    for (auto& [index, value] : stores) {
+      h.count(value);
+      h.count(index);
+    }
+    if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused epilogue has ", h.dag_size(), " nodes"));
+    for (auto& [index, value] : stores) {
+      value = h.rewrite(value, body);
+      index = h.rewrite(index, body);
+    }
+    // All loads of the epilogue precede its stores (an output may share memory with an input read
+    // at the same point).
+    if (stores.size() > 1)
+      for (auto& [index, value] : stores)
+        if (value->kind != ExprKind::Var && value->kind != ExprKind::IntImm && value->kind != ExprKind::FloatImm) {
+          std::string name = "t" + std::to_string(next_let++);
+          body.push_back(let(name, value));
+          value = var(name, value->type);
+        }
+    for (size_t i = 0; i < stores.size(); ++i) body.push_back(store(k_.outputs[i], stores[i].first, stores[i].second));
+
+    int64_t k_total = 1;
+    for (int64_t e : k_extents_) k_total *= e;
+    for (size_t i = out_loops.size(); i-- > 0;) {
+      const bool parallel = i == 0 && out_loops[0].extent > 1 && numel * std::max<int64_t>(k_total, 1) >= 32768;
+      body = {for_loop(out_loops[i].var, int_imm(out_loops[i].extent), std::move(body),
+                       parallel ? ForKind::Parallel : ForKind::Serial)};
+    }
+    k_.body = body.size() == 1 ? body[0] : block(std::move(body));
+    return std::move(k_);
+  }
+
+  const FusionGroup& grp_;
+  std::string name_;
+  Lowerer L_;
+  LoopKernel k_;
+  const Node* c_ = nullptr;
+  BufferPtr placeholder_;
+  DType dtype_ = DType::Float32;
+  Shape out_shape_;
+  std::vector<int64_t> k_extents_;
+  // MatMul
+  bool a_vec_ = false, b_vec_ = false;
+  Shape a_batch_, b_batch_, batch_;
+  // Conv
+  const Value* bias_ = nullptr;
+  int64_t group_ = 1;
+  nn::WindowGeometry geo_;
+};
+
 LoweredGroup lower_contraction_group(const FusionGroup& grp, const std::string& kernel_name) {
   LoweredGroup r;
-  r.reason = "contractions are not lowered to loops yet";
+  try {
+    ContractionLowering cl(grp, kernel_name);
+    r.kernel = cl.lower();
+  } catch (const Refusal& e) {
+    r.reason = e.reason;
+  } catch (const UserError& e) {
+    // An invalid attribute or shape the reference kernel would report at run time.
+    r.reason = e.what();
+  }
   return r;
 }
 
