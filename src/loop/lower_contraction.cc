@@ -36,28 +36,6 @@ namespace {
 
 constexpr const char* kAcc = "acc";
 
-// Buffer names must not collide with the nest's variables (i<k>, t<k>, acc) or the math functions
-// an emitter calls.
-bool reserved_buffer_name(const std::string& s) {
-  static const std::unordered_set<std::string> fn = {
-      "abs",  "fabs", "sqrt",  "exp",   "log",   "log1p", "erf",   "tanh",  "sin",  "cos",   "tan",
-      "asin", "acos", "atan",  "sinh",  "cosh",  "asinh", "acosh", "atanh", "floor", "ceil", "round",
-      "rint", "nearbyint", "fmod", "pow", "fmin", "fmax", "min", "max", "isnan", "isinf", "select",
-      "args", "n", kAcc};
-  if (fn.count(s) || s.rfind("kiln", 0) == 0) return true;
-  return (s[0] == 'i' || s[0] == 't') && s.size() > 1 &&
-         std::all_of(s.begin() + 1, s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-std::string unique_buffer_name(const Value* v, std::set<std::string>& used) {
-  std::string base = sanitize_identifier(v->name());
-  if (reserved_buffer_name(base)) base = "v_" + base;
-  std::string n = base;
-  for (int k = 1; used.count(n); ++k) n = base + "_" + std::to_string(k);
-  used.insert(n);
-  return n;
-}
-
 bool has_load(const Expr& e, std::unordered_map<const ExprNode*, bool>& memo) {
   if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
   bool r = e->kind == ExprKind::Load || e->kind == ExprKind::Select;

@@ -52,7 +52,7 @@ bool is_reserved_name(const std::string& s) {
       "abs",  "fabs", "sqrt",  "exp",   "log",   "log1p", "erf",   "tanh",  "sin",  "cos",   "tan",
       "asin", "acos", "atan",  "sinh",  "cosh",  "asinh", "acosh", "atanh", "floor", "ceil", "round",
       "rint", "nearbyint", "fmod", "pow", "fmin", "fmax", "min", "max", "isnan", "isinf", "select",
-      "args", "n"};
+      "args", "n", "acc"};
   if (fn.count(s)) return true;
   if (s.rfind("kiln", 0) == 0) return true;
   if ((s[0] == 'i' || s[0] == 't') &&
@@ -272,8 +272,10 @@ class LetBuilder {
   int next_;
 };
 
+}  // namespace
+
 // Unique buffer names from value names.
-std::string buffer_name(const Value* v, std::set<std::string>& used) {
+std::string unique_buffer_name(const Value* v, std::set<std::string>& used) {
   std::string base = sanitize_identifier(v->name());
   if (is_reserved_name(base)) base = "v_" + base;
   std::string n = base;
@@ -281,8 +283,6 @@ std::string buffer_name(const Value* v, std::set<std::string>& used) {
   used.insert(n);
   return n;
 }
-
-}  // namespace
 
 std::vector<Stmt> Lowerer::nest(const std::vector<const Value*>& outs, const std::vector<BufferPtr>& bufs,
                                 int& next_let) {
@@ -376,12 +376,12 @@ LoopKernel Lowerer::lower(const std::string& name) {
   }
   std::set<std::string> used;
   for (const Value* v : grp_.inputs) {
-    auto b = std::make_shared<Buffer>(Buffer{buffer_name(v, used), v->dtype(), v->shape(), Scope::Global});
+    auto b = std::make_shared<Buffer>(Buffer{unique_buffer_name(v, used), v->dtype(), v->shape(), Scope::Global});
     input_buffers_[v] = b;
     k.inputs.push_back(b);
   }
   for (const Value* v : grp_.outputs)
-    k.outputs.push_back(std::make_shared<Buffer>(Buffer{buffer_name(v, used), v->dtype(), v->shape(), Scope::Global}));
+    k.outputs.push_back(std::make_shared<Buffer>(Buffer{unique_buffer_name(v, used), v->dtype(), v->shape(), Scope::Global}));
   if (grp_.outputs.empty()) refuse("the group writes no outputs");
 
   // Outputs of one size share a nest (the partitioner's rule for fused groups); a multi-output

@@ -122,6 +122,10 @@ Expr tensor_imm(const Tensor& t, int64_t i);
 Expr sub(Expr a, Expr b);
 Expr clamp(Expr v, int64_t lo, int64_t hi);
 
+// A C buffer name for a value, unique within `used`, never a name the nest or an emitter uses
+// itself (i<k>, t<k>, acc, math functions, kiln_*).
+std::string unique_buffer_name(const Value* v, std::set<std::string>& used);
+
 // Groups anchored by a reduction (row kernels, pools) and by contractions (with their prologue and
 // epilogue); lower_reduction.cc and lower_contraction.cc. They refuse (LoweredGroup::reason) what
 // they do not cover, and the runtime runs those groups with library kernels.
