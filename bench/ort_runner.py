@@ -27,6 +27,9 @@ def main():
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # ORT's worker threads spin after a run by default; interleaved with kiln they would steal the
+    # cores kiln's next run needs, so spinning is off (kiln's OpenMP threads sleep too).
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
         sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001 - reported to kiln as one line

@@ -15,7 +15,11 @@ struct CostEstimate {
   int64_t bytes_read = 0;
   int64_t bytes_written = 0;
   double compute_us = 0, memory_us = 0, launch_us = 0;
-  double total_us() const { return (compute_us > memory_us ? compute_us : memory_us) + launch_us; }
+  // Time spent recomputing values fused into several places (prologues, broadcasts). It is added
+  // rather than overlapped with memory time: a kernel that recomputes is never cheaper than one
+  // that does the same work once, so an epilogue fusion wins over an equal prologue fusion.
+  double recompute_us = 0;
+  double total_us() const { return (compute_us > memory_us ? compute_us : memory_us) + launch_us + recompute_us; }
 };
 
 // Fills the time fields from flops/bytes for `kernels` kernel launches on `t`.

@@ -1,6 +1,7 @@
 #include "fusion/group_graph.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "fusion/op_kind.h"
 
@@ -90,6 +91,30 @@ GroupKind GroupGraph::kind_of(const Members& m) const {
   return all_views ? GroupKind::View : GroupKind::Elementwise;
 }
 
+// How many times a contraction reads each element of operand `slot` when its output is tiled the
+// way its micro-kernel will tile it (64 columns of a MatMul, 16 output channels of a Conv): a
+// prologue op folded into that operand runs this many times per element.
+double operand_reuse(const Node& c, size_t slot) {
+  const Shape& out = c.output(0)->shape();
+  auto tiles = [](double n, double tile) { return std::max(1.0, std::ceil(n / tile)); };
+  if (c.op_type() == "MatMul") {
+    double n = out.empty() ? 1 : double(out.back());
+    const Shape& a = c.input(0)->shape();
+    double m = a.size() >= 2 ? double(a[a.size() - 2]) : 1;
+    return slot == 0 ? tiles(n, 64) : tiles(m, 64);
+  }
+  if (c.op_type() == "Conv" && out.size() >= 3) {
+    int64_t group = c.attr_int("group", 1);
+    if (slot != 0) return tiles(double(shape_numel(out) / (out[0] * out[1])), 64);
+    auto k = c.attr_ints("kernel_shape");
+    auto st = c.attr_ints("strides");
+    double window = 1;
+    for (size_t i = 0; i < k.size(); ++i) window *= double(k[i]) / double(i < st.size() ? st[i] : 1);
+    return std::max(1.0, window) * tiles(double(out[1] / std::max<int64_t>(group, 1)), 16);
+  }
+  return 1;
+}
+
 // Cost notes:
 //  - bytes: every input read once, every output written once (caches are not modelled yet; the
 //    roofline issue calibrates this);
@@ -97,7 +122,7 @@ GroupKind GroupGraph::kind_of(const Members& m) const {
 //    input is charged twice, for the cache lines it wastes;
 //  - recomputation: in an elementwise group a node whose output is smaller than the loop domain
 //    (a broadcast operand) runs once per domain element; a node feeding a contraction's operand is
-//    re-run for every tile that re-reads the operand (estimated as one pass per 64 columns).
+//    re-run for every read of the operand (operand_reuse).
 CostEstimate GroupGraph::cost_of(const Members& m, const std::vector<int>& replacing, const Target& t) const {
   GroupKind kind = kind_of(m);
   auto ins = inputs_of(m);
@@ -113,23 +138,20 @@ CostEstimate GroupGraph::cost_of(const Members& m, const std::vector<int>& repla
   for (int i : m)
     if (op_kind(*nodes_[size_t(i)]) == OpKind::Contraction) contraction = nodes_[size_t(i)];
 
-  double flops = 0;
+  double flops = 0, recomputed = 0;
   for (int i : m) {
     const Node* n = nodes_[size_t(i)];
     double f = node_flops(*n);
     double out_numel = double(shape_numel(n->output(0)->shape()));
+    double once = f;
     if (kind == GroupKind::Elementwise && out_numel > 0 && out_numel < domain) f *= domain / out_numel;
     if (contraction && n != contraction && op_kind(*n) != OpKind::Contraction) {
-      // Prologue: feeds the contraction's operand (directly or through other members).
-      bool feeds = false;
+      // Prologue: recomputed every time the contraction reads the operand it feeds.
       for (const Value* o : n->outputs())
         for (auto [c, slot] : o->uses())
-          if (c == contraction) feeds = true;
-      if (feeds) {
-        const Shape& out = contraction->output(0)->shape();
-        f *= std::max(1.0, double(out.empty() ? 1 : out.back()) / 64.0);
-      }
+          if (c == contraction) f *= operand_reuse(*contraction, size_t(slot));
     }
+    recomputed += f - once;
     flops += f;
     if (n->op_type() == "Transpose" && n->input(0) && std::count(ins.begin(), ins.end(), n->input(0))) {
       auto perm = n->attr_ints("perm");
@@ -137,7 +159,9 @@ CostEstimate GroupGraph::cost_of(const Members& m, const std::vector<int>& repla
       if (!perm.empty() && perm.back() != r - 1) read += value_bytes(n->input(0));
     }
   }
-  return estimate_time(flops, read, written, 1, t);
+  CostEstimate c = estimate_time(flops, read, written, 1, t);
+  c.recompute_us = recomputed / (t.peak_gflops * 1e3);
+  return c;
 }
 
 std::vector<int> GroupGraph::consumer_groups(int gid) const {

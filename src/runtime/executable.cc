@@ -1,5 +1,8 @@
 #include "runtime/executable.h"
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -87,8 +90,22 @@ TensorMap Executable::run(const TensorMap& inputs, const Observer& observe) {
   }
 
   std::vector<void*> args;
+  static const bool profile = std::getenv("KILN_PROFILE") != nullptr;  // per-kernel times to stderr
   for (size_t k = 0; k < plan_.groups.size(); ++k) {
     const FusionGroup& grp = plan_.groups[k];
+    auto t0 = std::chrono::steady_clock::now();
+    struct Report {
+      bool on;
+      size_t k;
+      std::chrono::steady_clock::time_point t0;
+      const std::vector<KernelInfo>& info;
+      ~Report() {
+        if (on)
+          std::fprintf(stderr, "kiln profile: %-40s %s %9.3f ms\n", info[k].name.c_str(),
+                       info[k].generated ? "gen" : "lib",
+                       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      }
+    } report{profile, k, t0, kernels_};
     if (fns_[k]) {
       args.clear();
       for (const Value* v : grp.inputs) args.push_back(address_of(v, io));

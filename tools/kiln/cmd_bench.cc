@@ -156,6 +156,10 @@ int cmd_bench(const std::vector<std::string>& argv) {
   const std::string model = a.positional()[0];
   int runs = int(a.get_int("runs", 20)), warmup = int(a.get_int("warmup", 3));
   if (runs < 1 || warmup < 0) user_error("--runs must be >= 1 and --warmup >= 0");
+  // Interleaved with ONNX Runtime (whose spinning is switched off), kiln's OpenMP workers must not
+  // spin either, or each side would steal the cores the other's next run needs. libgomp reads
+  // this when the first kernel module loads, so it is set before any is built; a user's value wins.
+  if (a.has("compare")) setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
   auto g = load_model(model, a, pipeline_options(a), /*lower=*/true);
   TensorMap inputs = bench_inputs(*g, a);
   runtime::BuildOptions bo = build_options(a);
@@ -191,12 +195,14 @@ int cmd_bench(const std::vector<std::string>& argv) {
       unfused->run(inputs);
       ort.run();
     }
-    // Interleaved: one run of each per round, so drift and noise affect all three alike.
-    for (int i = 0; i < runs; ++i) {
-      sk.ms.push_back(time_ms([&] { fused->run(inputs); }));
-      su.ms.push_back(time_ms([&] { unfused->run(inputs); }));
-      so.ms.push_back(ort.run());
-    }
+    // Interleaved: one run of each per round, so drift and noise affect all three alike; the
+    // order rotates every round so none always follows the same neighbour.
+    for (int i = 0; i < runs; ++i)
+      for (int j = 0; j < 3; ++j) switch ((i + j) % 3) {
+          case 0: sk.ms.push_back(time_ms([&] { fused->run(inputs); })); break;
+          case 1: su.ms.push_back(time_ms([&] { unfused->run(inputs); })); break;
+          default: so.ms.push_back(ort.run()); break;
+        }
   } catch (...) {
     fs::remove_all(tmp);
     throw;
