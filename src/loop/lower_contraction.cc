@@ -36,64 +36,6 @@ namespace {
 
 constexpr const char* kAcc = "acc";
 
-bool has_load(const Expr& e, std::unordered_map<const ExprNode*, bool>& memo) {
-  if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
-  bool r = e->kind == ExprKind::Load || e->kind == ExprKind::Select;
-  for (const auto& a : e->args) r = has_load(a, memo) || r;
-  memo[e.get()] = r;
-  return r;
-}
-
-// Computes shared sub-expressions of one statement region once, into Lets `t<k>` placed before
-// the region's statements (and inside the region, so nothing escapes its loop or branch).
-class Hoister {
- public:
-  explicit Hoister(int& next) : next_(next) {}
-  void count(const Expr& e) {
-    ++refs_[e.get()];
-    visit(e);
-  }
-  size_t dag_size() const { return seen_.size(); }
-  Expr rewrite(const Expr& e, std::vector<Stmt>& lets) {
-    if (auto it = done_.find(e.get()); it != done_.end()) return it->second;
-    Expr r = e;
-    if (!e->args.empty()) {
-      auto copy = std::make_shared<ExprNode>(*e);
-      bool changed = false;
-      for (auto& a : copy->args) {
-        Expr na = rewrite(a, lets);
-        changed = changed || na != a;
-        a = na;
-      }
-      if (changed) r = copy;
-    }
-    const bool leaf = e->kind == ExprKind::IntImm || e->kind == ExprKind::FloatImm || e->kind == ExprKind::Var;
-    // Affine index arithmetic stays inline even when shared (the C compiler shares it anyway).
-    const bool pure_index = e->type == DType::Int64 && !has_load(e, loads_);
-    if (!leaf && !pure_index && refs_[e.get()] >= 2) {
-      std::string name = "t" + std::to_string(next_++);
-      lets.push_back(let(name, r));
-      r = var(name, e->type);
-    }
-    done_[e.get()] = r;
-    return r;
-  }
-
- private:
-  void visit(const Expr& e) {
-    if (!seen_.insert(e.get()).second) return;
-    for (const auto& a : e->args) {
-      ++refs_[a.get()];
-      visit(a);
-    }
-  }
-  int& next_;
-  std::unordered_map<const ExprNode*, int> refs_;
-  std::unordered_set<const ExprNode*> seen_;
-  std::unordered_map<const ExprNode*, Expr> done_;
-  std::unordered_map<const ExprNode*, bool> loads_;
-};
-
 const std::initializer_list<DType> kMatMulTypes = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16,
                                                    DType::Int32,   DType::Int64,   DType::UInt32,  DType::UInt64};
 const std::initializer_list<DType> kConvTypes = {DType::Float32, DType::Float64, DType::Float16};
@@ -338,7 +280,7 @@ class ContractionLowering {
     std::vector<Stmt> kbody;
     {
       Expr update = binary(BinOp::Add, var(kAcc, acc_t), product(out, kv));
-      Hoister h(next_let);
+      SharedExprHoister h(next_let);
       h.count(update);
       if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused operand loads have ", h.dag_size(), " nodes"));
       update = h.rewrite(update, kbody);
@@ -366,7 +308,7 @@ class ContractionLowering {
     }
     std::vector<Stmt> body = {let(kAcc, imm(0, acc_t)),
                               comment("innermost tile: src/kernels micro-kernels with epilogue plug in here"), kloop};
-    Hoister h(next_let);
+    SharedExprHoister h(next_let);
     for (auto& [index, value] : stores) {
       h.count(value);
       h.count(index);

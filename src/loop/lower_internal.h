@@ -122,6 +122,25 @@ Expr tensor_imm(const Tensor& t, int64_t i);
 Expr sub(Expr a, Expr b);
 Expr clamp(Expr v, int64_t lo, int64_t hi);
 
+// Computes shared subexpressions once: count() every root expression, then rewrite() each root;
+// a non-leaf subexpression referenced twice or more becomes a Let `t<k>` (appended to `lets`) —
+// except pure index arithmetic without loads, which stays inline (the C compiler shares it).
+// Used by the row-kernel and contraction lowerings for their loop bodies.
+class SharedExprHoister {
+ public:
+  explicit SharedExprHoister(int& next_let) : next_(next_let) {}
+  void count(const Expr& e);
+  Expr rewrite(const Expr& e, std::vector<Stmt>& lets);
+  size_t dag_size() const { return refs_.size(); }  // distinct nodes counted
+
+ private:
+  bool has_load(const Expr& e);
+  int& next_;
+  std::unordered_map<const ExprNode*, int> refs_;
+  std::unordered_map<const ExprNode*, bool> loads_;
+  std::unordered_map<const ExprNode*, Expr> done_;
+};
+
 // A C buffer name for a value, unique within `used`, never a name the nest or an emitter uses
 // itself (i<k>, t<k>, acc, math functions, kiln_*).
 std::string unique_buffer_name(const Value* v, std::set<std::string>& used);

@@ -73,48 +73,6 @@ Expr bin(BinOp op, Expr a, Expr b) { return binary(op, std::move(a), std::move(b
 
 // Common subexpressions of one statement list become Lets `t<k>` (pure index arithmetic stays
 // inline, as in lower_group.cc).
-class Hoister {
- public:
-  explicit Hoister(int& next) : next_(next) {}
-  void count(const Expr& e) {
-    if (++refs_[e.get()] > 1) return;
-    for (const auto& a : e->args) count(a);
-  }
-  Expr rewrite(const Expr& e, std::vector<Stmt>& lets) {
-    if (auto it = done_.find(e.get()); it != done_.end()) return it->second;
-    Expr r = e;
-    if (!e->args.empty()) {
-      auto copy = std::make_shared<ExprNode>(*e);
-      bool changed = false;
-      for (auto& a : copy->args) {
-        Expr na = rewrite(a, lets);
-        changed = changed || na != a;
-        a = na;
-      }
-      if (changed) r = copy;
-    }
-    const bool leaf = e->kind == ExprKind::IntImm || e->kind == ExprKind::FloatImm || e->kind == ExprKind::Var;
-    if (!leaf && refs_[e.get()] >= 2 && (e->type != DType::Int64 || loads(e))) {
-      std::string name = "t" + std::to_string(next_++);
-      lets.push_back(let(name, r));
-      r = var(name, e->type);
-    }
-    done_[e.get()] = r;
-    return r;
-  }
-
- private:
-  bool loads(const Expr& e) {
-    if (auto it = loads_.find(e.get()); it != loads_.end()) return it->second;
-    bool r = e->kind == ExprKind::Load;
-    for (const auto& a : e->args) r = loads(a) || r;
-    return loads_[e.get()] = r;
-  }
-  int& next_;
-  std::unordered_map<const ExprNode*, int> refs_;
-  std::unordered_map<const ExprNode*, bool> loads_;
-  std::unordered_map<const ExprNode*, Expr> done_;
-};
 
 int64_t emitted_size(const Expr& e) {
   int64_t n = 1;
@@ -189,7 +147,7 @@ Expr RowKernelBuilder::subst(const Expr& e, std::unordered_map<const ExprNode*, 
 
 std::vector<Stmt> RowKernelBuilder::finish(std::vector<Root> roots) {
   std::unordered_map<const ExprNode*, Expr> memo;
-  Hoister h(next_let_);
+  SharedExprHoister h(next_let_);
   for (auto& r : roots) {
     r.value = subst(r.value, memo);
     h.count(r.value);
