@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `make demo`: export a tiny CNN from PyTorch, show what kiln sees in it, run it with kiln and
-# compare kiln's output with PyTorch's.
+# `make demo`: export a tiny CNN from PyTorch, show what kiln sees in it and how it fuses, run it
+# with kiln (reference executor, then compiled kernels checked against it) and compare with PyTorch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kiln=build/kiln
@@ -17,10 +17,16 @@ echo
 echo "== 3. kiln show: kiln's graph IR after import and simplification (constants elided)"
 "$kiln" show "$out/demo.onnx"
 echo
-echo "== 4. kiln run: execute it with the reference executor"
+echo "== 4. kiln explain: how the ops fuse into kernels (and why some do not)"
+"$kiln" explain "$out/demo.onnx" | grep -E "^kernel |^  ops|^kernels:|^intermediate|^memory"
+echo
+echo "== 5. kiln run: execute it with the reference executor"
 "$kiln" run "$out/demo.onnx" --input input="$out/demo.input.npy" --output-dir "$out/result" --reference
 echo
-echo "== 5. Compare with PyTorch"
+echo "== 6. kiln run --check: compile the fused kernels to C and compare each with the reference"
+"$kiln" run "$out/demo.onnx" --input input="$out/demo.input.npy" --output-dir "$out/compiled" --check
+echo
+echo "== 7. Compare with PyTorch"
 /usr/bin/python3 - "$out" <<'PY'
 import sys, numpy as np
 out = sys.argv[1]
