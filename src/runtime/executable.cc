@@ -18,6 +18,8 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
   auto ex = std::unique_ptr<Executable>(new Executable());
   ex->graph_ = std::move(g);
   ex->plan_ = partition(*ex->graph_, opts.fusion);
+  // The kernel order decides which tensors are live together: pick one that frees memory early.
+  order_for_memory(*ex->graph_, ex->plan_);
   ex->memory_ = plan_memory(*ex->graph_, ex->plan_);
   ex->arena_.assign(size_t(ex->memory_.arena_bytes), 0);
   ex->threads_ = opts.threads > 0 ? opts.threads : int(std::max(1u, std::thread::hardware_concurrency()));

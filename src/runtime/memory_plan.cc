@@ -117,6 +117,55 @@ MemoryPlan plan_memory(const Graph& g, const FusionPlan& plan) {
   return mp;
 }
 
+bool order_for_memory(const Graph& g, FusionPlan& plan) {
+  const size_t n = plan.groups.size();
+  std::map<const Value*, size_t> writer;
+  for (size_t k = 0; k < n; ++k)
+    for (const Value* v : plan.groups[k].outputs) writer[v] = k;
+  std::map<const Value*, int> readers;  // groups still to run that read the value
+  std::vector<std::vector<size_t>> preds(n);
+  for (size_t k = 0; k < n; ++k)
+    for (const Value* v : plan.groups[k].inputs) {
+      readers[v]++;
+      auto w = writer.find(v);
+      if (w != writer.end()) preds[k].push_back(w->second);
+    }
+  auto counted = [&](const Value* v) { return !v->is_constant() && !v->is_graph_input() && !g.is_graph_output(v); };
+  std::vector<bool> done(n, false);
+  std::vector<size_t> order;
+  while (order.size() < n) {
+    size_t best = n;
+    int64_t best_score = 0;
+    for (size_t k = 0; k < n; ++k) {
+      if (done[k]) continue;
+      bool ready = true;
+      for (size_t p : preds[k]) ready = ready && done[p];
+      if (!ready) continue;
+      int64_t score = 0;
+      for (const Value* v : plan.groups[k].inputs)
+        if (counted(v) && readers[v] == 1) score += value_bytes(v);  // last reader frees it
+      for (const Value* v : plan.groups[k].outputs)
+        if (counted(v)) score -= value_bytes(v);
+      if (best == n || score > best_score) {
+        best = k;
+        best_score = score;
+      }
+    }
+    KILN_CHECK(best < n, "order_for_memory: the plan has a cycle");
+    done[best] = true;
+    order.push_back(best);
+    for (const Value* v : plan.groups[best].inputs) readers[v]--;
+  }
+  bool changed = false;
+  std::vector<FusionGroup> groups;
+  for (size_t i = 0; i < n; ++i) {
+    changed = changed || order[i] != i;
+    groups.push_back(std::move(plan.groups[order[i]]));
+  }
+  plan.groups = std::move(groups);
+  return changed;
+}
+
 void verify_memory_plan(const MemoryPlan& mp) {
   for (size_t a = 0; a < mp.slots.size(); ++a)
     for (size_t b = a + 1; b < mp.slots.size(); ++b) {

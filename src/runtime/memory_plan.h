@@ -31,6 +31,11 @@ constexpr int64_t kSlotAlignment = 64;
 
 MemoryPlan plan_memory(const Graph& g, const FusionPlan& plan);
 
+// Reorders plan.groups (keeping every group after the groups it reads from) to keep peak memory
+// low: a list schedule that, among the kernels ready to run, picks the one that frees the most
+// bytes net of what it allocates (ties: the model's order). Returns whether the order changed.
+bool order_for_memory(const Graph& g, FusionPlan& plan);
+
 // Throws InternalError when two slots overlap in both time and space (tests and debug builds).
 void verify_memory_plan(const MemoryPlan& mp);
 

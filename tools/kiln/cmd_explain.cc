@@ -51,7 +51,9 @@ int cmd_explain(const std::vector<std::string>& argv) {
   FusionOptions fo = fusion_options(a);
   auto g = load_model(a.positional()[0], a, pipeline_options(a), /*lower=*/true);
   FusionPlan plan = partition(*g, fo);
-  runtime::MemoryPlan mp = runtime::plan_memory(*g, plan);
+  FusionPlan ordered = plan;
+  runtime::order_for_memory(*g, ordered);
+  runtime::MemoryPlan mp = runtime::plan_memory(*g, ordered);
   ExplainExtras extras{mp.arena_bytes, mp.naive_bytes};
   std::cout << (a.has("json") ? explain_json(*g, plan, extras) : explain_text(*g, plan, extras));
   if (a.has("dot")) write_file(a.get("dot"), explain_dot(*g, plan));
