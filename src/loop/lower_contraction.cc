@@ -17,9 +17,12 @@
 // non-finite weight next to the border gives the same NaN); the input is read at a clamped
 // position and the value replaced by 0 with a select, so no load is ever out of bounds.
 //
+// Row reductions over the trailing axes of the output (LayerNorm, softmax, a global pool after the
+// contraction): per outer position, a first loop over the row stores the pre-reduction epilogue
+// into a local row, then the row kernel's passes read it (build_rows, lower_contraction_rows.cc).
+//
 // Refused for now (LoweredGroup::reason; the runtime runs the reference kernels): several
-// contractions in one group (siblings, chains), reductions in the group (LayerNorm/softmax/pools
-// after a contraction), Gemm (run_lowering turns it into MatMul), ConvTranspose, and anything the
+// contractions in one group (siblings, chains), reductions over other axes, Gemm (run_lowering turns it into MatMul), ConvTranspose, and anything the
 // reference kernel would reject.
 #include <algorithm>
 #include <unordered_set>
@@ -55,7 +58,7 @@ class ContractionLowering {
     else conv_geometry();
     if (out_shape_ != c_->output(0)->shape())
       refuse(cat(c_->op_type(), " output is ", shape_str(c_->output(0)->shape()), ", expected ", shape_str(out_shape_)));
-    return build();
+    return has_reductions_ ? build_rows() : build();
   }
 
  private:
@@ -66,8 +69,8 @@ class ContractionLowering {
     for (const Node* n : grp_.nodes) {
       const auto kind = op_kind_of_type(n->op_type());
       if (kind && *kind == OpKind::Contraction && n->domain().empty()) cs.push_back(n);
-      else if (kind && *kind == OpKind::Reduction)
-        refuse(cat("reductions fused after a contraction (", n->op_type(), ") are not lowered to loops yet"));
+      else if (kind && *kind == OpKind::Reduction && n->domain().empty())
+        has_reductions_ = true;
     }
     if (cs.size() != 1)
       refuse(cat("groups of ", cs.size(), " contractions (siblings or chains) are not lowered to loops yet"));
@@ -78,7 +81,8 @@ class ContractionLowering {
     if (op != "MatMul" && op != "Conv") refuse(cat(op, " is not lowered to loops yet"));
     if (c_->num_outputs() != 1 || !c_->output(0)) refuse(cat(op, " must have one output"));
     for (const Node* n : grp_.nodes) {
-      if (n == c_) continue;
+      const auto kind = op_kind_of_type(n->op_type());
+      if (n == c_ || (kind && *kind == OpKind::Reduction && n->domain().empty())) continue;  // row passes check them
       std::string why = unsupported_reason(*n);
       if (!why.empty()) refuse(why);
     }
@@ -340,9 +344,146 @@ class ContractionLowering {
     return std::move(k_);
   }
 
+  // ---- row reductions over trailing axes (lower_contraction_rows.cc has the plan and the passes)
+
+  LoopKernel build_rows() {
+    ContractionRows plan = plan_contraction_rows(grp_, c_, out_shape_);
+    const Value* y = c_->output(0);
+    const int64_t numel = shape_numel(out_shape_);
+    const DType acc_t = compute_type(dtype_);
+    std::unordered_map<const Value*, BufferPtr> buffers;
+    for (size_t i = 0; i < grp_.inputs.size(); ++i) buffers[grp_.inputs[i]] = k_.inputs[i];
+    for (size_t i = 0; i < grp_.outputs.size(); ++i) buffers[grp_.outputs[i]] = k_.outputs[i];
+    const Shape row_shape(plan.shape.begin() + ptrdiff_t(plan.r0), plan.shape.end());
+    // plan.shape is the output with `lead` leading 1s (a residual broadcast it to a higher rank).
+    const size_t lead = plan.shape.size() - out_shape_.size();
+    std::vector<BufferPtr> rows;
+    int64_t bytes = 0;
+    for (size_t i = 0; i < plan.staged.size(); ++i) {
+      const Value* v = plan.staged[i];
+      rows.push_back(std::make_shared<Buffer>(Buffer{"kiln_row" + std::to_string(i), v->dtype(), row_shape, Scope::Local}));
+      buffers[v] = rows.back();
+      bytes += plan.row * int64_t(dtype_size(v->dtype()));
+    }
+    // OpenMP workers have small stacks (the emitter would heap-allocate; keep it bounded anyway).
+    if (bytes > 64 * 1024)
+      refuse(cat("a row of ", bytes, " bytes after a contraction exceeds the 64 KiB local row (not lowered to loops yet)"));
+
+    // Outer loops i<d> (the row kernel's names), row loops kiln_c<d>, K loops kiln_k<j>.
+    struct Loop {
+      std::string var;
+      int64_t extent;
+    };
+    std::vector<Loop> outer_loops, row_loops, k_loops;
+    std::vector<Expr> out, kv;
+    Expr row_flat = int_imm(0);
+    for (size_t d = 0; d < out_shape_.size(); ++d) {
+      const int64_t e = out_shape_[d];
+      const bool outer = d + lead < plan.r0;
+      std::string v = (outer ? "i" : "kiln_c") + std::to_string(d + lead);
+      Expr x = e == 1 ? int_imm(0) : var(v);
+      if (e != 1) (outer ? outer_loops : row_loops).push_back({v, e});
+      out.push_back(x);
+      if (!outer) row_flat = add(mul(row_flat, int_imm(e)), x);
+    }
+    for (size_t j = 0; j < k_extents_.size(); ++j) {
+      std::string v = "kiln_k" + std::to_string(j);
+      if (k_extents_[j] == 1) {
+        kv.push_back(int_imm(0));
+        continue;
+      }
+      k_loops.push_back({v, k_extents_[j]});
+      kv.push_back(var(v));
+    }
+    Index point = Index::from_dims(out_shape_, out);
+    const Expr point_flat = L_.flat(point);
+    int next_let = 0;
+
+    std::vector<Stmt> kbody;
+    {
+      Expr update = binary(BinOp::Add, var(kAcc, acc_t), product(out, kv));
+      SharedExprHoister h(next_let);
+      h.count(update);
+      if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused operand loads have ", h.dag_size(), " nodes"));
+      update = h.rewrite(update, kbody);
+      kbody.push_back(assign(kAcc, update));
+    }
+    Stmt kloop = k_loops.empty() ? block(std::move(kbody)) : nullptr;
+    for (size_t i = k_loops.size(); i-- > 0;) {
+      kloop = for_loop(k_loops[i].var, int_imm(k_loops[i].extent), std::move(kbody));
+      kbody = {kloop};
+    }
+
+    // The first loop over the row: the staged values into the local rows, the pre-reduction
+    // outputs into memory.
+    struct St {
+      BufferPtr buf;
+      Expr index, value;
+    };
+    std::vector<St> stores;
+    {
+      Expr with = result(out, acc_t);
+      const std::string at = print_expr(point_flat);
+      std::unordered_map<const ExprNode*, Expr> memo;
+      auto value = [&](const Value* v, Index& idx) { return v == y ? with : substitute(L_.value_at(v, idx), at, with, memo); };
+      std::vector<Expr> lead_out(lead, int_imm(0));
+      lead_out.insert(lead_out.end(), out.begin(), out.end());
+      Index lead_point = Index::from_dims(plan.shape, lead_out);
+      for (size_t i = 0; i < plan.staged.size(); ++i)
+        stores.push_back({rows[i], row_flat, value(plan.staged[i], plan.staged[i]->shape() == out_shape_ ? point : lead_point)});
+      for (const Value* v : plan.first_outputs) {
+        if (shape_numel(v->shape()) != numel)
+          refuse(cat("group output '", v->name(), "' has another size than the ", c_->op_type(), " output"));
+        Index idx = v->shape() == out_shape_   ? point
+                    : v->shape() == plan.shape ? lead_point
+                                               : Index::from_flat(v->shape(), point_flat);
+        Expr e = value(v, idx);
+        const size_t o = size_t(std::find(grp_.outputs.begin(), grp_.outputs.end(), v) - grp_.outputs.begin());
+        stores.push_back({k_.outputs.at(o), L_.flat(idx), e});
+      }
+    }
+    std::vector<Stmt> body = {let(kAcc, imm(0, acc_t)), kloop};
+    SharedExprHoister h(next_let);
+    for (auto& s : stores) {
+      h.count(s.value);
+      h.count(s.index);
+    }
+    if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused epilogue has ", h.dag_size(), " nodes"));
+    for (auto& s : stores) {
+      s.value = h.rewrite(s.value, body);
+      s.index = h.rewrite(s.index, body);
+    }
+    if (stores.size() > 1)
+      for (auto& s : stores)
+        if (s.value->kind != ExprKind::Var && s.value->kind != ExprKind::IntImm && s.value->kind != ExprKind::FloatImm) {
+          std::string name = "t" + std::to_string(next_let++);
+          body.push_back(let(name, s.value));
+          s.value = var(name, s.value->type);
+        }
+    for (auto& s : stores) body.push_back(store(s.buf, s.index, s.value));
+    for (size_t i = row_loops.size(); i-- > 0;)
+      body = {for_loop(row_loops[i].var, int_imm(row_loops[i].extent), std::move(body))};
+
+    // The reductions' passes over the local rows, then everything inside the outer loops.
+    std::vector<Expr> outer(lead, int_imm(0));
+    outer.insert(outer.end(), out.begin(), out.begin() + ptrdiff_t(plan.r0 - lead));
+    for (auto& s : contraction_row_passes(plan, plan.shape, buffers, outer, name_ + "_rows")) body.push_back(s);
+    for (size_t i = rows.size(); i-- > 0;) body = {allocate(rows[i], std::move(body))};
+    int64_t k_total = 1;
+    for (int64_t e : k_extents_) k_total *= e;
+    for (size_t i = outer_loops.size(); i-- > 0;) {
+      const bool parallel = i == 0 && outer_loops[0].extent > 1 && numel * std::max<int64_t>(k_total, 1) >= 32768;
+      body = {for_loop(outer_loops[i].var, int_imm(outer_loops[i].extent), std::move(body),
+                       parallel ? ForKind::Parallel : ForKind::Serial)};
+    }
+    k_.body = body.size() == 1 ? body[0] : block(std::move(body));
+    return std::move(k_);
+  }
+
   const FusionGroup& grp_;
   std::string name_;
   Lowerer L_;
+  bool has_reductions_ = false;
   LoopKernel k_;
   const Node* c_ = nullptr;
   BufferPtr placeholder_;

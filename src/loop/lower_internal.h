@@ -145,6 +145,24 @@ class SharedExprHoister {
 // itself (i<k>, t<k>, acc, math functions, kiln_*).
 std::string unique_buffer_name(const Value* v, std::set<std::string>& used);
 
+// A contraction group with row reductions over the trailing axes of its output
+// (lower_contraction_rows.cc): which epilogue values are staged in a local row, which outputs the
+// first loop over the row stores, and the synthetic row-kernel group of the reductions' passes.
+struct ContractionRows {
+  Shape shape;      // the reductions' input: the contraction's output, maybe with leading 1s added
+  size_t r0 = 0;    // the row axes are r0.. of `shape`
+  int64_t row = 1;  // elements per row
+  std::vector<const Value*> staged, first_outputs;
+  FusionGroup passes;
+};
+ContractionRows plan_contraction_rows(const FusionGroup& grp, const Node* c, const Shape& out_shape);
+// The passes' statements for one row, inside the contraction kernel's outer loops (`outer`: the
+// index into `shape` (plan.shape) at dims < r0): `buffers` maps the passes' inputs and outputs to
+// the kernel's buffers and each staged value to its local row.
+std::vector<Stmt> contraction_row_passes(const ContractionRows& plan, const Shape& shape,
+                                         const std::unordered_map<const Value*, BufferPtr>& buffers,
+                                         const std::vector<Expr>& outer, const std::string& name);
+
 // Groups anchored by a reduction (row kernels, pools) and by contractions (with their prologue and
 // epilogue); lower_reduction.cc and lower_contraction.cc. They refuse (LoweredGroup::reason) what
 // they do not cover, and the runtime runs those groups with library kernels.

@@ -1,5 +1,6 @@
 // Lowering of reduction-anchored groups to loop nests: row kernels (softmax, LayerNorm,
-// GlobalAveragePool, Reduce* with their elementwise prologue and epilogue).
+// GlobalAveragePool, Reduce*, ArgMax/ArgMin with their elementwise prologue and epilogue) and
+// windowed pools (MaxPool, AveragePool; build_pool).
 //
 // A row kernel's reductions all reduce the same axes of same-shaped inputs (the partitioner's
 // rule); every other member produces either the whole domain or one value per row. The nest:
@@ -23,7 +24,9 @@
 // 64 bits with wrapping and a final wrapping narrowing; Max/Min start from the row's first element
 // (equal to the reference's identity start, NaN propagating; GlobalMaxPool as nn_pool.cc, which
 // does not propagate a NaN after the first element); GlobalAveragePool sums in double.
-// Refused: windowed pools, ArgMax/ArgMin, bool Max/Min, empty rows, run-time axes, noop reductions.
+// ArgMax/ArgMin as reduction_select.cc (NaN greatest, ties to the first index unless
+// select_last_index). Refused: MaxPool's Indices output and storage_order, bool Max/Min, empty
+// rows, run-time axes, noop reductions.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -35,13 +38,14 @@
 
 #include "fusion/op_kind.h"
 #include "loop/lower_internal.h"
+#include "reference/ops/nn_internal.h"
 #include "support/error.h"
 
 namespace kiln::loop::detail {
 
 namespace {
 
-enum class RKind { Sum, Mean, Max, Min, Prod, L1, L2, LogSum, LogSumExp, SumSquare, GlobalAvg, GlobalMax };
+enum class RKind { Sum, Mean, Max, Min, Prod, L1, L2, LogSum, LogSumExp, SumSquare, GlobalAvg, GlobalMax, ArgMax, ArgMin };
 
 std::optional<RKind> reduce_kind(const std::string& op) {
   static const std::map<std::string, RKind> m = {
@@ -49,7 +53,7 @@ std::optional<RKind> reduce_kind(const std::string& op) {
       {"ReduceMin", RKind::Min},       {"ReduceProd", RKind::Prod},     {"ReduceL1", RKind::L1},
       {"ReduceL2", RKind::L2},         {"ReduceLogSum", RKind::LogSum}, {"ReduceLogSumExp", RKind::LogSumExp},
       {"ReduceSumSquare", RKind::SumSquare}, {"GlobalAveragePool", RKind::GlobalAvg},
-      {"GlobalMaxPool", RKind::GlobalMax}};
+      {"GlobalMaxPool", RKind::GlobalMax}, {"ArgMax", RKind::ArgMax}, {"ArgMin", RKind::ArgMin}};
   auto it = m.find(op);
   if (it == m.end()) return std::nullopt;
   return it->second;
@@ -62,6 +66,7 @@ bool is_unsigned_int(DType t) {
 // The reference kernels' dtype sets (reduction_internal.h TypeSet::Reduce / ReduceMinMax,
 // nn_pool.cc's global pools); bool Max/Min (opset 20) is not lowered.
 bool accepts(RKind k, DType t) {
+  if (k == RKind::ArgMax || k == RKind::ArgMin) return t != DType::Bool;  // TypeSet::Numeric
   if (k == RKind::GlobalAvg || k == RKind::GlobalMax)
     return t == DType::Float32 || t == DType::Float64 || t == DType::Float16;
   const bool base = is_float(t) || t == DType::Int32 || t == DType::Int64 || t == DType::UInt32 || t == DType::UInt64;
@@ -108,6 +113,12 @@ class RowKernelBuilder {
   static std::vector<Stmt> wrap(const std::vector<std::pair<std::string, int64_t>>& loops, std::vector<Stmt> body,
                                 bool vectorize);
   void lower_reduction(const Node& r, RKind kind, int k, std::vector<Stmt>& out);
+  // Kernel inputs and outputs, plus one fake Register buffer per reduction result.
+  void bind(LoopKernel& k, const std::vector<const Node*>& reds);
+  // One outer loop per dim of `shape` longer than 1 (outer_dims_); the current position's flat index.
+  std::vector<std::pair<std::string, int64_t>> outer_loops(const Shape& shape);
+  // A MaxPool/AveragePool group: a loop nest over the pool's output with the window inside.
+  LoopKernel build_pool(const std::string& name, const Node& r);
 
   const FusionGroup& grp_;
   Lowerer L_;
@@ -240,6 +251,42 @@ void RowKernelBuilder::lower_reduction(const Node& r, RKind kind, int k, std::ve
   };
   auto sum = [&](Expr a, Expr e, Expr) { return bin(BinOp::Add, a, cast(A, e)); };
 
+  if (kind == RKind::ArgMax || kind == RKind::ArgMin) {
+    // reduction_select.cc: keys compare with NaN greater than every number (NaNs equal); the first
+    // element starts the row, a strictly better one moves the answer, a tie only with
+    // select_last_index.
+    const DType K = compute_type(t);
+    const std::string best = acc + "_best", arg = acc, take = acc + "_take";
+    std::vector<std::pair<std::string, int64_t>> loops;
+    const int p = passes_++;
+    std::vector<Expr> d = pass_dims(p, loops);
+    Expr j = int_imm(0);
+    for (size_t i = 0; i < in_.size(); ++i)
+      if (reduced_[i]) j = d[i];
+    Expr v = cast(K, L_.value_at(r.input(0), Index::from_dims(in_, d)));
+    Expr b = var(best, K);
+    auto greater = [&](Expr x, Expr y) {
+      Expr g = bin(BinOp::Gt, x, y);
+      if (!is_float(K)) return g;
+      return bin(BinOp::Or, bin(BinOp::And, is_nan(x), unary(UnOp::Not, is_nan(y))), g);
+    };
+    Expr vb = greater(v, b), bv = greater(b, v);
+    Expr better = kind == RKind::ArgMax ? vb : bv;
+    if (r.attr_int("select_last_index", 0) == 1)
+      better = bin(BinOp::Or, better, bin(BinOp::And, unary(UnOp::Not, vb), unary(UnOp::Not, bv)));
+    better = bin(BinOp::Or, bin(BinOp::Eq, j, int_imm(0)), better);
+    for (auto& s : finish({Root{StmtKind::Let, best, nullptr, nullptr, imm(0, K)},
+                           Root{StmtKind::Let, arg, nullptr, nullptr, int_imm(0)}}))
+      out.push_back(s);
+    std::vector<Stmt> body = finish({Root{StmtKind::Let, take, nullptr, nullptr, better},
+                                     Root{StmtKind::Assign, arg, nullptr, nullptr, select(var(take, DType::Bool), j, var(arg))},
+                                     Root{StmtKind::Assign, best, nullptr, nullptr, select(var(take, DType::Bool), v, b)}});
+    for (auto& s : wrap(loops, std::move(body), false)) out.push_back(s);
+    for (auto& s : finish({Root{StmtKind::Let, "kiln_r" + std::to_string(k), nullptr, nullptr, cast(ot, var(arg))}}))
+      out.push_back(s);
+    return;
+  }
+
   Expr fin;  // the finalised value, in A or R
   switch (kind) {
     case RKind::Sum:
@@ -303,12 +350,188 @@ void RowKernelBuilder::lower_reduction(const Node& r, RKind kind, int k, std::ve
   for (auto& s : finish({Root{StmtKind::Let, rv, nullptr, nullptr, fin}})) out.push_back(s);
 }
 
+void RowKernelBuilder::bind(LoopKernel& k, const std::vector<const Node*>& reds) {
+  for (const Node* n : grp_.nodes) {
+    L_.members_.insert(n);
+    if (!n->name().empty() && std::find(k.sources.begin(), k.sources.end(), n->name()) == k.sources.end())
+      k.sources.push_back(n->name());
+  }
+  std::set<std::string> used;
+  auto buffer = [&](const Value* v, Scope scope) {
+    std::string base = "b_" + sanitize_identifier(v->name()), n = base;
+    for (int i = 1; used.count(n); ++i) n = base + "_" + std::to_string(i);
+    used.insert(n);
+    return std::make_shared<Buffer>(Buffer{n, v->dtype(), v->shape(), scope});
+  };
+  for (const Value* v : grp_.inputs) {
+    auto b = buffer(v, Scope::Global);
+    L_.input_buffers_[v] = b;
+    k.inputs.push_back(b);
+  }
+  for (const Value* v : grp_.outputs) k.outputs.push_back(buffer(v, Scope::Global));
+  for (size_t i = 0; i < reds.size(); ++i) {
+    const Value* v = reds[i]->output(0);
+    if (L_.input_buffers_.count(v)) refuse("a reduction result is also a kernel input");
+    auto b = buffer(v, Scope::Register);
+    L_.input_buffers_[v] = b;
+    results_[b.get()] = Result{"kiln_r" + std::to_string(i), false};
+  }
+}
+
+std::vector<std::pair<std::string, int64_t>> RowKernelBuilder::outer_loops(const Shape& shape) {
+  std::vector<std::pair<std::string, int64_t>> loops;
+  outer_dims_.clear();
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 1) {
+      outer_dims_.push_back(int_imm(0));
+    } else {
+      std::string v = "i" + std::to_string(i);
+      loops.push_back({v, shape[i]});
+      outer_dims_.push_back(var(v));
+    }
+  }
+  Index idx = Index::from_dims(shape, outer_dims_);
+  outer_flat_expr_ = L_.flat(idx);
+  outer_flat_ = print_expr(outer_flat_expr_);
+  return loops;
+}
+
+// A MaxPool/AveragePool group: one loop per output dim (outermost Parallel when big), the window
+// loops inside, every window position tested against the input's bounds and loaded at a clamped
+// position (padding never supplies a value, as in nn_pool.cc). Prologue members are recomputed
+// at each window position (the partitioner fuses them only for non-overlapping windows);
+// epilogue members and every output live on the pool's output domain.
+LoopKernel RowKernelBuilder::build_pool(const std::string& name, const Node& r) {
+  for (const Node* n : grp_.nodes) {
+    if (n == &r) continue;
+    const auto ok = op_kind_of_type(n->op_type());
+    if (ok && *ok == OpKind::Reduction && n->domain().empty())
+      refuse(cat(n->op_type(), " cannot share a loop nest with ", r.op_type()));
+    std::string why = unsupported_reason(*n);
+    if (!why.empty()) refuse(why);
+  }
+  const bool is_max = r.op_type() == "MaxPool";
+  const Value* x = r.input(0);
+  const Value* y = r.output(0);
+  if (!x || !y) refuse(cat(r.op_type(), " has an unexpected signature"));
+  if (r.num_outputs() > 1 && r.output(1)) refuse("MaxPool's Indices output is not lowered to loops");
+  if (is_max && r.attr_int("storage_order", 0) != 0) refuse("MaxPool storage_order is not lowered to loops");
+  const DType t = x->dtype(), ot = y->dtype();
+  const bool dtype_ok = t == DType::Float32 || t == DType::Float64 || t == DType::Float16 ||
+                        (is_max && (t == DType::Int8 || t == DType::UInt8));
+  if (!dtype_ok || ot != t) refuse(cat(r.op_type(), " on ", dtype_name(t), " is not lowered to loops"));
+  const Shape& xs = x->shape();
+  const Shape& ys = y->shape();
+  if (xs.size() < 3) refuse(cat(r.op_type(), " needs a rank >= 3 input"));
+  const size_t nd = xs.size() - 2;
+  if (!r.has_attr("kernel_shape") || r.attr_ints("kernel_shape").size() != nd)
+    refuse(cat(r.op_type(), " has no kernel_shape for ", nd, " spatial dims"));
+  const Shape spatial(xs.begin() + 2, xs.end());
+  // The reference's own geometry (pads, auto_pad, ceil_mode's dropped last window, out sizes).
+  const nn::WindowGeometry g = nn::window_geometry(r, spatial, r.attr_ints("kernel_shape"), r.attr_int("ceil_mode", 0) != 0);
+  Shape want{xs[0], xs[1]};
+  want.insert(want.end(), g.out.begin(), g.out.end());
+  if (ys != want) refuse(cat(r.op_type(), " output ", shape_str(ys), " is not the pooled shape ", shape_str(want)));
+  const int64_t out_n = shape_numel(ys);
+  if (out_n == 0 || shape_numel(xs) == 0) refuse("empty pools are not lowered to loops");
+  if (grp_.outputs.empty()) refuse("the group writes no outputs");
+  for (const Value* o : grp_.outputs)
+    if (shape_numel(o->shape()) != out_n)
+      refuse(cat("group output '", o->name(), "' ", shape_str(o->shape()), " is not on the pool's output domain"));
+
+  LoopKernel k;
+  k.name = name;
+  bind(k, {&r});
+  std::vector<std::pair<std::string, int64_t>> outer = outer_loops(ys);
+
+  // Window position along spatial dim d: o*stride - pad_begin + kk*dilation. Bounds tests are
+  // emitted only where some window reaches outside (statically known from the extremes).
+  std::vector<std::pair<std::string, int64_t>> wloops;
+  std::vector<Expr> xd{outer_dims_[0], outer_dims_[1]};
+  Expr inb, inpad;  // null = always true
+  auto conj = [](Expr a, Expr b) { return a ? bin(BinOp::And, a, b) : b; };
+  int64_t window = 1;
+  for (size_t d = 0; d < nd; ++d) {
+    Expr kk = int_imm(0);
+    if (g.kernel[d] > 1) {
+      std::string v = "kiln_k" + std::to_string(d);
+      wloops.push_back({v, g.kernel[d]});
+      kk = var(v);
+    }
+    window *= g.kernel[d];
+    Expr pos = sub(add(mul(outer_dims_[2 + d], int_imm(g.stride[d])), mul(kk, int_imm(g.dilation[d]))), int_imm(g.pad_begin[d]));
+    const int64_t lo = -g.pad_begin[d], hi = (g.out[d] - 1) * g.stride[d] - g.pad_begin[d] + (g.kernel[d] - 1) * g.dilation[d];
+    const int64_t n = g.in[d];
+    if (lo < 0) inb = conj(inb, bin(BinOp::Ge, pos, int_imm(0)));
+    if (hi >= n) inb = conj(inb, bin(BinOp::Lt, pos, int_imm(n)));
+    if (hi >= n + g.pad_end[d]) inpad = conj(inpad, bin(BinOp::Lt, pos, int_imm(n + g.pad_end[d])));
+    xd.push_back(lo < 0 || hi >= n ? clamp(pos, 0, n - 1) : pos);
+  }
+  Expr v = to_compute(L_.value_at(x, Index::from_dims(xs, xd)));
+  const DType A = is_max ? compute_type(t) : DType::Float64;
+  const std::string acc = "kiln_acc0", cnt = "kiln_cnt0";
+  Expr a = var(acc, A), c = var(cnt);
+  Expr one_if = [&](Expr cond) { return cond ? select(cond, int_imm(1), int_imm(0)) : int_imm(1); }(
+      is_max || r.attr_int("count_include_pad", 0) == 0 ? inb : inpad);
+  std::vector<Root> upd;
+  Expr init;
+  if (is_max) {
+    // Strict > from the first in-input position on; a window entirely in padding gives -inf
+    // (the lowest value for integers).
+    Expr take = bin(BinOp::Or, bin(BinOp::Eq, c, int_imm(0)), bin(BinOp::Gt, v, a));
+    if (inb) take = bin(BinOp::And, inb, take);
+    upd.push_back(Root{StmtKind::Assign, acc, nullptr, nullptr, select(take, v, a)});
+    init = is_float(t) ? imm(-std::numeric_limits<double>::infinity(), A)
+                       : int_imm(t == DType::Int8 ? -128 : 0, A);
+  } else {
+    // The sum in double; the divisor counts in-input positions, or with count_include_pad those
+    // inside the padded input (a ceil_mode window past the end padding is still clipped).
+    Expr term = cast(DType::Float64, v);
+    upd.push_back(Root{StmtKind::Assign, acc, nullptr, nullptr,
+                       bin(BinOp::Add, a, inb ? select(inb, term, imm(0, DType::Float64)) : term)});
+    init = imm(0, DType::Float64);
+  }
+  upd.push_back(Root{StmtKind::Assign, cnt, nullptr, nullptr, bin(BinOp::Add, c, one_if)});
+
+  std::vector<Stmt> body = finish({Root{StmtKind::Let, acc, nullptr, nullptr, init},
+                                   Root{StmtKind::Let, cnt, nullptr, nullptr, int_imm(0)}});
+  for (auto& s : wrap(wloops, finish(std::move(upd)), false)) body.push_back(s);
+  Expr fin = a;
+  if (!is_max) {
+    fin = bin(BinOp::Div, a, cast(DType::Float64, c));
+    if (t != DType::Float64) fin = cast(DType::Float32, fin);
+  }
+  for (auto& s : finish({Root{StmtKind::Let, "kiln_r0", nullptr, nullptr, cast(ot, fin)}})) body.push_back(s);
+  results_[L_.input_buffers_.at(y).get()].defined = true;
+
+  std::vector<Root> roots;
+  std::vector<Stmt> stores;
+  for (size_t i = 0; i < grp_.outputs.size(); ++i) {
+    const Value* o = grp_.outputs[i];
+    std::string ov = "kiln_o" + std::to_string(i);
+    roots.push_back(Root{StmtKind::Let, ov, nullptr, nullptr, L_.value_at(o, Index::from_flat(o->shape(), outer_flat_expr_))});
+    stores.push_back(store(k.outputs[i], outer_flat_expr_, var(ov, o->dtype())));
+  }
+  for (auto& s : finish(std::move(roots))) body.push_back(s);
+  for (auto& s : stores) body.push_back(s);
+  for (size_t i = outer.size(); i-- > 0;) {
+    const ForKind fk = i == 0 && out_n >= 8 && out_n * window >= 4096 ? ForKind::Parallel : ForKind::Serial;
+    body = {for_loop(outer[i].first, int_imm(outer[i].second), std::move(body), fk)};
+  }
+  k.body = body.size() == 1 ? body[0] : block(std::move(body));
+  return k;
+}
+
 LoopKernel RowKernelBuilder::build(const std::string& name) {
   std::vector<std::pair<const Node*, RKind>> reds;
   for (const Node* n : grp_.nodes) {
     const auto ok = op_kind_of_type(n->op_type());
     if (ok && *ok == OpKind::Reduction && n->domain().empty()) {
-      if (is_windowed_reduction(*n)) refuse(cat(n->op_type(), " (a windowed pool) is not lowered to loops yet"));
+      if (is_windowed_reduction(*n)) {
+        for (const Node* o : grp_.nodes)
+          if (o != n && is_windowed_reduction(*o)) refuse("two pools cannot share one loop nest");
+        return build_pool(name, *n);
+      }
       auto k = reduce_kind(n->op_type());
       if (!k) refuse(cat(n->op_type(), " is not lowered to loops yet"));
       reds.push_back({n, *k});
@@ -331,6 +554,13 @@ LoopKernel RowKernelBuilder::build(const std::string& name) {
     if (kind == RKind::GlobalAvg || kind == RKind::GlobalMax) {
       if (rank < 3) refuse(cat(n->op_type(), " needs a rank >= 3 input"));
       for (size_t i = 2; i < s.size(); ++i) red[i] = true;
+    } else if (kind == RKind::ArgMax || kind == RKind::ArgMin) {
+      const int64_t keep = n->attr_int("keepdims", 1), last = n->attr_int("select_last_index", 0);
+      if ((keep != 0 && keep != 1) || (last != 0 && last != 1)) refuse(cat(n->op_type(), " has invalid attributes"));
+      if (rank == 0) refuse(cat(n->op_type(), " of a scalar"));
+      const int64_t a = n->attr_int("axis", 0);
+      if (a < -rank || a >= rank) refuse(cat(n->op_type(), " axis ", a, " is out of range"));
+      red[size_t(a < 0 ? a + rank : a)] = true;
     } else {
       const int64_t keep = n->attr_int("keepdims", 1), noop = n->attr_int("noop_with_empty_axes", 0);
       if ((keep != 0 && keep != 1) || (noop != 0 && noop != 1)) refuse(cat(n->op_type(), " has invalid attributes"));
@@ -367,53 +597,17 @@ LoopKernel RowKernelBuilder::build(const std::string& name) {
         refuse(cat(n->op_type(), " produces ", shape_str(o->shape()), ", neither the rows nor one value per row"));
   if (grp_.outputs.empty()) refuse("the group writes no outputs");
 
-  // Buffers: kernel inputs and outputs, plus one fake Register buffer per reduction result.
   LoopKernel k;
   k.name = name;
-  for (const Node* n : grp_.nodes) {
-    L_.members_.insert(n);
-    if (!n->name().empty() && std::find(k.sources.begin(), k.sources.end(), n->name()) == k.sources.end())
-      k.sources.push_back(n->name());
-  }
-  std::set<std::string> used;
-  auto buffer = [&](const Value* v, Scope scope) {
-    std::string base = "b_" + sanitize_identifier(v->name()), n = base;
-    for (int i = 1; used.count(n); ++i) n = base + "_" + std::to_string(i);
-    used.insert(n);
-    return std::make_shared<Buffer>(Buffer{n, v->dtype(), v->shape(), scope});
-  };
-  for (const Value* v : grp_.inputs) {
-    auto b = buffer(v, Scope::Global);
-    L_.input_buffers_[v] = b;
-    k.inputs.push_back(b);
-  }
-  for (const Value* v : grp_.outputs) k.outputs.push_back(buffer(v, Scope::Global));
-  for (size_t i = 0; i < reds.size(); ++i) {
-    const Value* v = reds[i].first->output(0);
-    if (L_.input_buffers_.count(v)) refuse("a reduction result is also a kernel input");
-    auto b = buffer(v, Scope::Register);
-    L_.input_buffers_[v] = b;
-    results_[b.get()] = Result{"kiln_r" + std::to_string(i), false};
-  }
+  std::vector<const Node*> rnodes;
+  for (const auto& rd : reds) rnodes.push_back(rd.first);
+  bind(k, rnodes);
 
   // The outer loops and the current row's flat index in a per-row value.
-  std::vector<std::pair<std::string, int64_t>> outer_loops;
   Shape keep = in_;
-  for (size_t i = 0; i < in_.size(); ++i) {
-    if (reduced_[i]) {
-      keep[i] = 1;
-      outer_dims_.push_back(int_imm(0));
-    } else if (in_[i] == 1) {
-      outer_dims_.push_back(int_imm(0));
-    } else {
-      std::string v = "i" + std::to_string(i);
-      outer_loops.push_back({v, in_[i]});
-      outer_dims_.push_back(var(v));
-    }
-  }
-  Index row_idx = Index::from_dims(keep, outer_dims_);
-  outer_flat_expr_ = L_.flat(row_idx);
-  outer_flat_ = print_expr(outer_flat_expr_);
+  for (size_t i = 0; i < in_.size(); ++i)
+    if (reduced_[i]) keep[i] = 1;
+  std::vector<std::pair<std::string, int64_t>> outer_loops = this->outer_loops(keep);
 
   std::vector<Stmt> body;
   for (size_t i = 0; i < reds.size(); ++i) {

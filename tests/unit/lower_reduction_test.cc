@@ -165,16 +165,16 @@ TEST(LowerReductionShape, CrossRowReadIsRefused) {
 }
 
 TEST(LowerReductionShape, RefusalsHaveReasons) {
-  auto g = parse_graph(R"(graph main opset 17 (%x: f32[2,3,8,8]) -> (%y, %a) {
-  %y: f32[2,3,4,4] = MaxPool(%x) {kernel_shape=[2, 2], strides=[2, 2]} name="pool"
-  %a: i64[2,1,8,8] = ArgMax(%x) {axis=1} name="argmax"
+  // MaxPool's Indices output and a non-default storage_order have no loop spelling yet.
+  auto g = parse_graph(R"(graph main opset 17 (%x: f32[2,3,8,8]) -> (%y, %i) {
+  %y: f32[2,3,4,4], %i: i64[2,3,4,4] = MaxPool(%x) {kernel_shape=[2, 2], strides=[2, 2]} name="pool"
 }
 )");
   FusionPlan plan = partition(*g, {});
   for (const auto& grp : plan.groups) {
     auto lg = loop::lower_group(grp, grp.name);
     EXPECT_FALSE(lg.kernel);
-    EXPECT_NE(lg.reason.find("not lowered to loops"), std::string::npos) << lg.reason;
+    EXPECT_NE(lg.reason.find("Indices"), std::string::npos) << lg.reason;
   }
   check_lowered(*g, random_inputs(*g));
 }

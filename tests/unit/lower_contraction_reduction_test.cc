@@ -1,0 +1,347 @@
+// Loop lowering of contraction groups with row reductions over the trailing axes of the
+// contraction's output (MatMul + bias + residual + LayerNorm as PyTorch exports it, MatMul +
+// softmax, Conv + ReLU + GlobalAveragePool): each group lowers to one kernel (a local row per
+// outer position, then the row passes), and the run agrees with the unfused reference through
+// the loop-IR interpreter and through emit_c + JitModule. Plus the refusals (rows over 64 KiB,
+// reductions over other axes) and the nest's shape.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "codegen/c/c_emitter.h"
+#include "frontend/onnx/onnx_import.h"
+#include "ir/parser.h"
+#include "lower_group_test_util.h"
+#include "runtime/jit.h"
+#include "transforms/lowering.h"
+#include "transforms/pipeline.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::compare_tensors;
+using testing::random_inputs;
+
+struct Case {
+  std::string name, body, inputs, outputs;
+  bool run_lowering = false;  // Softmax -> ReduceMax/Sub/Exp/ReduceSum/Div
+  bool edge_values = true;    // NaN/inf/huge values among the random inputs
+};
+
+std::unique_ptr<Graph> make_graph(const Case& c) {
+  auto g = parse_graph("graph main opset 17 (" + c.inputs + ") -> (" + c.outputs + ") {\n" + c.body + "}\n");
+  if (c.run_lowering) run_lowering(*g);
+  return g;
+}
+
+const char* kLayerNorm = R"(  %ax = constant i64[1] [-1]
+  %two = constant f32[] [2]
+  %eps = constant f32[] [1e-05]
+  %m: f32[2,3,16] = MatMul(%x, %w) name="mm"
+  %a: f32[2,3,16] = Add(%m, %b) name="bias"
+  %r: f32[2,3,16] = Add(%a, %res) name="residual"
+  %mean: f32[2,3,1] = ReduceMean(%r, %ax) {keepdims=1} name="mean"
+  %d: f32[2,3,16] = Sub(%r, %mean) name="sub"
+  %sq: f32[2,3,16] = Pow(%d, %two) name="pow"
+  %var: f32[2,3,1] = ReduceMean(%sq, %ax) {keepdims=1} name="var"
+  %ve: f32[2,3,1] = Add(%var, %eps) name="add_eps"
+  %sd: f32[2,3,1] = Sqrt(%ve) name="sqrt"
+  %n: f32[2,3,16] = Div(%d, %sd) name="div"
+  %s: f32[2,3,16] = Mul(%n, %g) name="gamma"
+  %y: f32[2,3,16] = Add(%s, %be) name="beta"
+)";
+const char* kLayerNormInputs = "%x: f32[2,3,8], %w: f32[8,16], %b: f32[16], %res: f32[2,3,16], %g: f32[16], %be: f32[16]";
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> all = {
+      {"matmul_bias_residual_layernorm", kLayerNorm, kLayerNormInputs, "%y"},
+      // The residual stream is a graph output too: stored by the first loop over the row.
+      {"layernorm_residual_output", kLayerNorm, kLayerNormInputs, "%y, %r"},
+      {"matmul_softmax", R"(  %sc = constant f32[] [0.125]
+  %m: f32[2,4,12] = MatMul(%q, %k) name="mm"
+  %s: f32[2,4,12] = Mul(%m, %sc) name="scale"
+  %y: f32[2,4,12] = Softmax(%s) {axis=-1} name="softmax"
+)", "%q: f32[2,4,8], %k: f32[2,8,12]", "%y", true},
+      {"conv_relu_gap", R"(  %c: f32[2,4,6,6] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
+  %r: f32[2,4,6,6] = Relu(%c) name="relu"
+  %y: f32[2,4,1,1] = GlobalAveragePool(%r) name="gap"
+)", "%x: f32[2,3,6,6], %w: f32[4,3,3,3], %b: f32[4]", "%y"},
+      {"matmul_f16_softmax", R"(  %m: f16[3,10] = MatMul(%q, %k) name="mm"
+  %y: f16[3,10] = Softmax(%m) {axis=-1} name="softmax"
+)", "%q: f16[3,6], %k: f16[6,10]", "%y", true, false},
+      // Big enough for a parallel outer loop (OpenMP threads, each with its own local row).
+      {"parallel_layernorm", R"(  %ax = constant i64[1] [-1]
+  %eps = constant f32[] [1e-05]
+  %m: f32[64,128] = MatMul(%x, %w) name="mm"
+  %mean: f32[64,1] = ReduceMean(%m, %ax) {keepdims=1} name="mean"
+  %d: f32[64,128] = Sub(%m, %mean) name="sub"
+  %sq: f32[64,128] = Mul(%d, %d) name="sq"
+  %var: f32[64,1] = ReduceMean(%sq, %ax) {keepdims=1} name="var"
+  %ve: f32[64,1] = Add(%var, %eps) name="add_eps"
+  %sd: f32[64,1] = Sqrt(%ve) name="sqrt"
+  %y: f32[64,128] = Div(%d, %sd) name="div"
+)", "%x: f32[64,32], %w: f32[32,128]", "%y", false, false},
+      // The residual broadcasts the 2-D MatMul output to [1, S, D] (a transformer's flattened
+      // tokens); the rows are the same.
+      {"broadcast_residual_layernorm", R"(  %ax = constant i64[1] [-1]
+  %eps = constant f32[] [1e-05]
+  %m: f32[6,16] = MatMul(%x, %w) name="mm"
+  %r: f32[1,6,16] = Add(%m, %res) name="residual"
+  %mean: f32[1,6,1] = ReduceMean(%r, %ax) {keepdims=1} name="mean"
+  %d: f32[1,6,16] = Sub(%r, %mean) name="sub"
+  %sq: f32[1,6,16] = Mul(%d, %d) name="sq"
+  %var: f32[1,6,1] = ReduceMean(%sq, %ax) {keepdims=1} name="var"
+  %ve: f32[1,6,1] = Add(%var, %eps) name="add_eps"
+  %sd: f32[1,6,1] = Sqrt(%ve) name="sqrt"
+  %y: f32[1,6,16] = Div(%d, %sd) name="div"
+)", "%x: f32[6,8], %w: f32[8,16], %res: f32[1,6,16]", "%y, %m, %r"},
+      // A classifier head: the pooled rows flattened (a reshape keeps the row's flat offsets).
+      {"conv_gap_flatten", R"(  %c: f32[3,5,4,4] = Conv(%x, %w) {kernel_shape=[1,1]} name="conv"
+  %r: f32[3,5,4,4] = Relu(%c) name="relu"
+  %p: f32[3,5,1,1] = GlobalAveragePool(%r) name="gap"
+  %y: f32[3,5] = Flatten(%p) {axis=1} name="flatten"
+)", "%x: f32[3,2,4,4], %w: f32[5,2,1,1]", "%y"},
+      // The raw product read by the reduction directly; per-row output only.
+      {"matmul_rowmax", R"(  %ax = constant i64[1] [1]
+  %m: f32[5,7] = MatMul(%x, %w) name="mm"
+  %y: f32[5] = ReduceMax(%m, %ax) {keepdims=0} name="max"
+)", "%x: f32[5,3], %w: f32[3,7]", "%y"},
+  };
+  return all;
+}
+
+// Lowers every contraction group of the case; returns the kernels.
+std::vector<loop::LoopKernel> lower_contractions(const Graph& g, const std::string& prefix, int* groups = nullptr) {
+  std::vector<loop::LoopKernel> ks;
+  for (const auto& grp : partition(g).groups) {
+    if (grp.kind != GroupKind::Contraction) continue;
+    if (groups) ++*groups;
+    auto lg = loop::lower_group(grp, prefix + grp.name);
+    EXPECT_TRUE(lg.kernel) << grp.name << ": " << lg.reason;
+    if (lg.kernel) ks.push_back(std::move(*lg.kernel));
+  }
+  return ks;
+}
+
+TEST(LowerContractionRows, InterpretedMatchesReference) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    auto g = make_graph(c);
+    int groups = 0;
+    auto ks = lower_contractions(*g, "", &groups);
+    // The reductions are fused into the contraction's group: one kernel for the whole case.
+    EXPECT_EQ(groups, 1);
+    EXPECT_EQ(partition(*g).groups.size(), 1u);
+    if (std::getenv("KILN_PRINT_NESTS"))
+      for (const auto& k : ks) std::cout << loop::print_kernel(k);
+    auto run = testing::check_lowered(*g, random_inputs(*g, 5, {}, c.edge_values));
+    EXPECT_EQ(run.refused, 0);
+    testing::check_lowered(*g, random_inputs(*g, 6, {}, false));
+  }
+}
+
+TEST(LowerContractionRows, JitMatchesReference) {
+  struct Run {
+    std::string name;
+    std::vector<Tensor> ins, want;
+  };
+  std::vector<loop::LoopKernel> kernels;
+  std::vector<Run> runs;
+  for (const Case& c : cases()) {
+    auto g = make_graph(c);
+    for (unsigned seed : {7u, 8u}) {
+      const TensorMap inputs = random_inputs(*g, seed, {}, c.edge_values && seed == 7);
+      auto values = run_reference_values(*g, inputs);
+      auto value = [&](const Value* v) { return v->is_constant() ? v->constant() : values.at(v); };
+      for (const auto& grp : partition(*g).groups) {
+        if (grp.kind != GroupKind::Contraction) continue;
+        auto lg = loop::lower_group(grp, c.name + "_" + std::to_string(seed) + "_" + grp.name);
+        ASSERT_TRUE(lg.kernel) << c.name << ": " << lg.reason;
+        Run r{lg.kernel->name, {}, {}};
+        for (const Value* v : grp.inputs) r.ins.push_back(value(v).clone());
+        for (const Value* v : grp.outputs) r.want.push_back(value(v));
+        kernels.push_back(std::move(*lg.kernel));
+        runs.push_back(std::move(r));
+      }
+    }
+  }
+  const fs::path dir = fs::temp_directory_path() / ("kiln_lower_contraction_rows_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  runtime::CompileOptions opts;
+  opts.cache_dir = dir.string();
+  auto module = runtime::JitModule::build(codegen::emit_c(kernels), opts);
+  for (auto& r : runs) {
+    SCOPED_TRACE(r.name);
+    std::vector<Tensor> got;
+    std::vector<void*> args;
+    for (auto& t : r.ins) args.push_back(t.raw());
+    for (const auto& w : r.want) got.emplace_back(w.dtype(), w.shape());
+    for (auto& t : got) args.push_back(t.raw());
+    module->get(r.name)(args.data());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(compare_tensors(got[i], r.want[i]), "") << "output " << i;
+  }
+  module.reset();
+  fs::remove_all(dir);
+}
+
+// One local row per outer position: allocated inside the outer loops, written by the first loop
+// over the row (with the K loop inside), read by the reduction passes.
+TEST(LowerContractionRows, NestShape) {
+  auto g = make_graph(cases()[0]);
+  auto ks = lower_contractions(*g, "");
+  ASSERT_EQ(ks.size(), 1u);
+  const std::string s = loop::print_kernel(ks[0]);
+  SCOPED_TRACE(s);
+  const size_t i0 = s.find("for i0 in [0, 2)"), i1 = s.find("for i1 in [0, 3)"), row = s.find("kiln_row0"),
+               c = s.find("for kiln_c2 in [0, 16)"), k = s.find("for kiln_k0 in [0, 8)"), pass = s.find("kiln_j0_2"),
+               st = s.find("y[");
+  for (size_t p : {i0, i1, row, c, k, pass, st}) ASSERT_NE(p, std::string::npos);
+  EXPECT_LT(i0, i1);
+  EXPECT_LT(i1, row);
+  EXPECT_LT(row, c);
+  EXPECT_LT(c, k);
+  EXPECT_LT(k, pass);
+  EXPECT_LT(pass, st);
+  // The residual and bias are read once per element, in the first loop only.
+  EXPECT_EQ(s.find("res["), s.rfind("res[")) << "residual read more than once";
+}
+
+TEST(LowerContractionRows, BigNestIsParallel) {
+  auto g = make_graph(cases()[5]);
+  auto ks = lower_contractions(*g, "");
+  ASSERT_EQ(ks.size(), 1u);
+  const std::string s = loop::print_kernel(ks[0]);
+  EXPECT_NE(s.find("for i0 in [0, 64) parallel"), std::string::npos) << s;
+  EXPECT_NE(s.find("allocate kiln_row0: f32[128] local"), std::string::npos) << s;
+}
+
+TEST(LowerContractionRows, Refusals) {
+  // A row of 20000 floats (80 KB) exceeds the 64 KiB local row.
+  Case big{"big_row", R"(  %ax = constant i64[1] [-1]
+  %m: f32[2,20000] = MatMul(%x, %w) name="mm"
+  %y: f32[2,1] = ReduceSum(%m, %ax) {keepdims=1} name="sum"
+)", "%x: f32[2,2], %w: f32[2,20000]", "%y"};
+  // A reduction over the leading axis.
+  Case lead{"leading_axis", R"(  %ax = constant i64[1] [0]
+  %m: f32[6,5] = MatMul(%x, %w) name="mm"
+  %y: f32[1,5] = ReduceSum(%m, %ax) {keepdims=1} name="sum"
+)", "%x: f32[6,3], %w: f32[3,5]", "%y"};
+  for (const Case* c : {&big, &lead}) {
+    SCOPED_TRACE(c->name);
+    auto g = make_graph(*c);
+    int fused = 0;
+    for (const auto& grp : partition(*g).groups) {
+      if (grp.kind != GroupKind::Contraction) continue;
+      bool has_red = false;
+      for (const Node* n : grp.nodes) has_red = has_red || n->op_type() == "ReduceSum";
+      if (!has_red) continue;
+      ++fused;
+      auto lg = loop::lower_group(grp, grp.name);
+      EXPECT_FALSE(lg.kernel);
+      EXPECT_NE(lg.reason.find("not lowered to loops yet"), std::string::npos) << lg.reason;
+    }
+    if (!fused) std::cout << "[ note ] " << c->name << ": the reduction was not fused\n";
+    testing::check_lowered(*g, random_inputs(*g, 9));
+  }
+}
+
+// The partitioner does not fuse a reduction over a leading axis; a group built by hand that holds
+// one is refused (the local row would not be contiguous), as are groups that read the staged
+// row at another position (a Transpose before or after the reduction).
+TEST(LowerContractionRows, HandBuiltGroupsAreRefused) {
+  const char* bodies[] = {R"(  %ax = constant i64[1] [0]
+  %m: f32[6,5] = MatMul(%x, %w) name="mm"
+  %y: f32[1,5] = ReduceSum(%m, %ax) {keepdims=1} name="sum"
+)",
+                          R"(  %ax = constant i64[1] [-1]
+  %m: f32[5,5] = MatMul(%x, %w) name="mm"
+  %s: f32[5,1] = ReduceSum(%m, %ax) {keepdims=1} name="sum"
+  %t: f32[5,5] = Transpose(%m) {perm=[1,0]} name="tr"
+  %y: f32[5,5] = Sub(%t, %s) name="sub"
+)",
+                          R"(  %ax = constant i64[1] [-1]
+  %m: f32[5,5] = MatMul(%x, %w) name="mm"
+  %s: f32[5,1] = ReduceSum(%m, %ax) {keepdims=1} name="sum"
+  %d: f32[5,5] = Sub(%m, %s) name="sub"
+  %y: f32[5,5] = Transpose(%d) {perm=[1,0]} name="tr"
+)"};
+  const char* ins[] = {"%x: f32[6,3], %w: f32[3,5]", "%x: f32[5,3], %w: f32[3,5]", "%x: f32[5,3], %w: f32[3,5]"};
+  const char* why[] = {"non-trailing axes", "another position", "Transpose after a reduction"};
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(why[i]);
+    auto g = make_graph({"hand", bodies[i], ins[i], "%y"});
+    FusionGroup grp;
+    grp.name = "hand";
+    grp.kind = GroupKind::Contraction;
+    for (Node* n : g->nodes()) {
+      grp.nodes.push_back(n);
+      for (const Value* v : n->inputs())
+        if ((v->is_constant() || v->is_graph_input()) && std::find(grp.inputs.begin(), grp.inputs.end(), v) == grp.inputs.end())
+          grp.inputs.push_back(v);
+    }
+    grp.outputs = {g->outputs()[0]};
+    auto lg = loop::lower_group(grp, grp.name);
+    EXPECT_FALSE(lg.kernel);
+    EXPECT_NE(lg.reason.find(why[i]), std::string::npos) << lg.reason;
+  }
+}
+
+// With KILN_LOWER_MODELS=1: the public models' contraction groups with row reductions (the
+// encoder's MatMul + bias + residual + LayerNorm over 768, resnet18's head) compiled with the JIT
+// and compared with the reference on the group's own inputs.
+TEST(LowerContractionRows, PublicModelsJit) {
+  if (!std::getenv("KILN_LOWER_MODELS")) GTEST_SKIP() << "set KILN_LOWER_MODELS=1";
+  const fs::path dir = fs::path(KILN_SOURCE_DIR) / "bench/models/out";
+  int checked = 0;
+  for (const char* m : {"demo", "resnet18", "mobilenet_v2", "encoder"}) {
+    const fs::path path = dir / (std::string(m) + ".onnx");
+    if (!fs::exists(path)) continue;
+    SCOPED_TRACE(m);
+    auto g = import_onnx(path.string());
+    run_pipeline(*g);
+    run_lowering(*g);
+    const TensorMap inputs = random_inputs(*g, 13, {}, false);
+    auto values = run_reference_values(*g, inputs);
+    auto value = [&](const Value* v) { return v->is_constant() ? v->constant() : values.at(v); };
+    std::vector<loop::LoopKernel> kernels;
+    std::vector<std::pair<std::vector<Tensor>, std::vector<Tensor>>> io;
+    for (const auto& grp : partition(*g).groups) {
+      if (grp.kind != GroupKind::Contraction) continue;
+      bool rows = false;
+      for (const Node* n : grp.nodes) rows = rows || n->op_type().rfind("Reduce", 0) == 0 || n->op_type() == "GlobalAveragePool";
+      if (!rows) continue;
+      auto lg = loop::lower_group(grp, std::string(m) + "_" + grp.name);
+      if (!lg.kernel) continue;
+      std::vector<Tensor> ins, want;
+      for (const Value* v : grp.inputs) ins.push_back(value(v).clone());
+      for (const Value* v : grp.outputs) want.push_back(value(v));
+      kernels.push_back(std::move(*lg.kernel));
+      io.push_back({std::move(ins), std::move(want)});
+    }
+    if (kernels.empty()) continue;
+    const fs::path cache = fs::temp_directory_path() / ("kiln_rows_models_" + std::to_string(::getpid()));
+    runtime::CompileOptions opts;
+    opts.cache_dir = cache.string();
+    auto module = runtime::JitModule::build(codegen::emit_c(kernels), opts);
+    for (size_t k = 0; k < kernels.size(); ++k) {
+      SCOPED_TRACE(kernels[k].name);
+      auto& [ins, want] = io[k];
+      std::vector<Tensor> got;
+      std::vector<void*> args;
+      for (auto& t : ins) args.push_back(t.raw());
+      for (const auto& w : want) got.emplace_back(w.dtype(), w.shape());
+      for (auto& t : got) args.push_back(t.raw());
+      module->get(kernels[k].name)(args.data());
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(compare_tensors(got[i], want[i]), "") << "output " << i;
+      ++checked;
+    }
+    module.reset();
+    fs::remove_all(cache);
+  }
+  std::cout << "[ rows ] " << checked << " model kernels with row reductions checked through the JIT\n";
+}
+
+}  // namespace
+}  // namespace kiln
