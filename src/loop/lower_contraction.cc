@@ -28,6 +28,8 @@
 #include <unordered_set>
 
 #include "fusion/op_kind.h"
+#include <functional>
+
 #include "loop/lower_internal.h"
 #include "reference/kernel_util.h"
 #include "reference/ops/nn_internal.h"
@@ -213,6 +215,42 @@ class ContractionLowering {
   }
 
   // The contraction's output at the loop point, from the accumulator.
+  // The K loop nest: `acc = acc + A·B` over the reduction extents (size-1 extents fold to index 0),
+  // shared parts of the operand loads in Lets inside the loop. This is the innermost tile: the
+  // scheduling issue replaces it with a src/kernels micro-kernel (register tile of accumulators,
+  // epilogue applied on the tile) behind the same interface.
+  Stmt k_loop_nest(const std::vector<Expr>& out, DType acc_t, const std::function<std::string(size_t)>& name,
+                   int& next_let) {
+    struct Loop {
+      std::string var;
+      int64_t extent;
+    };
+    std::vector<Loop> k_loops;
+    std::vector<Expr> kv;
+    for (size_t j = 0; j < k_extents_.size(); ++j) {
+      std::string v = name(j);
+      if (k_extents_[j] == 1) {
+        kv.push_back(int_imm(0));
+        continue;
+      }
+      k_loops.push_back({v, k_extents_[j]});
+      kv.push_back(var(v));
+    }
+    std::vector<Stmt> kbody;
+    Expr update = binary(BinOp::Add, var(kAcc, acc_t), product(out, kv));
+    SharedExprHoister h(next_let);
+    h.count(update);
+    if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused operand loads have ", h.dag_size(), " nodes"));
+    update = h.rewrite(update, kbody);
+    kbody.push_back(assign(kAcc, update));
+    Stmt kloop = k_loops.empty() ? block(std::move(kbody)) : nullptr;
+    for (size_t i = k_loops.size(); i-- > 0;) {
+      kloop = for_loop(k_loops[i].var, int_imm(k_loops[i].extent), std::move(kbody));
+      kbody = {kloop};
+    }
+    return kloop;
+  }
+
   Expr result(const std::vector<Expr>& out, DType acc_t) {
     Expr r = var(kAcc, acc_t);
     if (bias_) r = binary(BinOp::Add, r, to_compute(L_.value_at(bias_, Index::from_dims(bias_->shape(), {out[1]}))));
@@ -255,8 +293,8 @@ class ContractionLowering {
       std::string var;
       int64_t extent;
     };
-    std::vector<Loop> out_loops, k_loops;
-    std::vector<Expr> out, kv;
+    std::vector<Loop> out_loops;
+    std::vector<Expr> out;
     int next_var = 0;
     for (int64_t e : out_shape_) {
       std::string v = "i" + std::to_string(next_var++);
@@ -267,36 +305,10 @@ class ContractionLowering {
       out_loops.push_back({v, e});
       out.push_back(var(v));
     }
-    for (int64_t e : k_extents_) {
-      std::string v = "i" + std::to_string(next_var++);
-      if (e == 1) {
-        kv.push_back(int_imm(0));
-        continue;
-      }
-      k_loops.push_back({v, e});
-      kv.push_back(var(v));
-    }
     Index point = Index::from_dims(out_shape_, out);
     const Expr point_flat = L_.flat(point);
     int next_let = 0;
-
-    // The K loop body: acc += product, its shared parts in Lets inside the loop.
-    std::vector<Stmt> kbody;
-    {
-      Expr update = binary(BinOp::Add, var(kAcc, acc_t), product(out, kv));
-      SharedExprHoister h(next_let);
-      h.count(update);
-      if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused operand loads have ", h.dag_size(), " nodes"));
-      update = h.rewrite(update, kbody);
-      kbody.push_back(assign(kAcc, update));
-    }
-    // This is the innermost tile: the scheduling issue replaces it with a src/kernels micro-kernel
-    // (register tile of accumulators, epilogue applied on the tile) behind the same interface.
-    Stmt kloop = k_loops.empty() ? block(std::move(kbody)) : nullptr;
-    for (size_t i = k_loops.size(); i-- > 0;) {
-      kloop = for_loop(k_loops[i].var, int_imm(k_loops[i].extent), std::move(kbody));
-      kbody = {kloop};
-    }
+    Stmt kloop = k_loop_nest(out, acc_t, [&](size_t) { return "i" + std::to_string(next_var++); }, next_let);
 
     // The epilogue at the output position: the group's outputs from acc.
     std::vector<std::pair<Expr, Expr>> stores;
@@ -374,8 +386,8 @@ class ContractionLowering {
       std::string var;
       int64_t extent;
     };
-    std::vector<Loop> outer_loops, row_loops, k_loops;
-    std::vector<Expr> out, kv;
+    std::vector<Loop> outer_loops, row_loops;
+    std::vector<Expr> out;
     Expr row_flat = int_imm(0);
     for (size_t d = 0; d < out_shape_.size(); ++d) {
       const int64_t e = out_shape_[d];
@@ -386,33 +398,10 @@ class ContractionLowering {
       out.push_back(x);
       if (!outer) row_flat = add(mul(row_flat, int_imm(e)), x);
     }
-    for (size_t j = 0; j < k_extents_.size(); ++j) {
-      std::string v = "kiln_k" + std::to_string(j);
-      if (k_extents_[j] == 1) {
-        kv.push_back(int_imm(0));
-        continue;
-      }
-      k_loops.push_back({v, k_extents_[j]});
-      kv.push_back(var(v));
-    }
     Index point = Index::from_dims(out_shape_, out);
     const Expr point_flat = L_.flat(point);
     int next_let = 0;
-
-    std::vector<Stmt> kbody;
-    {
-      Expr update = binary(BinOp::Add, var(kAcc, acc_t), product(out, kv));
-      SharedExprHoister h(next_let);
-      h.count(update);
-      if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused operand loads have ", h.dag_size(), " nodes"));
-      update = h.rewrite(update, kbody);
-      kbody.push_back(assign(kAcc, update));
-    }
-    Stmt kloop = k_loops.empty() ? block(std::move(kbody)) : nullptr;
-    for (size_t i = k_loops.size(); i-- > 0;) {
-      kloop = for_loop(k_loops[i].var, int_imm(k_loops[i].extent), std::move(kbody));
-      kbody = {kloop};
-    }
+    Stmt kloop = k_loop_nest(out, acc_t, [](size_t j) { return "kiln_k" + std::to_string(j); }, next_let);
 
     // The first loop over the row: the staged values into the local rows, the pre-reduction
     // outputs into memory.
