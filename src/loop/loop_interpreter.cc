@@ -6,10 +6,16 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "reference/ops/elementwise_internal.h"
 #include "support/error.h"
 
 namespace kiln::loop {
 namespace {
+
+// Numerics shared with the reference kernels (the interpreter must agree with them exactly).
+using elementwise::nan_max;
+using elementwise::nan_min;
+using elementwise::round_to_odd_float;
 
 // One scalar: float types keep their (exactly representable) value in f, integers and bool in i
 // (uint64 as its bit pattern). The Expr's type says which.
@@ -46,48 +52,6 @@ Scalar put(T v) {
 template <class T>
 using wide_unsigned_t = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
 
-template <class C>
-C nan_max(C a, C b) {
-  if constexpr (std::is_floating_point_v<C>) {
-    if (std::isnan(a)) return a;
-    if (std::isnan(b)) return b;
-  }
-  return a < b ? b : a;
-}
-template <class C>
-C nan_min(C a, C b) {
-  if constexpr (std::is_floating_point_v<C>) {
-    if (std::isnan(a)) return a;
-    if (std::isnan(b)) return b;
-  }
-  return b < a ? b : a;
-}
-
-// double → float rounded to odd, so that a second rounding to float16/bfloat16 is correct (the
-// same construction as the reference Cast kernel).
-float round_to_odd_float(double d) {
-  float f = float(d);
-  if (!std::isfinite(d) || double(f) == d) return f;
-  if (std::fabs(double(f)) > std::fabs(d)) f = std::nextafter(f, 0.0f);
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  bits |= 1u;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-template <class To>
-To saturate(double v) {
-  if constexpr (std::is_same_v<To, bool>) {
-    return v != 0.0;
-  } else {
-    if (std::isnan(v)) return To(0);
-    if (v >= double(std::numeric_limits<To>::max())) return std::numeric_limits<To>::max();
-    if (v <= double(std::numeric_limits<To>::lowest())) return std::numeric_limits<To>::lowest();
-    return To(v);
-  }
-}
-
 // Cast semantics (see the header): those of kiln's reference Cast op.
 template <class From, class To>
 To convert(From v) {
@@ -95,7 +59,7 @@ To convert(From v) {
     if constexpr (std::is_same_v<From, float> || is_half_v<From>) return To(float(v));
     else return To(round_to_odd_float(double(v)));
   } else if constexpr (std::is_integral_v<To> && !std::is_integral_v<From>) {
-    return saturate<To>(double(compute_t<From>(v)));
+    return elementwise::saturate_int<To>(double(compute_t<From>(v)));
   } else if constexpr (std::is_same_v<To, bool>) {
     return v != From(0);
   } else {

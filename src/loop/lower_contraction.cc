@@ -334,16 +334,7 @@ class ContractionLowering {
       value = h.rewrite(value, body);
       index = h.rewrite(index, body);
     }
-    // All loads of the epilogue precede its stores (an output may share memory with an input read
-    // at the same point).
-    if (stores.size() > 1)
-      for (auto& [index, value] : stores)
-        if (value->kind != ExprKind::Var && value->kind != ExprKind::IntImm && value->kind != ExprKind::FloatImm) {
-          std::string name = "t" + std::to_string(next_let++);
-          body.push_back(let(name, value));
-          value = var(name, value->type);
-        }
-    for (size_t i = 0; i < stores.size(); ++i) body.push_back(store(k_.outputs[i], stores[i].first, stores[i].second));
+    append_stores(body, k_.outputs, std::move(stores), next_let);
 
     int64_t k_total = 1;
     for (int64_t e : k_extents_) k_total *= e;

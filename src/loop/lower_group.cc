@@ -338,16 +338,7 @@ std::vector<Stmt> Lowerer::nest(const std::vector<const Value*>& outs, const std
     index = lb.rewrite(index, body);
   }
   next_let = lb.next();
-  // Every load of an iteration happens before its first store, so an output may share memory
-  // with a same-shaped input read at the same point (the memory planner's in-place reuse).
-  if (stores.size() > 1)
-    for (auto& [index, value] : stores)
-      if (value->kind != ExprKind::Var && value->kind != ExprKind::IntImm && value->kind != ExprKind::FloatImm) {
-        std::string name = "t" + std::to_string(next_let++);
-        body.push_back(let(name, value));
-        value = var(name, value->type);
-      }
-  for (size_t i = 0; i < stores.size(); ++i) body.push_back(store(bufs[i], stores[i].first, stores[i].second));
+  append_stores(body, bufs, std::move(stores), next_let);
   std::unordered_map<const ExprNode*, int64_t> sizes;
   int64_t emitted = 0;
   for (const Stmt& st : body) emitted += LetBuilder::emitted_size(st->value, sizes) + (st->index ? LetBuilder::emitted_size(st->index, sizes) : 0);

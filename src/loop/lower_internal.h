@@ -141,6 +141,13 @@ class SharedExprHoister {
   std::unordered_map<const ExprNode*, Expr> done_;
 };
 
+// Appends the stores of (index, value) pairs into `bufs` to `body`. With several stores, each
+// value that is not already a variable or literal is first bound to a Let, so every load of the
+// iteration happens before its first store and an output may share memory with a same-shaped
+// input read at the same point (the memory planner's in-place reuse).
+void append_stores(std::vector<Stmt>& body, const std::vector<BufferPtr>& bufs,
+                   std::vector<std::pair<Expr, Expr>> stores, int& next_let);
+
 // A C buffer name for a value, unique within `used`, never a name the nest or an emitter uses
 // itself (i<k>, t<k>, acc, math functions, kiln_*).
 std::string unique_buffer_name(const Value* v, std::set<std::string>& used);

@@ -22,6 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::compare_tensors;
+using testing::KernelBatch;
 using testing::random_inputs;
 
 struct Case {
@@ -143,47 +144,21 @@ TEST(LowerContractionRows, InterpretedMatchesReference) {
 }
 
 TEST(LowerContractionRows, JitMatchesReference) {
-  struct Run {
-    std::string name;
-    std::vector<Tensor> ins, want;
-  };
-  std::vector<loop::LoopKernel> kernels;
-  std::vector<Run> runs;
+  KernelBatch batch;
   for (const Case& c : cases()) {
     auto g = make_graph(c);
     for (unsigned seed : {7u, 8u}) {
       const TensorMap inputs = random_inputs(*g, seed, {}, c.edge_values && seed == 7);
       auto values = run_reference_values(*g, inputs);
-      auto value = [&](const Value* v) { return v->is_constant() ? v->constant() : values.at(v); };
       for (const auto& grp : partition(*g).groups) {
         if (grp.kind != GroupKind::Contraction) continue;
         auto lg = loop::lower_group(grp, c.name + "_" + std::to_string(seed) + "_" + grp.name);
         ASSERT_TRUE(lg.kernel) << c.name << ": " << lg.reason;
-        Run r{lg.kernel->name, {}, {}};
-        for (const Value* v : grp.inputs) r.ins.push_back(value(v).clone());
-        for (const Value* v : grp.outputs) r.want.push_back(value(v));
-        kernels.push_back(std::move(*lg.kernel));
-        runs.push_back(std::move(r));
+        batch.add(std::move(*lg.kernel), grp, values);
       }
     }
   }
-  const fs::path dir = fs::temp_directory_path() / ("kiln_lower_contraction_rows_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  runtime::CompileOptions opts;
-  opts.cache_dir = dir.string();
-  auto module = runtime::JitModule::build(codegen::emit_c(kernels), opts);
-  for (auto& r : runs) {
-    SCOPED_TRACE(r.name);
-    std::vector<Tensor> got;
-    std::vector<void*> args;
-    for (auto& t : r.ins) args.push_back(t.raw());
-    for (const auto& w : r.want) got.emplace_back(w.dtype(), w.shape());
-    for (auto& t : got) args.push_back(t.raw());
-    module->get(r.name)(args.data());
-    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(compare_tensors(got[i], r.want[i]), "") << "output " << i;
-  }
-  module.reset();
-  fs::remove_all(dir);
+  batch.check("lower_contraction_rows");
 }
 
 // One local row per outer position: allocated inside the outer loops, written by the first loop
@@ -304,9 +279,7 @@ TEST(LowerContractionRows, PublicModelsJit) {
     run_lowering(*g);
     const TensorMap inputs = random_inputs(*g, 13, {}, false);
     auto values = run_reference_values(*g, inputs);
-    auto value = [&](const Value* v) { return v->is_constant() ? v->constant() : values.at(v); };
-    std::vector<loop::LoopKernel> kernels;
-    std::vector<std::pair<std::vector<Tensor>, std::vector<Tensor>>> io;
+    KernelBatch batch;
     for (const auto& grp : partition(*g).groups) {
       if (grp.kind != GroupKind::Contraction) continue;
       bool rows = false;
@@ -314,31 +287,10 @@ TEST(LowerContractionRows, PublicModelsJit) {
       if (!rows) continue;
       auto lg = loop::lower_group(grp, std::string(m) + "_" + grp.name);
       if (!lg.kernel) continue;
-      std::vector<Tensor> ins, want;
-      for (const Value* v : grp.inputs) ins.push_back(value(v).clone());
-      for (const Value* v : grp.outputs) want.push_back(value(v));
-      kernels.push_back(std::move(*lg.kernel));
-      io.push_back({std::move(ins), std::move(want)});
+      batch.add(std::move(*lg.kernel), grp, values);
     }
-    if (kernels.empty()) continue;
-    const fs::path cache = fs::temp_directory_path() / ("kiln_rows_models_" + std::to_string(::getpid()));
-    runtime::CompileOptions opts;
-    opts.cache_dir = cache.string();
-    auto module = runtime::JitModule::build(codegen::emit_c(kernels), opts);
-    for (size_t k = 0; k < kernels.size(); ++k) {
-      SCOPED_TRACE(kernels[k].name);
-      auto& [ins, want] = io[k];
-      std::vector<Tensor> got;
-      std::vector<void*> args;
-      for (auto& t : ins) args.push_back(t.raw());
-      for (const auto& w : want) got.emplace_back(w.dtype(), w.shape());
-      for (auto& t : got) args.push_back(t.raw());
-      module->get(kernels[k].name)(args.data());
-      for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(compare_tensors(got[i], want[i]), "") << "output " << i;
-      ++checked;
-    }
-    module.reset();
-    fs::remove_all(cache);
+    checked += int(batch.size());
+    batch.check("rows_models");
   }
   std::cout << "[ rows ] " << checked << " model kernels with row reductions checked through the JIT\n";
 }

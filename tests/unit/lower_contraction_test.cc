@@ -27,6 +27,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::compare_tensors;
+using testing::KernelBatch;
+using testing::load_backend_test;
+using testing::sorted_files;
 using testing::random_inputs;
 
 struct Case {
@@ -140,46 +143,20 @@ TEST(LowerContraction, InterpretedMatchesReference) {
 // The same kernels compiled as one C module (one translation unit for the whole file) and run on
 // the inputs the reference computed for each group.
 TEST(LowerContraction, JitMatchesReference) {
-  struct Run {
-    std::string name;
-    std::vector<Tensor> ins, want;
-  };
-  std::vector<loop::LoopKernel> kernels;
-  std::vector<Run> runs;
+  KernelBatch batch;
   for (const Case& c : cases()) {
     auto g = make_graph(c);
     FusionPlan plan = partition(*g);
     const TensorMap inputs = random_inputs(*g, 7, {}, c.edge_values);
     auto values = run_reference_values(*g, inputs);
-    auto value = [&](const Value* v) { return v->is_constant() ? v->constant() : values.at(v); };
     for (const auto& grp : plan.groups) {
       if (!is_contraction_group(grp)) continue;
       auto lg = loop::lower_group(grp, c.name + "_" + grp.name);
       ASSERT_TRUE(lg.kernel) << c.name << ": " << lg.reason;
-      Run r{lg.kernel->name, {}, {}};
-      for (const Value* v : grp.inputs) r.ins.push_back(value(v).clone());
-      for (const Value* v : grp.outputs) r.want.push_back(value(v));
-      kernels.push_back(std::move(*lg.kernel));
-      runs.push_back(std::move(r));
+      batch.add(std::move(*lg.kernel), grp, values);
     }
   }
-  const fs::path dir = fs::temp_directory_path() / ("kiln_lower_contraction_test_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  runtime::CompileOptions opts;
-  opts.cache_dir = dir.string();
-  auto module = runtime::JitModule::build(codegen::emit_c(kernels), opts);
-  for (auto& r : runs) {
-    SCOPED_TRACE(r.name);
-    std::vector<Tensor> got;
-    std::vector<void*> args;
-    for (auto& t : r.ins) args.push_back(t.raw());
-    for (const auto& w : r.want) got.emplace_back(w.dtype(), w.shape());
-    for (auto& t : got) args.push_back(t.raw());
-    module->get(r.name)(args.data());
-    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(compare_tensors(got[i], r.want[i]), "") << "output " << i;
-  }
-  module.reset();
-  fs::remove_all(dir);
+  batch.check("lower_contraction_test");
 }
 
 std::string lowered_nest(const Case& c) {
@@ -281,15 +258,6 @@ void count_groups(const FusionPlan& plan, Counts& counts) {
   }
 }
 
-std::vector<fs::path> sorted_dirs(const fs::path& root, const std::string& prefix) {
-  std::vector<fs::path> r;
-  if (!fs::exists(root)) return r;
-  for (const auto& e : fs::directory_iterator(root))
-    if (e.path().filename().string().rfind(prefix, 0) == 0) r.push_back(e.path());
-  std::sort(r.begin(), r.end());
-  return r;
-}
-
 // The node conformance tests of MatMul, Conv and Gemm with their own inputs.
 TEST(LowerContraction, OnnxConformance) {
   const fs::path root = "/usr/share/libonnx-testdata/data/node";
@@ -297,24 +265,11 @@ TEST(LowerContraction, OnnxConformance) {
   Counts counts;
   int tests = 0;
   for (const char* prefix : {"test_matmul", "test_conv", "test_gemm"})
-    for (const auto& dir : sorted_dirs(root, prefix)) {
+    for (const auto& dir : sorted_files(root, prefix)) {
       std::unique_ptr<Graph> g;
       TensorMap inputs;
-      try {
-        g = import_onnx((dir / "model.onnx").string());
-        run_pipeline(*g);
-        run_lowering(*g);
-        std::vector<fs::path> files;
-        for (const auto& f : sorted_dirs(dir / "test_data_set_0", "input_")) files.push_back(f);
-        for (size_t i = 0; i < files.size() && i < g->inputs().size(); ++i) {
-          std::string tname;
-          Tensor t = read_tensor_proto_file(files[i].string(), &tname);
-          Value* v = g->find_value(tname);
-          if (!v || !v->is_graph_input()) v = g->inputs()[i];
-          inputs[v->name()] = t;
-        }
-        if (inputs.size() != g->inputs().size()) continue;
-      } catch (const std::exception&) {
+      std::string why;
+      if (!load_backend_test(dir, g, inputs, why)) {
         continue;
       }
       SCOPED_TRACE(dir.filename().string());

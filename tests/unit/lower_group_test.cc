@@ -28,6 +28,8 @@ namespace {
 
 using testing::check_lowered;
 using testing::random_inputs;
+using testing::load_backend_test;
+using testing::sorted_files;
 
 std::unique_ptr<Graph> ir(const std::string& body, const std::string& inputs, const std::string& outputs) {
   return parse_graph("graph main opset 17 (" + inputs + ") -> (" + outputs + ") {\n" + body + "}\n");
@@ -454,14 +456,6 @@ TEST(LoopInterpreter, ChecksBoundsInBothSelectBranchesAndIntegerDivision) {
 
 namespace fs = std::filesystem;
 
-std::vector<fs::path> sorted_files(const fs::path& dir, const std::string& prefix) {
-  std::vector<fs::path> r;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().filename().string().rfind(prefix, 0) == 0) r.push_back(e.path());
-  std::sort(r.begin(), r.end());
-  return r;
-}
-
 struct SweepStats {
   int tests = 0, skipped = 0, lowered = 0, refused = 0;
   std::map<std::string, int> reasons;
@@ -477,35 +471,6 @@ struct SweepStats {
     for (const auto& [r, n] : reasons) std::cout << "[ lowering ]   " << n << "  " << r << "\n";
   }
 };
-
-// Imports one backend test (model + test_data_set_0 inputs) the way `kiln test-onnx --fused` does;
-// false when kiln cannot import or run it (nothing to compare with then).
-bool load_test(const fs::path& dir, std::unique_ptr<Graph>& g, TensorMap& inputs, std::string& why) {
-  try {
-    g = import_onnx((dir / "model.onnx").string());
-    run_pipeline(*g);
-    run_lowering(*g);
-    auto files = sorted_files(dir / "test_data_set_0", "input_");
-    for (size_t i = 0; i < files.size() && i < g->inputs().size(); ++i) {
-      std::string tname;
-      Tensor t = read_tensor_proto_file(files[i].string(), &tname);
-      Value* v = g->find_value(tname);
-      if (!v || !v->is_graph_input()) v = g->inputs()[i];
-      if (v->dtype() == DType::BFloat16 && t.dtype() == DType::UInt16) {
-        Tensor b(DType::BFloat16, t.shape());
-        if (t.nbytes()) std::memcpy(b.raw(), t.raw(), t.nbytes());
-        t = b;
-      }
-      inputs[v->name()] = t;
-    }
-    if (inputs.size() != g->inputs().size()) throw UserError("inputs do not match the model");
-    run_reference(*g, inputs);
-    return true;
-  } catch (const std::exception& e) {
-    why = e.what();
-    return false;
-  }
-}
 
 // Every backend test of the conformance suite (node, pytorch-operator, pytorch-converted, simple):
 // partitioned, lowered groups interpreted, compared with
@@ -525,7 +490,7 @@ TEST(LowerGroup, OnnxConformanceSweep) {
       std::unique_ptr<Graph> g;
       TensorMap inputs;
       std::string why;
-      if (!load_test(dir, g, inputs, why)) {
+      if (!load_backend_test(dir, g, inputs, why)) {
         ++stats.skipped;
         if (std::getenv("KILN_PRINT_SKIPPED")) std::cout << "[ skipped  ] " << d << "/" << name << ": " << why << "\n";
         continue;

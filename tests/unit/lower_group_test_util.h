@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <memory>
 #include <limits>
 #include <map>
 #include <random>
@@ -13,10 +16,17 @@
 #include <unordered_map>
 #include <vector>
 
+#include <unistd.h>
+
+#include "codegen/c/c_emitter.h"
+#include "frontend/onnx/onnx_import.h"
 #include "fusion/partitioner.h"
 #include "loop/loop_interpreter.h"
 #include "loop/lower_group.h"
 #include "reference/executor.h"
+#include "runtime/jit.h"
+#include "transforms/lowering.h"
+#include "transforms/pipeline.h"
 
 namespace kiln::testing {
 
@@ -257,5 +267,94 @@ inline std::string random_chain(std::mt19937& rng) {
   if (outs == "%x") return "";
   return "graph main opset 17 (" + inputs + ") -> (" + outs + ") {\n" + body + "}\n";
 }
+
+// The files (or folders) in `dir` whose names start with `prefix`, sorted; none when `dir` is missing.
+inline std::vector<std::filesystem::path> sorted_files(const std::filesystem::path& dir, const std::string& prefix) {
+  std::vector<std::filesystem::path> r;
+  if (!std::filesystem::exists(dir)) return r;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) r.push_back(e.path());
+  std::sort(r.begin(), r.end());
+  return r;
+}
+
+// Imports one ONNX backend test (model + test_data_set_0 inputs) the way `kiln test-onnx --fused`
+// does (simplified and lowered) and checks the reference can run it; false with `why` when kiln
+// cannot import or run it (nothing to compare with then).
+inline bool load_backend_test(const std::filesystem::path& dir, std::unique_ptr<Graph>& g, TensorMap& inputs,
+                              std::string& why) {
+  try {
+    g = import_onnx((dir / "model.onnx").string());
+    run_pipeline(*g);
+    run_lowering(*g);
+    auto files = sorted_files(dir / "test_data_set_0", "input_");
+    for (size_t i = 0; i < files.size() && i < g->inputs().size(); ++i) {
+      std::string tname;
+      Tensor t = read_tensor_proto_file(files[i].string(), &tname);
+      Value* v = g->find_value(tname);
+      if (!v || !v->is_graph_input()) v = g->inputs()[i];
+      if (v->dtype() == DType::BFloat16 && t.dtype() == DType::UInt16) {  // ONNX 1.12 test-data quirk
+        Tensor b(DType::BFloat16, t.shape());
+        if (t.nbytes()) std::memcpy(b.raw(), t.raw(), t.nbytes());
+        t = b;
+      }
+      inputs[v->name()] = t;
+    }
+    if (inputs.size() != g->inputs().size()) throw UserError("inputs do not match the model");
+    run_reference(*g, inputs);
+    return true;
+  } catch (const std::exception& e) {
+    why = e.what();
+    return false;
+  }
+}
+
+// Lowered kernels compiled together into one C module (one compiler run per test) and each checked
+// against the reference executor's values of its group's tensors.
+class KernelBatch {
+ public:
+  // Records `k`, the lowered kernel of `grp`; its inputs and expected outputs come from `values`
+  // (run_reference_values of the group's graph).
+  void add(loop::LoopKernel k, const FusionGroup& grp, const std::unordered_map<const Value*, Tensor>& values) {
+    auto value = [&](const Value* v) { return v->is_constant() ? v->constant() : values.at(v); };
+    Entry e{k.name, {}, {}};
+    for (const Value* v : grp.inputs) e.ins.push_back(value(v).clone());
+    for (const Value* v : grp.outputs) e.want.push_back(value(v));
+    kernels_.push_back(std::move(k));
+    entries_.push_back(std::move(e));
+  }
+  size_t size() const { return entries_.size(); }
+
+  // Compiles every kernel into one module (in a temporary cache folder named after `tag`), runs each
+  // on its inputs and compares its outputs with the reference (compare_tensors).
+  void check(const std::string& tag) {
+    if (entries_.empty()) return;
+    const auto dir = std::filesystem::temp_directory_path() / ("kiln_" + tag + "_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    runtime::CompileOptions opts;
+    opts.cache_dir = dir.string();
+    auto module = runtime::JitModule::build(codegen::emit_c(kernels_), opts);
+    for (auto& e : entries_) {
+      SCOPED_TRACE(e.name);
+      std::vector<Tensor> got;
+      std::vector<void*> args;
+      for (auto& t : e.ins) args.push_back(t.raw());
+      for (const auto& w : e.want) got.emplace_back(w.dtype(), w.shape());
+      for (auto& t : got) args.push_back(t.raw());
+      module->get(e.name)(args.data());
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(compare_tensors(got[i], e.want[i]), "") << "output " << i;
+    }
+    module.reset();
+    std::filesystem::remove_all(dir);
+  }
+
+ private:
+  struct Entry {
+    std::string name;
+    std::vector<Tensor> ins, want;
+  };
+  std::vector<loop::LoopKernel> kernels_;
+  std::vector<Entry> entries_;
+};
 
 }  // namespace kiln::testing

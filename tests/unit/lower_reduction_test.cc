@@ -28,6 +28,9 @@ namespace {
 namespace fs = std::filesystem;
 using testing::check_lowered;
 using testing::compare_tensors;
+using testing::KernelBatch;
+using testing::load_backend_test;
+using testing::sorted_files;
 using testing::random_inputs;
 
 struct Case {
@@ -179,75 +182,23 @@ TEST(LowerReductionShape, RefusalsHaveReasons) {
   check_lowered(*g, random_inputs(*g));
 }
 
-// Every case compiled to C in one module, executed group by group (refused groups by the
-// reference kernels), compared with the reference.
+// Every case compiled to C in one module; each lowered kernel compared with the reference values
+// of its group.
 TEST(LowerReductionJit, AllCasesCompiled) {
-  const auto cs = cases();
-  std::vector<std::unique_ptr<Graph>> graphs;
-  std::vector<FusionPlan> plans;
-  std::vector<loop::LoopKernel> kernels;
-  std::map<const FusionGroup*, std::string> names;
-  for (size_t i = 0; i < cs.size(); ++i) {
-    graphs.push_back(graph_of(cs[i]));
-    plans.push_back(partition(*graphs.back(), {}));
-  }
-  for (size_t i = 0; i < cs.size(); ++i)
-    for (const auto& grp : plans[i].groups) {
-      auto lg = loop::lower_group(grp, cs[i].name + "_" + grp.name);
-      if (!lg.kernel) continue;
-      names[&grp] = lg.kernel->name;
-      kernels.push_back(std::move(*lg.kernel));
+  KernelBatch batch;
+  for (const auto& c : cases()) {
+    auto g = graph_of(c);
+    auto values = run_reference_values(*g, inputs_of(c, *g));
+    for (const auto& grp : partition(*g, {}).groups) {
+      auto lg = loop::lower_group(grp, c.name + "_" + grp.name);
+      if (lg.kernel) batch.add(std::move(*lg.kernel), grp, values);  // refused groups are checked elsewhere
     }
-  const fs::path dir = fs::temp_directory_path() / ("kiln_lower_reduction_" + std::to_string(::getpid()));
-  runtime::CompileOptions opts;
-  opts.cache_dir = dir.string();
-  auto module = runtime::JitModule::build(codegen::emit_c(kernels), opts);
-  for (size_t i = 0; i < cs.size(); ++i) {
-    SCOPED_TRACE(cs[i].name);
-    const Graph& g = *graphs[i];
-    TensorMap inputs = inputs_of(cs[i], g);
-    std::unordered_map<const Value*, Tensor> memory;
-    for (Value* in : g.inputs()) memory[in] = inputs.at(in->name());
-    auto read = [&](const Value* v) { return v->is_constant() ? v->constant() : memory.at(v); };
-    for (const auto& grp : plans[i].groups) {
-      std::vector<Tensor> ins, outs;
-      for (const Value* v : grp.inputs) ins.push_back(read(v).clone());
-      if (auto it = names.find(&grp); it != names.end()) {
-        std::vector<void*> args;
-        for (auto& t : ins) args.push_back(t.raw());
-        for (const Value* v : grp.outputs) outs.emplace_back(v->dtype(), v->shape());
-        for (auto& t : outs) args.push_back(t.raw());
-        module->get(it->second)(args.data());
-      } else {
-        std::unordered_map<const Value*, Tensor> local;
-        for (size_t k = 0; k < ins.size(); ++k) local[grp.inputs[k]] = ins[k];
-        for (const Node* n : grp.nodes) {
-          std::vector<Tensor> a;
-          for (const Value* v : n->inputs()) a.push_back(v ? local.at(v) : Tensor{});
-          auto o = run_node(*n, a);
-          for (size_t k = 0; k < o.size(); ++k) local[n->output(k)] = o[k];
-        }
-        for (const Value* v : grp.outputs) outs.push_back(local.at(v));
-      }
-      for (size_t k = 0; k < outs.size(); ++k) memory[grp.outputs[k]] = outs[k];
-    }
-    TensorMap want = run_reference(g, inputs);
-    for (Value* o : g.outputs()) EXPECT_EQ(compare_tensors(read(o), want.at(o->name())), "") << o->name();
   }
-  module.reset();
-  fs::remove_all(dir);
+  EXPECT_GE(batch.size(), cases().size());
+  batch.check("lower_reduction");
 }
 
 // ---------------------------------------------------------------- ONNX node conformance tests
-
-std::vector<fs::path> sorted_with_prefix(const fs::path& dir, const std::string& prefix) {
-  std::vector<fs::path> r;
-  if (!fs::exists(dir)) return r;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().filename().string().rfind(prefix, 0) == 0) r.push_back(e.path());
-  std::sort(r.begin(), r.end());
-  return r;
-}
 
 // Expected outputs of the backend tests, compared more loosely than with kiln's reference (their
 // values come from numpy, which sums pairwise).
@@ -267,25 +218,12 @@ TEST(LowerReductionOnnx, NodeConformance) {
   int tests = 0, skipped = 0, lowered = 0, refused = 0, reduction_lowered = 0, reduction_refused = 0;
   std::map<std::string, int> reasons;
   for (const char* prefix : {"test_reduce_", "test_softmax", "test_logsoftmax", "test_layer_normalization"})
-    for (const auto& dir : sorted_with_prefix(root, prefix)) {
+    for (const auto& dir : sorted_files(root, prefix)) {
       const std::string name = dir.filename().string();
       std::unique_ptr<Graph> g;
       TensorMap inputs;
-      try {
-        g = import_onnx((dir / "model.onnx").string());
-        run_pipeline(*g);
-        run_lowering(*g);
-        auto files = sorted_with_prefix(dir / "test_data_set_0", "input_");
-        for (size_t i = 0; i < files.size() && i < g->inputs().size(); ++i) {
-          std::string tname;
-          Tensor t = read_tensor_proto_file(files[i].string(), &tname);
-          Value* v = g->find_value(tname);
-          if (!v || !v->is_graph_input()) v = g->inputs()[i];
-          inputs[v->name()] = t;
-        }
-        if (inputs.size() != g->inputs().size()) throw UserError("inputs do not match the model");
-        run_reference(*g, inputs);
-      } catch (const std::exception& e) {
+      std::string why;
+      if (!load_backend_test(dir, g, inputs, why)) {
         ++skipped;
         continue;
       }
@@ -311,7 +249,7 @@ TEST(LowerReductionOnnx, NodeConformance) {
       auto run = check_lowered(*g, inputs);
       lowered += run.lowered;
       refused += run.refused;
-      auto outs = sorted_with_prefix(dir / "test_data_set_0", "output_");
+      auto outs = sorted_files(dir / "test_data_set_0", "output_");
       for (size_t i = 0; i < outs.size() && i < g->outputs().size(); ++i) {
         Tensor want = read_tensor_proto_file(outs[i].string());
         EXPECT_EQ(close_to_expected(run.outputs.at(g->outputs()[i]->name()), want), "") << "output " << i;

@@ -4,6 +4,7 @@
 #pragma once
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -80,6 +81,21 @@ T store(C v) {
   if constexpr (std::is_integral_v<T> && std::is_floating_point_v<C>) return saturate_int<T>(double(v));
   else if constexpr (is_half_v<T>) return T(float(v));
   else return T(v);
+}
+
+// double → float rounded to odd: truncate toward zero, then set the lowest mantissa bit if that
+// lost anything. Rounding that float to float16/bfloat16 (>= 2 fewer mantissa bits) then gives the
+// correctly rounded result; going through a round-to-nearest float could round twice and land one
+// ulp off (numpy converts float64 → float16 directly).
+inline float round_to_odd_float(double d) {
+  float f = float(d);
+  if (!std::isfinite(d) || double(f) == d) return f;
+  if (std::fabs(double(f)) > std::fabs(d)) f = std::nextafter(f, 0.0f);
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits |= 1u;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 
 // NaN-propagating max/min (numpy's maximum/minimum; std::max would drop a NaN in one position).

@@ -10,21 +10,6 @@ namespace kiln {
 namespace elementwise {
 namespace {
 
-// double → float rounded to odd: truncate toward zero, then set the lowest mantissa bit if that
-// lost anything. Rounding that float to float16/bfloat16 (>= 2 fewer mantissa bits) then gives the
-// correctly rounded result; going through a round-to-nearest float could round twice and land one
-// ulp off (numpy converts float64 → float16 directly).
-float round_to_odd_float(double d) {
-  float f = float(d);
-  if (!std::isfinite(d) || double(f) == d) return f;
-  if (std::fabs(double(f)) > std::fabs(d)) f = std::nextafter(f, 0.0f);
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  bits |= 1u;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 template <class From, class To>
 To convert_element(From v) {
   if constexpr (is_half_v<To> && !std::is_same_v<From, float> && !is_half_v<From>)
