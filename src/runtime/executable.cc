@@ -1,5 +1,6 @@
 #include "runtime/executable.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -55,92 +56,117 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
     auto set_threads = reinterpret_cast<void (*)(int)>(ex->module_->get("kiln_set_num_threads"));
     set_threads(ex->threads_);
   }
+  size_t max_args = 0;
+  for (const FusionGroup& grp : ex->plan_.groups) {
+    std::vector<ArgRef> refs;
+    for (const Value* v : grp.inputs) refs.push_back(ex->locate(v));
+    for (const Value* v : grp.outputs) refs.push_back(ex->locate(v));
+    max_args = std::max(max_args, refs.size());
+    ex->arg_refs_.push_back(std::move(refs));
+  }
+  ex->args_.assign(max_args, nullptr);
+  ex->io_.assign(ex->graph_->inputs().size() + ex->graph_->outputs().size(), nullptr);
+  ex->kernel_ms_.assign(ex->plan_.groups.size(), 0.0);
   return ex;
 }
 
-// Where a tensor lives during run(): constants in the graph, graph inputs/outputs in the caller's
-// tensors (io, indexed by value), intermediates in the arena.
-void* Executable::address_of(const Value* v, const std::vector<void*>& io) const {
-  if (v->is_constant()) return const_cast<void*>(v->constant().raw());
-  if (const TensorSlot* s = memory_.find(v)) return const_cast<uint8_t*>(arena_.data()) + s->offset;
+// Where a tensor lives during run(): constants in the graph, intermediates in the arena (both
+// fixed at build time), graph inputs/outputs in the caller's buffers (slot in `io`).
+Executable::ArgRef Executable::locate(const Value* v) {
+  if (v->is_constant()) return {const_cast<void*>(v->constant().raw()), -1};
+  if (const TensorSlot* s = memory_.find(v)) return {arena_.data() + s->offset, -1};
   const auto& ins = graph_->inputs();
   for (size_t i = 0; i < ins.size(); ++i)
-    if (ins[i] == v) return io[i];
+    if (ins[i] == v) return {nullptr, int(i)};
   const auto& outs = graph_->outputs();
   for (size_t i = 0; i < outs.size(); ++i)
-    if (outs[i] == v) return io[ins.size() + i];
+    if (outs[i] == v) return {nullptr, int(ins.size() + i)};
   throw InternalError(cat("executable: no storage for '", v->name(), "'"));
 }
 
 TensorMap Executable::run(const TensorMap& inputs, const Observer& observe) {
   const Graph& g = *graph_;
-  std::vector<void*> io;
-  for (const Tensor* t : check_inputs(g, inputs)) io.push_back(const_cast<void*>(t->raw()));
-  TensorMap result;
+  std::vector<const void*> in;
+  for (const Tensor* t : check_inputs(g, inputs)) in.push_back(t->raw());
   std::vector<Tensor> outs;
+  std::vector<void*> out;
   for (Value* o : g.outputs()) {
     outs.emplace_back(o->dtype(), o->shape());
-    io.push_back(outs.back().raw());
+    out.push_back(outs.back().raw());
   }
+  run_into(in, out, observe);
+  TensorMap result;
+  for (size_t i = 0; i < g.outputs().size(); ++i) result[g.outputs()[i]->name()] = outs[i];
+  return result;
+}
+
+void Executable::run_into(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+                          const Observer& observe) {
+  const Graph& g = *graph_;
+  if (inputs.size() != g.inputs().size() || outputs.size() != g.outputs().size())
+    user_error("run: expected ", g.inputs().size(), " inputs and ", g.outputs().size(), " outputs, got ",
+               inputs.size(), " and ", outputs.size());
+  size_t n = 0;
+  for (const void* p : inputs) io_[n++] = const_cast<void*>(p);
+  for (void* p : outputs) io_[n++] = p;
   // A graph output that is also an input or a constant is never written by a kernel.
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     const Value* o = g.outputs()[i];
-    if (o->is_constant() || o->is_graph_input()) {
-      const void* src = o->is_constant() ? o->constant().raw() : inputs.at(o->name()).raw();
-      std::memcpy(outs[i].raw(), src, outs[i].nbytes());
+    if (o->is_constant() || o->is_graph_input())
+      std::memcpy(outputs[i], address(locate(o), io_.data()), size_t(shape_numel(o->shape())) * dtype_size(o->dtype()));
+  }
+  static const bool env_profile = std::getenv("KILN_PROFILE") != nullptr;  // per-kernel times to stderr
+  const bool timed = profiling_ || env_profile;
+  for (size_t k = 0; k < plan_.groups.size(); ++k) {
+    const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    const auto& refs = arg_refs_[k];
+    if (fns_[k]) {
+      for (size_t i = 0; i < refs.size(); ++i) args_[i] = address(refs[i], io_.data());
+      fns_[k](args_.data());
+      if (observe) {
+        const FusionGroup& grp = plan_.groups[k];
+        for (size_t i = 0; i < grp.outputs.size(); ++i)
+          observe(k, grp.outputs[i], args_[grp.inputs.size() + i]);
+      }
+    } else {
+      run_library_kernel(k, io_.data(), observe);
+    }
+    if (timed) {
+      kernel_ms_[k] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (env_profile)
+        std::fprintf(stderr, "kiln profile: %-40s %s %9.3f ms\n", kernels_[k].name.c_str(),
+                     kernels_[k].generated ? "gen" : "lib", kernel_ms_[k]);
     }
   }
+}
 
-  std::vector<void*> args;
-  static const bool profile = std::getenv("KILN_PROFILE") != nullptr;  // per-kernel times to stderr
-  for (size_t k = 0; k < plan_.groups.size(); ++k) {
-    const FusionGroup& grp = plan_.groups[k];
-    auto t0 = std::chrono::steady_clock::now();
-    struct Report {
-      bool on;
-      size_t k;
-      std::chrono::steady_clock::time_point t0;
-      const std::vector<KernelInfo>& info;
-      ~Report() {
-        if (on)
-          std::fprintf(stderr, "kiln profile: %-40s %s %9.3f ms\n", info[k].name.c_str(),
-                       info[k].generated ? "gen" : "lib",
-                       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-      }
-    } report{profile, k, t0, kernels_};
-    if (fns_[k]) {
-      args.clear();
-      for (const Value* v : grp.inputs) args.push_back(address_of(v, io));
-      for (const Value* v : grp.outputs) args.push_back(address_of(v, io));
-      fns_[k](args.data());
-      if (observe)
-        for (const Value* v : grp.outputs) observe(k, v, address_of(v, io));
+// Library kernel: the reference kernels, op by op, on copies of the group's inputs.
+void Executable::run_library_kernel(size_t k, void* const* io, const Observer& observe) {
+  const FusionGroup& grp = plan_.groups[k];
+  const auto& refs = arg_refs_[k];
+  std::unordered_map<const Value*, Tensor> local;
+  for (size_t i = 0; i < grp.inputs.size(); ++i) {
+    const Value* v = grp.inputs[i];
+    if (v->is_constant()) {
+      local[v] = v->constant();
       continue;
     }
-    // Library kernel: the reference kernels, op by op, on copies of the group's inputs.
-    std::unordered_map<const Value*, Tensor> local;
-    for (const Value* v : grp.inputs) {
-      if (v->is_constant()) {
-        local[v] = v->constant();
-        continue;
-      }
-      Tensor t(v->dtype(), v->shape());
-      std::memcpy(t.raw(), address_of(v, io), t.nbytes());
-      local[v] = t;
-    }
-    for (const Node* n : grp.nodes) {
-      std::vector<Tensor> a;
-      for (const Value* v : n->inputs()) a.push_back(v ? local.at(v) : Tensor{});
-      auto r = run_node(*n, a);
-      for (size_t i = 0; i < r.size(); ++i) local[n->output(i)] = r[i];
-    }
-    for (const Value* v : grp.outputs) {
-      std::memcpy(address_of(v, io), local.at(v).raw(), local.at(v).nbytes());
-      if (observe) observe(k, v, address_of(v, io));
-    }
+    Tensor t(v->dtype(), v->shape());
+    std::memcpy(t.raw(), address(refs[i], io), t.nbytes());
+    local[v] = t;
   }
-  for (size_t i = 0; i < g.outputs().size(); ++i) result[g.outputs()[i]->name()] = outs[i];
-  return result;
+  for (const Node* n : grp.nodes) {
+    std::vector<Tensor> a;
+    for (const Value* v : n->inputs()) a.push_back(v ? local.at(v) : Tensor{});
+    auto r = run_node(*n, a);
+    for (size_t i = 0; i < r.size(); ++i) local[n->output(i)] = r[i];
+  }
+  for (size_t i = 0; i < grp.outputs.size(); ++i) {
+    const Value* v = grp.outputs[i];
+    void* dst = address(refs[grp.inputs.size() + i], io);
+    std::memcpy(dst, local.at(v).raw(), local.at(v).nbytes());
+    if (observe) observe(k, v, dst);
+  }
 }
 
 }  // namespace kiln::runtime

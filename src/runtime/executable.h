@@ -42,8 +42,21 @@ class Executable {
   // Called after each kernel with every tensor it wrote (for --check).
   using Observer = std::function<void(size_t kernel, const Value* v, const void* data)>;
 
-  // Runs the model. Inputs by name must match the graph's types (UserError otherwise).
+  // Runs the model. Inputs by name must match the graph's types (UserError otherwise). Allocates
+  // the output tensors, then calls run_into.
   TensorMap run(const TensorMap& inputs, const Observer& observe = {});
+
+  // Runs the model on caller-owned buffers: `inputs` in graph().inputs() order, `outputs` in
+  // graph().outputs() order, each dense with the value's type and shape (not checked here). The
+  // generated-kernel path allocates nothing: kernel argument arrays are resolved at build time
+  // and intermediates live in the arena. Library kernels (the reference fallback) do allocate.
+  void run_into(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+                const Observer& observe = {});
+
+  // Per-kernel wall times of the last run, in plan order (ms), when profiling is on (also on with
+  // the environment variable KILN_PROFILE, which prints them to stderr).
+  void set_profiling(bool on) { profiling_ = on; }
+  const std::vector<double>& kernel_times_ms() const { return kernel_ms_; }
 
   const Graph& graph() const { return *graph_; }
   const FusionPlan& plan() const { return plan_; }
@@ -53,7 +66,15 @@ class Executable {
   const JitModule* module() const { return module_.get(); }
 
  private:
-  void* address_of(const Value* v, const std::vector<void*>& io) const;
+  // Where each kernel argument lives: a fixed address (arena, constant) or slot `io` of the
+  // caller's input/output pointers (resolved on each run).
+  struct ArgRef {
+    void* fixed = nullptr;
+    int io = -1;
+  };
+  ArgRef locate(const Value* v);
+  void* address(const ArgRef& r, void* const* io) const { return r.io >= 0 ? io[r.io] : r.fixed; }
+  void run_library_kernel(size_t k, void* const* io, const Observer& observe);
 
   std::unique_ptr<Graph> graph_;
   FusionPlan plan_;
@@ -64,6 +85,10 @@ class Executable {
   std::unique_ptr<JitModule> module_;
   std::vector<uint8_t> arena_;
   int threads_ = 0;
+  std::vector<std::vector<ArgRef>> arg_refs_;  // per group: inputs then outputs
+  std::vector<void*> io_, args_;               // scratch reused by run_into (no allocation)
+  bool profiling_ = false;
+  std::vector<double> kernel_ms_;
 };
 
 }  // namespace kiln::runtime
