@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "kernels/microkernel.h"
 #include "reference/ops/elementwise_internal.h"
 #include "support/error.h"
 
@@ -112,12 +113,39 @@ class Interpreter {
         buffers_.erase(s->buffer.get());
         break;
       }
-      case StmtKind::Call: KILN_CHECK(false, "the interpreter cannot run micro-kernel call ", s->text);
+      case StmtKind::Call: call_microkernel(*s); break;
       case StmtKind::Comment: break;
     }
   }
 
  private:
+  // kiln_mk_f32(mr, nr, kc, a, as_i, as_k, b, bs_k, c, ldc) (src/kernels/microkernel.h), with every
+  // element it touches checked to lie inside its buffer.
+  void call_microkernel(const StmtNode& s) {
+    KILN_CHECK(s.text == kernels::kMicroKernelF32 && s.call_args.size() == 10, "the interpreter cannot run call ",
+               s.text);
+    const auto& a = s.call_args;
+    auto i64 = [&](size_t k) { return eval(a[k]).i; };
+    auto ptr = [&](size_t k, int64_t rows, int64_t row_stride, int64_t cols, int64_t col_stride) -> float* {
+      KILN_CHECK(a[k]->kind == ExprKind::Address, "micro-kernel argument ", k, " is not an address");
+      Tensor* t = tensor(a[k]->buffer);
+      KILN_CHECK(t->dtype() == DType::Float32, "micro-kernel buffer '", a[k]->buffer->name, "' is not float32");
+      const int64_t base = eval(a[k]->args[0]).i;
+      if (rows > 0 && cols > 0) {
+        checked_index(a[k]->buffer, base);
+        checked_index(a[k]->buffer, base + (rows - 1) * row_stride + (cols - 1) * col_stride);
+      }
+      return t->data<float>() + base;
+    };
+    const int64_t mr = i64(0), nr = i64(1), kc = i64(2), as_i = i64(4), as_k = i64(5), bs_k = i64(7), ldc = i64(9);
+    KILN_CHECK(mr >= 0 && nr >= 0 && kc >= 0 && as_i >= 0 && as_k >= 0 && bs_k >= 0 && ldc >= 0,
+               "negative micro-kernel extent or stride");
+    const float* pa = ptr(3, mr, as_i, kc, as_k);
+    const float* pb = ptr(6, kc, bs_k, nr, 1);
+    float* pc = ptr(8, mr, ldc, nr, 1);
+    kernels::microkernel_f32(mr, nr, kc, pa, as_i, as_k, pb, bs_k, pc, ldc);
+  }
+
   void exec_list(const std::vector<Stmt>& body) {
     const size_t depth = vars_.size();
     for (const auto& c : body) exec(c);
@@ -179,6 +207,7 @@ class Interpreter {
         });
       }
       case ExprKind::Call: return eval_call(e);
+      case ExprKind::Address: KILN_CHECK(false, "an address is only a micro-kernel argument");
     }
     KILN_CHECK(false, "unknown expression kind");
   }

@@ -107,6 +107,13 @@ Expr call(const std::string& fn, DType t, std::vector<Expr> args) {
   return e;
 }
 
+Expr address(const BufferPtr& b, Expr index) {
+  auto e = node(ExprKind::Address, DType::Undefined);
+  e->buffer = b;
+  e->args = {std::move(index)};
+  return e;
+}
+
 Expr add(Expr a, Expr b) {
   if (is_int(a, 0)) return b;
   if (is_int(b, 0)) return a;
@@ -212,6 +219,7 @@ std::string print_expr(const Expr& e) {
     }
     case ExprKind::Var: return e->name;
     case ExprKind::Load: return e->buffer->name + "[" + print_expr(e->args[0]) + "]";
+    case ExprKind::Address: return "&" + e->buffer->name + "[" + print_expr(e->args[0]) + "]";
     case ExprKind::Unary: return std::string(unop_name(e->un)) + "(" + print_expr(e->args[0]) + ")";
     case ExprKind::Binary: {
       BinOp op = e->bin;

@@ -36,7 +36,7 @@ using BufferPtr = std::shared_ptr<Buffer>;
 
 // ---------------------------------------------------------------- expressions
 
-enum class ExprKind { IntImm, FloatImm, Var, Load, Unary, Binary, Select, Cast, Call };
+enum class ExprKind { IntImm, FloatImm, Var, Load, Unary, Binary, Select, Cast, Call, Address };
 
 enum class BinOp { Add, Sub, Mul, Div, Mod, Min, Max, Pow, Lt, Le, Gt, Ge, Eq, Ne, And, Or, Xor };
 enum class UnOp { Neg, Not, Abs, Sqrt, Exp, Log, Erf, Tanh, Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh,
@@ -56,9 +56,9 @@ struct ExprNode {
   std::string name;            // Var: variable name; Call: function name
   BinOp bin = BinOp::Add;      // Binary
   UnOp un = UnOp::Neg;         // Unary
-  BufferPtr buffer;            // Load
+  BufferPtr buffer;            // Load, Address
   std::vector<Expr> args;      // operands: Load {index}; Unary {a}; Binary {a, b}; Select {c, t, f};
-                               // Cast {a}; Call {args...}
+                               // Cast {a}; Call {args...}; Address {index}
 };
 
 Expr int_imm(int64_t v, DType t = DType::Int64);
@@ -70,6 +70,9 @@ Expr binary(BinOp op, Expr a, Expr b);  // comparison and logic ops have type Bo
 Expr select(Expr cond, Expr t, Expr f);
 Expr cast(DType t, Expr a);
 Expr call(const std::string& fn, DType t, std::vector<Expr> args);
+// The address of buffer[index]: only as an argument of a micro-kernel Call statement (type
+// Undefined; never loaded, stored or computed with).
+Expr address(const BufferPtr& b, Expr index);
 
 // Index arithmetic with light folding (x*1, x+0, constant operands) so printed nests stay readable.
 Expr add(Expr a, Expr b);

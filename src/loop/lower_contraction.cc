@@ -30,6 +30,8 @@
 #include "fusion/op_kind.h"
 #include <functional>
 
+#include "kernels/microkernel.h"
+#include "loop/lower_contraction_tiled.h"
 #include "loop/lower_internal.h"
 #include "reference/kernel_util.h"
 #include "reference/ops/nn_internal.h"
@@ -51,7 +53,8 @@ bool type_in(DType t, std::initializer_list<DType> set) { return std::find(set.b
 
 class ContractionLowering {
  public:
-  ContractionLowering(const FusionGroup& grp, const std::string& name) : grp_(grp), name_(name), L_(grp, false) {}
+  ContractionLowering(const FusionGroup& grp, const std::string& name, const Schedule& sched)
+      : grp_(grp), name_(name), sched_(sched), L_(grp, false) {}
 
   LoopKernel lower() {
     find_contraction();
@@ -60,7 +63,8 @@ class ContractionLowering {
     else conv_geometry();
     if (out_shape_ != c_->output(0)->shape())
       refuse(cat(c_->op_type(), " output is ", shape_str(c_->output(0)->shape()), ", expected ", shape_str(out_shape_)));
-    return has_reductions_ ? build_rows() : build();
+    if (has_reductions_) return build_rows();
+    return tiled() ? build_tiled() : build();
   }
 
  private:
@@ -191,10 +195,22 @@ class ContractionLowering {
     const int64_t mg = c_->input(1)->shape()[0] / group_;
     Expr cin = kv[0];
     if (group_ > 1) cin = add(mul(div_floor(out[1], int_imm(mg)), int_imm(xs[1] / group_)), kv[0]);
-    std::vector<Expr> xi = {out[0], cin}, wi = {out[1], kv[0]};
+    std::vector<Expr> wi = {out[1], kv[0]};
+    for (size_t d = 0; d < size_t(geo_.rank()); ++d) wi.push_back(kv[1 + d]);
+    Expr x = conv_input(out[0], cin, std::vector<Expr>(out.begin() + 2, out.end()), std::vector<Expr>(kv.begin() + 1, kv.end()));
+    Expr w = to_compute(L_.value_at(c_->input(1), Index::from_dims(c_->input(1)->shape(), std::move(wi))));
+    return binary(BinOp::Mul, x, w);
+  }
+
+  // The Conv input at output position `o` (spatial) and kernel position `kp` of input channel
+  // `cin`, 0 in the padding: the load is clamped in range and its value replaced by 0, which the
+  // caller still multiplies by the weight (0 * inf is NaN, as in the reference's im2col).
+  Expr conv_input(Expr n, Expr cin, const std::vector<Expr>& o, const std::vector<Expr>& kp) {
+    const Shape& xs = c_->input(0)->shape();
+    std::vector<Expr> xi = {std::move(n), std::move(cin)};
     Expr inside;
     for (size_t d = 0; d < size_t(geo_.rank()); ++d) {
-      Expr pos = sub(add(mul(out[2 + d], int_imm(geo_.stride[d])), mul(kv[1 + d], int_imm(geo_.dilation[d]))),
+      Expr pos = sub(add(mul(o[d], int_imm(geo_.stride[d])), mul(kp[d], int_imm(geo_.dilation[d]))),
                      int_imm(geo_.pad_begin[d]));
       // Statically in range for every output and kernel position: no predicate.
       const int64_t lo = -geo_.pad_begin[d];
@@ -206,12 +222,10 @@ class ContractionLowering {
         pos = clamp(pos, 0, n - 1);
       }
       xi.push_back(pos);
-      wi.push_back(kv[1 + d]);
     }
     Expr x = to_compute(L_.value_at(c_->input(0), Index::from_dims(xs, std::move(xi))));
     if (inside) x = select(inside, x, imm(0, x->type));
-    Expr w = to_compute(L_.value_at(c_->input(1), Index::from_dims(c_->input(1)->shape(), std::move(wi))));
-    return binary(BinOp::Mul, x, w);
+    return x;
   }
 
   // The contraction's output at the loop point, from the accumulator.
@@ -251,10 +265,28 @@ class ContractionLowering {
     return kloop;
   }
 
-  Expr result(const std::vector<Expr>& out, DType acc_t) {
-    Expr r = var(kAcc, acc_t);
-    if (bias_) r = binary(BinOp::Add, r, to_compute(L_.value_at(bias_, Index::from_dims(bias_->shape(), {out[1]}))));
+  Expr result(const std::vector<Expr>& out, DType acc_t) { return result(var(kAcc, acc_t), bias_ ? out[1] : nullptr); }
+  // The accumulated value plus Conv's bias at output channel `channel`, in the output type.
+  Expr result(Expr acc, Expr channel) {
+    Expr r = std::move(acc);
+    if (bias_) r = binary(BinOp::Add, r, to_compute(L_.value_at(bias_, Index::from_dims(bias_->shape(), {channel}))));
     return r->type == dtype_ ? r : cast(dtype_, r);
+  }
+
+  // The stores of the group's outputs at `point` (the contraction's output position) when the
+  // contraction's value there is `with`.
+  std::vector<std::pair<Expr, Expr>> epilogue_stores(Index& point, const Expr& with) {
+    const Value* y = c_->output(0);
+    const Expr point_flat = L_.flat(point);
+    const std::string at = print_expr(point_flat);
+    std::unordered_map<const ExprNode*, Expr> memo;
+    std::vector<std::pair<Expr, Expr>> stores;
+    for (const Value* v : grp_.outputs) {
+      Index idx = v->shape() == out_shape_ ? point : Index::from_flat(v->shape(), point_flat);
+      Expr e = v == y ? with : substitute(L_.value_at(v, idx), at, with, memo);
+      stores.push_back({L_.flat(idx), e});
+    }
+    return stores;
   }
 
   // e with every placeholder load replaced by `with`; refuses a load at another position.
@@ -282,7 +314,6 @@ class ContractionLowering {
   // ---- the nest
 
   LoopKernel build() {
-    const Value* y = c_->output(0);
     const int64_t numel = shape_numel(out_shape_);
     for (const Value* v : grp_.outputs)
       if (shape_numel(v->shape()) != numel)
@@ -306,22 +337,11 @@ class ContractionLowering {
       out.push_back(var(v));
     }
     Index point = Index::from_dims(out_shape_, out);
-    const Expr point_flat = L_.flat(point);
     int next_let = 0;
     Stmt kloop = k_loop_nest(out, acc_t, [&](size_t) { return "i" + std::to_string(next_var++); }, next_let);
 
     // The epilogue at the output position: the group's outputs from acc.
-    std::vector<std::pair<Expr, Expr>> stores;
-    {
-      Expr with = result(out, acc_t);
-      const std::string at = print_expr(point_flat);
-      std::unordered_map<const ExprNode*, Expr> memo;
-      for (const Value* v : grp_.outputs) {
-        Index idx = v->shape() == out_shape_ ? point : Index::from_flat(v->shape(), point_flat);
-        Expr e = v == y ? with : substitute(L_.value_at(v, idx), at, with, memo);
-        stores.push_back({L_.flat(idx), e});
-      }
-    }
+    std::vector<std::pair<Expr, Expr>> stores = epilogue_stores(point, result(out, acc_t));
     std::vector<Stmt> body = {let(kAcc, imm(0, acc_t)),
                               comment("innermost tile: src/kernels micro-kernels with epilogue plug in here"), kloop};
     SharedExprHoister h(next_let);
@@ -345,6 +365,261 @@ class ContractionLowering {
     }
     k_.body = body.size() == 1 ? body[0] : block(std::move(body));
     return std::move(k_);
+  }
+
+  // ---- the tiled nest (lower_contraction_tiled.h)
+
+  bool is_group_input(const Value* v) const {
+    return std::find(grp_.inputs.begin(), grp_.inputs.end(), v) != grp_.inputs.end();
+  }
+
+  // Float32 contractions wide enough to fill a vector of columns go through the micro-kernel.
+  bool tiled() const {
+    if (!sched_.tile_contractions || dtype_ != DType::Float32) return false;
+    // Fewer rows than a micro-kernel tile (a depthwise conv has one per group): packing costs
+    // more than it saves, the direct nest with its short K loop per element is faster (10x on
+    // MobileNetV2's depthwise convs).
+    int64_t n = 1, m = 1;
+    if (c_->op_type() == "MatMul") {
+      n = b_vec_ ? 1 : c_->input(1)->shape().back();
+      m = a_vec_ ? 1 : c_->input(0)->shape()[c_->input(0)->shape().size() - 2];
+    } else {
+      for (int64_t e : geo_.out) n *= e;
+      m = c_->input(1)->shape()[0] / group_;
+    }
+    return n >= 4 && m >= sched_.contraction.mr;
+  }
+
+  LoopKernel build_tiled() {
+    const int64_t numel = shape_numel(out_shape_);
+    for (const Value* v : grp_.outputs)
+      if (shape_numel(v->shape()) != numel)
+        refuse(cat("group output '", v->name(), "' has another size than the ", c_->op_type(), " output"));
+    GemmView g = c_->op_type() == "MatMul" ? matmul_view() : conv_view();
+    int next_let = 0;
+    std::vector<Stmt> body = build_tiled_gemm(g, sched_, next_let);
+    k_.body = block(std::move(body));
+    return std::move(k_);
+  }
+
+  // The epilogue as the tiled nest needs it: the group's stores at `point` from the accumulator.
+  std::vector<TileStore> tile_stores(Index point, const Expr& acc, const Expr& channel) {
+    std::vector<TileStore> r;
+    auto stores = epilogue_stores(point, result(acc, channel));
+    for (size_t i = 0; i < stores.size(); ++i) r.push_back({k_.outputs[i], stores[i].first, stores[i].second});
+    return r;
+  }
+
+  GemmView matmul_view() {
+    const Value* a = c_->input(0);
+    const Value* b = c_->input(1);
+    GemmView g;
+    g.batch = batch_;
+    g.m = a_vec_ ? 1 : a->shape()[a->shape().size() - 2];
+    g.n = b->shape().back();
+    g.k = k_extents_[0];
+    auto a_index = [this, a](const std::vector<Expr>& bt, Expr i, Expr k) {
+      return Index::from_dims(a->shape(), matmul_index(a_batch_, a_vec_, std::move(i), std::move(k), bt));
+    };
+    auto b_index = [this, b](const std::vector<Expr>& bt, Expr k, Expr j) {
+      return Index::from_dims(b->shape(), matmul_index(b_batch_, false, std::move(k), std::move(j), bt));
+    };
+    g.a.value = [this, a, a_index](const std::vector<Expr>& bt, Expr i, Expr k) {
+      return to_compute(L_.value_at(a, a_index(bt, std::move(i), std::move(k))));
+    };
+    g.b.value = [this, b, b_index](const std::vector<Expr>& bt, Expr k, Expr j) {
+      return to_compute(L_.value_at(b, b_index(bt, std::move(k), std::move(j))));
+    };
+    if (is_group_input(a)) {
+      g.a.buffer = L_.input_buffers_.at(a);
+      g.a.base = [this, a_index](const std::vector<Expr>& bt) {
+        Index idx = a_index(bt, int_imm(0), int_imm(0));
+        return L_.flat(idx);
+      };
+      g.a.stride_r = a_vec_ ? 0 : g.k;
+      g.a.stride_c = 1;
+    }
+    if (is_group_input(b)) {
+      g.b.buffer = L_.input_buffers_.at(b);
+      g.b.base = [this, b_index](const std::vector<Expr>& bt) {
+        Index idx = b_index(bt, int_imm(0), int_imm(0));
+        return L_.flat(idx);
+      };
+      g.b.stride_r = g.n;
+      g.b.stride_c = 1;
+    }
+    g.epilogue = [this](const std::vector<Expr>& bt, Expr i, Expr j, Expr acc) {
+      std::vector<Expr> out = bt;
+      if (!a_vec_) out.push_back(i);
+      out.push_back(j);
+      return tile_stores(Index::from_dims(out_shape_, out), acc, nullptr);
+    };
+    return g;
+  }
+
+  GemmView conv_view() {
+    const Value* x = c_->input(0);
+    const Value* w = c_->input(1);
+    const Shape& xs = x->shape();
+    const Shape& ws = w->shape();
+    const int64_t mg = ws[0] / group_, cg = xs[1] / group_;
+    int64_t ks = 1, p = 1;
+    for (int64_t e : geo_.kernel) ks *= e;
+    for (int64_t e : geo_.out) p *= e;
+    GemmView g;
+    g.batch = {xs[0], group_};
+    g.m = mg;
+    g.n = p;
+    g.k = cg * ks;
+    // Unravels a flat offset over `extents` (row-major).
+    auto unravel = [](Expr flat, const std::vector<int64_t>& extents) {
+      std::vector<Expr> d(extents.size());
+      for (size_t i = extents.size(); i-- > 0;) {
+        d[i] = extents[i] == 1 ? int_imm(0) : (i == 0 ? flat : mod(flat, int_imm(extents[i])));
+        flat = div_floor(flat, int_imm(extents[i]));
+      }
+      return d;
+    };
+    std::vector<int64_t> k_ext = {cg};
+    k_ext.insert(k_ext.end(), geo_.kernel.begin(), geo_.kernel.end());
+    g.a.value = [this, w, ws, mg, unravel, k_ext](const std::vector<Expr>& bt, Expr i, Expr k) {
+      std::vector<Expr> wi = {add(mul(bt[1], int_imm(mg)), i)};
+      for (auto& e : unravel(k, k_ext)) wi.push_back(e);
+      return to_compute(L_.value_at(w, Index::from_dims(ws, std::move(wi))));
+    };
+    g.b.value = [this, cg, unravel, k_ext](const std::vector<Expr>& bt, Expr k, Expr j) {
+      std::vector<Expr> kd = unravel(k, k_ext);
+      Expr cin = add(mul(bt[1], int_imm(cg)), kd[0]);
+      std::vector<int64_t> out_ext(geo_.out.begin(), geo_.out.end());
+      return conv_input(bt[0], cin, unravel(j, out_ext), std::vector<Expr>(kd.begin() + 1, kd.end()));
+    };
+    if (is_group_input(w)) {
+      g.a.buffer = L_.input_buffers_.at(w);
+      const int64_t kk = g.k;
+      g.a.base = [mg, kk](const std::vector<Expr>& bt) { return mul(bt[1], int_imm(mg * kk)); };
+      g.a.stride_r = g.k;
+      g.a.stride_c = 1;
+    }
+    bool pointwise = is_group_input(x);
+    for (size_t d = 0; d < size_t(geo_.rank()); ++d)
+      pointwise = pointwise && geo_.kernel[d] == 1 && geo_.stride[d] == 1 && geo_.pad_begin[d] == 0 &&
+                  geo_.out[d] == geo_.in[d];
+    if (pointwise) {
+      g.b.buffer = L_.input_buffers_.at(x);
+      const int64_t c = xs[1];
+      g.b.base = [c, cg, p](const std::vector<Expr>& bt) {
+        return mul(add(mul(bt[0], int_imm(c)), mul(bt[1], int_imm(cg))), int_imm(p));
+      };
+      g.b.stride_r = p;
+      g.b.stride_c = 1;
+    }
+    const int64_t mtot = ws[0];
+    g.epilogue = [this, mg, mtot, p](const std::vector<Expr>& bt, Expr i, Expr j, Expr acc) {
+      Expr channel = add(mul(bt[1], int_imm(mg)), i);
+      Expr flat = add(mul(add(mul(bt[0], int_imm(mtot)), channel), int_imm(p)), j);
+      return tile_stores(Index::from_flat(out_shape_, flat), acc, channel);
+    };
+    return g;
+  }
+
+  // Row kernels whose rows are the columns of one GEMM per batch: a MatMul's last axis (LayerNorm,
+  // softmax; A and B read in place, B a plain [K, N] matrix, so all output rows form one GEMM) or
+  // an ungrouped Conv's spatial axes (a global pool after the conv; per image, W [M, K] times the
+  // im2col panel [K, P], read in place for a 1x1 conv, else packed once per image). The rows are
+  // computed a block of mr at a time into kiln_acc; the per-row passes then read it.
+  bool rows_tiled(const ContractionRows& plan, size_t lead) const {
+    if (!sched_.tile_contractions || dtype_ != DType::Float32 || out_shape_.back() < 1) return false;
+    if (sched_.contraction.mr < 1 || sched_.contraction.nr < 1) return false;
+    if (c_->op_type() == "MatMul") {
+      if (a_vec_ || b_vec_ || plan.r0 != plan.shape.size() - 1 || lead > plan.r0) return false;
+      const Value* b = c_->input(1);
+      return is_group_input(c_->input(0)) && is_group_input(b) && b->shape().size() == 2 && a_batch_ == batch_ &&
+             out_shape_.back() >= 4;
+    }
+    return group_ == 1 && plan.r0 == lead + 2 && is_group_input(c_->input(1)) &&
+           c_->input(1)->shape()[0] >= sched_.contraction.mr;
+  }
+
+  // The block loops around the per-row statements `per_row` (which read row kiln_rr of kiln_acc and
+  // use the outer loop variables `outer`, decoded here from the row index).
+  std::vector<Stmt> tiled_row_blocks(const std::vector<std::pair<std::string, int64_t>>& outer, const BufferPtr& acc,
+                                     std::vector<Stmt> per_row) {
+    const int64_t mr = sched_.contraction.mr, nr = sched_.contraction.nr;
+    const bool conv = c_->op_type() == "Conv";
+    int64_t rows = 1;
+    for (const auto& o : outer) rows *= o.second;
+    // Per batch (an image for a conv; everything for a MatMul): m rows of n columns, K deep.
+    const int64_t nb = conv ? c_->input(0)->shape()[0] : 1, m = rows / nb, n = shape_numel(out_shape_) / rows;
+    int64_t k = k_extents_[0];
+    for (size_t i = 1; i < k_extents_.size(); ++i) k *= k_extents_[i];
+    const int64_t mblocks = (m + mr - 1) / mr;
+    std::vector<Stmt> row_body;
+    {
+      Expr r = add(add(mul(var("kiln_bt"), int_imm(m)), var("kiln_r0")), var("kiln_rr"));
+      int64_t stride = rows;
+      for (const auto& [name, extent] : outer) {
+        stride /= extent;
+        row_body.push_back(let(name, mod(div_floor(r, int_imm(stride)), int_imm(extent))));
+      }
+      for (auto& st : per_row) row_body.push_back(st);
+    }
+    const BufferPtr a = L_.input_buffers_.at(c_->input(conv ? 1 : 0));
+    // B: in place (MatMul weights; a 1x1 conv's input image) or the packed im2col panel.
+    bool pointwise = !conv || is_group_input(c_->input(0));
+    for (size_t d = 0; conv && d < size_t(geo_.rank()); ++d)
+      pointwise = pointwise && geo_.kernel[d] == 1 && geo_.stride[d] == 1 && geo_.pad_begin[d] == 0 &&
+                  geo_.out[d] == geo_.in[d];
+    BufferPtr b = pointwise ? L_.input_buffers_.at(c_->input(conv ? 0 : 1))
+                            : std::make_shared<Buffer>(Buffer{"kiln_bpack", DType::Float32, {k * n}, Scope::Local});
+    const Expr b_base = pointwise && conv ? mul(var("kiln_bt"), int_imm(k * n)) : int_imm(0);
+    auto mk = [&](Expr rows_e, Expr cols, Expr j0) {
+      return call_stmt(kernels::kMicroKernelF32,
+                       {std::move(rows_e), std::move(cols), int_imm(k), address(a, mul(var("kiln_r0"), int_imm(k))),
+                        int_imm(k), int_imm(1), address(b, add(b_base, j0)), int_imm(n), address(acc, j0), int_imm(n)});
+    };
+    std::vector<Stmt> in_acc;
+    in_acc.push_back(for_loop("kiln_z", int_imm(mr * n), {store(acc, var("kiln_z"), float_imm(0))}, ForKind::Vectorized));
+    const Expr j0 = mul(var("kiln_jt"), int_imm(nr));
+    in_acc.push_back(if_then(binary(BinOp::Eq, var("kiln_rc"), int_imm(mr)),
+                             {for_loop("kiln_jt", int_imm(n / nr), {mk(int_imm(mr), int_imm(nr), j0)})},
+                             {for_loop("kiln_jt", int_imm(n / nr), {mk(var("kiln_rc"), int_imm(nr), j0)})}));
+    if (n % nr) in_acc.push_back(mk(var("kiln_rc"), int_imm(n % nr), int_imm(n / nr * nr)));
+    in_acc.push_back(for_loop("kiln_rr", var("kiln_rc"), std::move(row_body)));
+    std::vector<Stmt> blk = {let("kiln_r0", mul(var("kiln_b"), int_imm(mr))),
+                             let("kiln_rc", binary(BinOp::Min, int_imm(mr), sub(int_imm(m), var("kiln_r0")))),
+                             allocate(acc, std::move(in_acc))};
+    // One image's blocks run in parallel when there is one image (the emitter forks only at the
+    // outermost loop); several images are a serial loop around them.
+    const bool parallel = nb == 1 && mblocks > 1 && rows * n * k >= sched_.parallel_min_work;
+    std::vector<Stmt> per_batch;
+    if (!pointwise) {
+      // The im2col panel of image kiln_bt: bpack[kk * n + p] for every (input channel, kernel
+      // position) kk and output position p.
+      std::vector<int64_t> k_ext(k_extents_.begin(), k_extents_.end());
+      std::vector<Expr> kd(k_ext.size()), od(geo_.out.size());
+      Expr kf = var("kiln_pk"), pf = var("kiln_pp");
+      for (size_t i = k_ext.size(); i-- > 0;) {
+        kd[i] = i == 0 ? kf : mod(kf, int_imm(k_ext[i]));
+        kf = div_floor(kf, int_imm(k_ext[i]));
+      }
+      for (size_t i = geo_.out.size(); i-- > 0;) {
+        od[i] = i == 0 ? pf : mod(pf, int_imm(geo_.out[i]));
+        pf = div_floor(pf, int_imm(geo_.out[i]));
+      }
+      Expr x = conv_input(var("kiln_bt"), kd[0], od, std::vector<Expr>(kd.begin() + 1, kd.end()));
+      per_batch.push_back(for_loop(
+          "kiln_pk", int_imm(k),
+          {for_loop("kiln_pp", int_imm(n), {store(b, add(mul(var("kiln_pk"), int_imm(n)), var("kiln_pp")), x)})},
+          parallel ? ForKind::Parallel : ForKind::Serial));
+    }
+    per_batch.push_back(
+        for_loop("kiln_b", int_imm(mblocks), std::move(blk), parallel ? ForKind::Parallel : ForKind::Serial));
+    if (!pointwise) per_batch = {allocate(b, std::move(per_batch))};
+    Stmt body = nb == 1 ? block(std::move(per_batch)) : for_loop("kiln_bt", int_imm(nb), std::move(per_batch));
+    if (nb == 1) body = block({let("kiln_bt", int_imm(0)), body});
+    return {comment(cat("tiled rows: ", nb, " x [", m, " x ", k, "] * [", k, " x ", n, "], ", mr,
+                        " rows per block, micro-kernel ", mr, "x", nr, pointwise ? "" : ", B packed per batch")),
+            body};
   }
 
   // ---- row reductions over trailing axes (lower_contraction_rows.cc has the plan and the passes)
@@ -392,7 +667,14 @@ class ContractionLowering {
     Index point = Index::from_dims(out_shape_, out);
     const Expr point_flat = L_.flat(point);
     int next_let = 0;
-    Stmt kloop = k_loop_nest(out, acc_t, [](size_t j) { return "kiln_k" + std::to_string(j); }, next_let);
+    // Tiled: the products of a block of rows come from the micro-kernel into kiln_acc (see
+    // rows_tiled); the untiled nest computes each element's K loop in place.
+    const bool tiled_rows = rows_tiled(plan, lead);
+    const int64_t row_len = plan.row;
+    auto acc_rows = std::make_shared<Buffer>(
+        Buffer{"kiln_acc", DType::Float32, {int64_t(std::max(1, sched_.contraction.mr)) * row_len}, Scope::Local});
+    Stmt kloop = tiled_rows ? comment("products from the micro-kernel")
+                            : k_loop_nest(out, acc_t, [](size_t j) { return "kiln_k" + std::to_string(j); }, next_let);
 
     // The first loop over the row: the staged values into the local rows, the pre-reduction
     // outputs into memory.
@@ -422,7 +704,9 @@ class ContractionLowering {
         stores.push_back({k_.outputs.at(o), L_.flat(idx), e});
       }
     }
-    std::vector<Stmt> body = {let(kAcc, imm(0, acc_t)), kloop};
+    std::vector<Stmt> body = {let(kAcc, tiled_rows ? load(acc_rows, add(mul(var("kiln_rr"), int_imm(row_len)), row_flat))
+                                                    : imm(0, acc_t)),
+                              kloop};
     SharedExprHoister h(next_let);
     for (auto& s : stores) {
       h.count(s.value);
@@ -449,6 +733,12 @@ class ContractionLowering {
     outer.insert(outer.end(), out.begin(), out.begin() + ptrdiff_t(plan.r0 - lead));
     for (auto& s : contraction_row_passes(plan, plan.shape, buffers, outer, name_ + "_rows")) body.push_back(s);
     for (size_t i = rows.size(); i-- > 0;) body = {allocate(rows[i], std::move(body))};
+    if (tiled_rows) {
+      std::vector<std::pair<std::string, int64_t>> outer_vars;
+      for (const Loop& l : outer_loops) outer_vars.push_back({l.var, l.extent});
+      k_.body = block(tiled_row_blocks(outer_vars, acc_rows, std::move(body)));
+      return std::move(k_);
+    }
     int64_t k_total = 1;
     for (int64_t e : k_extents_) k_total *= e;
     for (size_t i = outer_loops.size(); i-- > 0;) {
@@ -462,6 +752,7 @@ class ContractionLowering {
 
   const FusionGroup& grp_;
   std::string name_;
+  Schedule sched_;
   Lowerer L_;
   bool has_reductions_ = false;
   LoopKernel k_;
@@ -479,10 +770,10 @@ class ContractionLowering {
   nn::WindowGeometry geo_;
 };
 
-LoweredGroup lower_contraction_group(const FusionGroup& grp, const std::string& kernel_name) {
+LoweredGroup lower_contraction_group(const FusionGroup& grp, const std::string& kernel_name, const Schedule& sched) {
   LoweredGroup r;
   try {
-    ContractionLowering cl(grp, kernel_name);
+    ContractionLowering cl(grp, kernel_name, sched);
     r.kernel = cl.lower();
   } catch (const Refusal& e) {
     r.reason = e.reason;

@@ -8,6 +8,7 @@
 
 #include "fusion/fusion_plan.h"
 #include "loop/loop_ir.h"
+#include "loop/schedule.h"
 
 namespace kiln::loop {
 
@@ -18,7 +19,9 @@ struct LoweredGroup {
 
 // Lowers `grp` (from a FusionPlan of `g`) to a kernel named `name` (a sanitised C identifier).
 // Kernel inputs are grp.inputs in order, outputs grp.outputs in order; constants are inputs too.
-LoweredGroup lower_group(const FusionGroup& grp, const std::string& name);
+// `sched` carries the performance parameters (tile sizes, vector width); the defaults suit the
+// default target.
+LoweredGroup lower_group(const FusionGroup& grp, const std::string& name, const Schedule& sched = Schedule{});
 
 // A C identifier derived from any string (model names are untrusted): [A-Za-z0-9_], not starting
 // with a digit, never empty.

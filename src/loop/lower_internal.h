@@ -20,6 +20,7 @@
 #include "fusion/fusion_plan.h"
 #include "loop/loop_ir.h"
 #include "loop/lower_group.h"
+#include "loop/schedule.h"
 
 namespace kiln::loop::detail {
 
@@ -89,6 +90,8 @@ class Lowerer {
 
   // Row kernels (lower_reduction.cc) drive value_at pass by pass with their own loops.
   friend class RowKernelBuilder;
+  // Chained contractions (lower_contraction_chain.cc) build each stage's epilogue node by node.
+  friend class RowPipeline;
 
   const FusionGroup& grp_;
   bool flat_mode_;
@@ -174,6 +177,17 @@ std::vector<Stmt> contraction_row_passes(const ContractionRows& plan, const Shap
 // epilogue); lower_reduction.cc and lower_contraction.cc. They refuse (LoweredGroup::reason) what
 // they do not cover, and the runtime runs those groups with library kernels.
 LoweredGroup lower_reduction_group(const FusionGroup& grp, const std::string& kernel_name);
-LoweredGroup lower_contraction_group(const FusionGroup& grp, const std::string& kernel_name);
+LoweredGroup lower_contraction_group(const FusionGroup& grp, const std::string& kernel_name,
+                                     const Schedule& sched = Schedule{});
+
+// Groups with several contractions. lower_contraction_siblings.cc splits the group into
+// independent parts (sibling contractions, each with its epilogue; chains), lowers each and
+// merges them into one kernel; lower_contraction_chain.cc lowers one chain of MatMuls
+// (MatMul -> row-local ops -> MatMul: attention, an MLP) as a row pipeline, and refuses
+// (throws Refusal) what it does not cover.
+size_t contraction_count(const FusionGroup& grp);
+LoweredGroup lower_multi_contraction_group(const FusionGroup& grp, const std::string& kernel_name,
+                                           const Schedule& sched = Schedule{});
+LoopKernel lower_contraction_chain(const FusionGroup& grp, const std::string& kernel_name, const Schedule& sched);
 
 }  // namespace kiln::loop::detail

@@ -25,6 +25,7 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
   ex->arena_.assign(size_t(ex->memory_.arena_bytes), 0);
   ex->threads_ = opts.threads > 0 ? opts.threads : int(std::max(1u, std::thread::hardware_concurrency()));
 
+  const loop::Schedule sched = opts.schedule ? *opts.schedule : loop::Schedule::for_target(opts.fusion.target);
   std::vector<loop::LoopKernel> kernels;
   for (size_t i = 0; i < ex->plan_.groups.size(); ++i) {
     const FusionGroup& grp = ex->plan_.groups[i];
@@ -36,7 +37,7 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
     } else if (!opts.generate_code) {
       info.reason = "code generation disabled";
     } else {
-      loop::LoweredGroup lg = loop::lower_group(grp, info.name);
+      loop::LoweredGroup lg = loop::lower_group(grp, info.name, sched);
       if (lg.kernel) {
         info.generated = true;
         kernels.push_back(std::move(*lg.kernel));

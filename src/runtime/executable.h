@@ -6,11 +6,13 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "codegen/c/c_emitter.h"
 #include "fusion/fusion_plan.h"
+#include "loop/schedule.h"
 #include "reference/executor.h"
 #include "runtime/jit.h"
 #include "runtime/memory_plan.h"
@@ -23,6 +25,8 @@ struct BuildOptions {
   codegen::EmitOptions emit;
   int threads = 0;                  // 0: as many as the machine has
   bool generate_code = true;        // false: every group runs as a library kernel
+  // Loop-nest parameters (tiles, vector width); unset: Schedule::for_target(fusion.target).
+  std::optional<loop::Schedule> schedule;
 };
 
 struct KernelInfo {

@@ -5,6 +5,8 @@
 // the loop-IR interpreter and through emit_c + JitModule. Plus the refusals (rows over 64 KiB,
 // reductions over other axes) and the nest's shape.
 #include <gtest/gtest.h>
+
+#include <cstring>
 #include <unistd.h>
 
 #include <filesystem>
@@ -12,6 +14,7 @@
 #include "codegen/c/c_emitter.h"
 #include "frontend/onnx/onnx_import.h"
 #include "ir/parser.h"
+#include "loop/loop_interpreter.h"
 #include "lower_group_test_util.h"
 #include "runtime/jit.h"
 #include "transforms/lowering.h"
@@ -114,12 +117,13 @@ const std::vector<Case>& cases() {
 }
 
 // Lowers every contraction group of the case; returns the kernels.
-std::vector<loop::LoopKernel> lower_contractions(const Graph& g, const std::string& prefix, int* groups = nullptr) {
+std::vector<loop::LoopKernel> lower_contractions(const Graph& g, const std::string& prefix, int* groups = nullptr,
+                                                const loop::Schedule& sched = {}) {
   std::vector<loop::LoopKernel> ks;
   for (const auto& grp : partition(g).groups) {
     if (grp.kind != GroupKind::Contraction) continue;
     if (groups) ++*groups;
-    auto lg = loop::lower_group(grp, prefix + grp.name);
+    auto lg = loop::lower_group(grp, prefix + grp.name, sched);
     EXPECT_TRUE(lg.kernel) << grp.name << ": " << lg.reason;
     if (lg.kernel) ks.push_back(std::move(*lg.kernel));
   }
@@ -161,11 +165,17 @@ TEST(LowerContractionRows, JitMatchesReference) {
   batch.check("lower_contraction_rows");
 }
 
-// One local row per outer position: allocated inside the outer loops, written by the first loop
-// over the row (with the K loop inside), read by the reduction passes.
+loop::Schedule untiled() {
+  loop::Schedule s;
+  s.tile_contractions = false;
+  return s;
+}
+
+// Untiled: one local row per outer position, allocated inside the outer loops, written by the
+// first loop over the row (with the K loop inside), read by the reduction passes.
 TEST(LowerContractionRows, NestShape) {
   auto g = make_graph(cases()[0]);
-  auto ks = lower_contractions(*g, "");
+  auto ks = lower_contractions(*g, "", nullptr, untiled());
   ASSERT_EQ(ks.size(), 1u);
   const std::string s = loop::print_kernel(ks[0]);
   SCOPED_TRACE(s);
@@ -185,11 +195,58 @@ TEST(LowerContractionRows, NestShape) {
 
 TEST(LowerContractionRows, BigNestIsParallel) {
   auto g = make_graph(cases()[5]);
-  auto ks = lower_contractions(*g, "");
+  auto ks = lower_contractions(*g, "", nullptr, untiled());
   ASSERT_EQ(ks.size(), 1u);
   const std::string s = loop::print_kernel(ks[0]);
   EXPECT_NE(s.find("for i0 in [0, 64) parallel"), std::string::npos) << s;
   EXPECT_NE(s.find("allocate kiln_row0: f32[128] local"), std::string::npos) << s;
+}
+
+// Tiled (the default for float32 MatMul rows over the last axis): blocks of mr rows in parallel,
+// the block's products from the micro-kernel into kiln_acc, then the per-row passes reading it;
+// bit-identical to the untiled nest.
+TEST(LowerContractionRows, TiledRowBlocks) {
+  auto g = make_graph(cases()[5]);
+  auto ks = lower_contractions(*g, "");
+  ASSERT_EQ(ks.size(), 1u);
+  const std::string s = loop::print_kernel(ks[0]);
+  SCOPED_TRACE(s);
+  const size_t blk = s.find("for kiln_b in [0, 11) parallel"), mk = s.find("kiln_mk_f32(6, 32"),
+               rr = s.find("for kiln_rr in"), row = s.find("allocate kiln_row0");
+  for (size_t p : {blk, mk, rr, row}) ASSERT_NE(p, std::string::npos);
+  EXPECT_LT(blk, mk);
+  EXPECT_LT(mk, rr);
+  EXPECT_LT(rr, row);
+  // Tiled: 0, 1, 5 (MatMul rows), 3 (conv + GAP, packed im2col), 7 (1x1 conv + GAP, in place);
+  // 2 (a scaled operand: not read in place) and 6 as well as they lower.
+  for (size_t i : {0, 1, 2, 3, 5, 6, 7}) {
+    auto gi = make_graph(cases()[i]);
+    SCOPED_TRACE(cases()[i].name);
+    loop::Schedule odd;  // rows and columns not multiples of the tile
+    odd.contraction = {4, 12, 8};
+    odd.parallel_min_work = 1;
+    auto tiled = lower_contractions(*gi, "t", nullptr, odd), plain = lower_contractions(*gi, "p", nullptr, untiled());
+    ASSERT_EQ(tiled.size(), 1u);
+    ASSERT_EQ(plain.size(), 1u);
+    if (i == 0 || i == 1 || i == 3 || i == 5 || i == 7) EXPECT_NE(loop::print_kernel(tiled[0]).find("kiln_mk_f32"), std::string::npos);
+    const TensorMap inputs = random_inputs(*gi, 4, {}, false);
+    auto values = run_reference_values(*gi, inputs);
+    for (const auto& grp : partition(*gi).groups) {
+      if (grp.kind != GroupKind::Contraction) continue;
+      auto run = [&](const loop::LoopKernel& k) {
+        std::vector<Tensor> in, out;
+        std::vector<Tensor*> ip, op;
+        for (const Value* v : grp.inputs) in.push_back(v->is_constant() ? v->constant() : values.at(v).clone());
+        for (const Value* v : grp.outputs) out.emplace_back(v->dtype(), v->shape());
+        for (auto& t : in) ip.push_back(&t);
+        for (auto& t : out) op.push_back(&t);
+        loop::interpret(k, ip, op);
+        return out;
+      };
+      auto a = run(tiled[0]), b = run(plain[0]);
+      for (size_t o = 0; o < a.size(); ++o) EXPECT_EQ(std::memcmp(a[o].raw(), b[o].raw(), a[o].nbytes()), 0);
+    }
+  }
 }
 
 TEST(LowerContractionRows, Refusals) {

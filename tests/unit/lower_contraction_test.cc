@@ -11,12 +11,14 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 
 #include "codegen/c/c_emitter.h"
 #include "frontend/onnx/onnx_import.h"
 #include "ir/parser.h"
+#include "loop/loop_interpreter.h"
 #include "lower_group_test_util.h"
 #include "runtime/jit.h"
 #include "transforms/lowering.h"
@@ -159,23 +161,29 @@ TEST(LowerContraction, JitMatchesReference) {
   batch.check("lower_contraction_test");
 }
 
-std::string lowered_nest(const Case& c) {
+std::string lowered_nest(const Case& c, const loop::Schedule& sched = {}) {
   auto g = make_graph(c);
   for (const auto& grp : partition(*g).groups)
     if (is_contraction_group(grp)) {
-      auto lg = loop::lower_group(grp, grp.name);
+      auto lg = loop::lower_group(grp, grp.name, sched);
       return lg.kernel ? loop::print_kernel(*lg.kernel) : "refused: " + lg.reason;
     }
   return "no contraction group";
 }
 
-// The nest's shape: output loops outside (the outermost parallel when big), the K loop innermost
-// accumulating into `acc`, the epilogue after it, one store.
+loop::Schedule untiled() {
+  loop::Schedule s;
+  s.tile_contractions = false;
+  return s;
+}
+
+// The untiled nest's shape: output loops outside (the outermost parallel when big), the K loop
+// innermost accumulating into `acc`, the epilogue after it, one store.
 TEST(LowerContraction, NestShape) {
   Case c{"big", R"(  %m: f32[64,32] = MatMul(%x, %w) name="mm"
   %y: f32[64,32] = Relu(%m) name="relu"
 )", "%x: f32[64,48], %w: f32[48,32]", "%y"};
-  const std::string s = lowered_nest(c);
+  const std::string s = lowered_nest(c, untiled());
   SCOPED_TRACE(s);
   const size_t i0 = s.find("for i0 in [0, 64) parallel"), i1 = s.find("for i1 in [0, 32)"),
                k = s.find("for i2 in [0, 48)"), acc = s.find("acc = 0"), st = s.find("y[");
@@ -193,6 +201,80 @@ TEST(LowerContraction, NestShape) {
   const size_t upd = s.find("acc = (acc +");
   ASSERT_NE(upd, std::string::npos);
   EXPECT_EQ(s.substr(upd, s.find('\n', upd) - upd).find("select"), std::string::npos);
+}
+
+// The tiled nest: a parallel tile loop, the accumulator tile, the micro-kernel call with the
+// operands read in place (MatMul weights and activations are plain buffers), the epilogue after.
+TEST(LowerContraction, TiledNestShape) {
+  Case c{"big", R"(  %m: f32[64,32] = MatMul(%x, %w) name="mm"
+  %y: f32[64,32] = Relu(%m) name="relu"
+)", "%x: f32[64,48], %w: f32[48,32]", "%y"};
+  const std::string s = lowered_nest(c);
+  SCOPED_TRACE(s);
+  const size_t t = s.find("for kiln_t in [0, 1)"), acc = s.find("allocate kiln_acc"), mk = s.find("kiln_mk_f32(6, 32"),
+               st = s.find("y[");
+  ASSERT_NE(t, std::string::npos);
+  ASSERT_NE(acc, std::string::npos);
+  ASSERT_NE(mk, std::string::npos);
+  ASSERT_NE(st, std::string::npos);
+  EXPECT_LT(t, acc);
+  EXPECT_LT(acc, mk);
+  EXPECT_LT(mk, st);
+  EXPECT_EQ(s.find("kiln_bpack"), std::string::npos);  // B read in place
+  // A conv packs its im2col panel (4 output channels: a 2-row micro-kernel tile).
+  loop::Schedule two_rows;
+  two_rows.contraction.mr = 2;
+  const std::string conv = lowered_nest(cases()[9], two_rows);
+  EXPECT_NE(conv.find("kiln_bpack"), std::string::npos) << conv;
+}
+
+// Tiled and untiled nests give bit-identical float32 results (same products, same ascending
+// summation per element), with every remainder exercised: M, N, K not multiples of the tile, K in
+// several blocks, packed and in-place operands, grouped and padded convs.
+TEST(LowerContraction, TiledIsBitIdenticalToUntiled) {
+  loop::Schedule small;
+  small.contraction = {2, 8, 5};  // mr, nr, kc: small so that the cases below need every remainder
+  small.parallel_min_work = 1;
+  std::vector<Case> cs = {
+      {"mm_remainders", R"(  %y: f32[2,13,19] = MatMul(%x, %w) name="mm"
+)", "%x: f32[2,13,11], %w: f32[11,19]", "%y"},
+      {"mm_prologue_a", R"(  %t: f32[9,7] = Transpose(%x) {perm=[1,0]} name="tr"
+  %y: f32[9,10] = MatMul(%t, %w) name="mm"
+)", "%x: f32[7,9], %w: f32[7,10]", "%y"},
+  };
+  for (size_t i : {9, 10, 11, 12, 13}) cs.push_back(cases()[i]);
+  for (const Case& c : cs) {
+    SCOPED_TRACE(c.name);
+    auto g = make_graph(c);
+    FusionPlan plan = partition(*g);
+    const TensorMap inputs = random_inputs(*g, 3, {}, false);
+    auto values = run_reference_values(*g, inputs);
+    for (const auto& grp : plan.groups) {
+      if (!is_contraction_group(grp)) continue;
+      loop::Schedule dflt;
+      for (const loop::Schedule* sp : {&small, &dflt}) {
+        const loop::Schedule& sched = *sp;
+        auto tiled = loop::lower_group(grp, "t", sched), plain = loop::lower_group(grp, "p", untiled());
+        ASSERT_TRUE(tiled.kernel && plain.kernel) << tiled.reason << plain.reason;
+        // Fewer output channels per group than mr (the depthwise case) stay untiled.
+        if (sp == &small && c.name != "depthwise_clip")
+          EXPECT_NE(loop::print_kernel(*tiled.kernel).find("kiln_mk_f32"), std::string::npos);
+        auto run = [&](const loop::LoopKernel& k) {
+          std::vector<Tensor> in, out;
+          std::vector<Tensor*> ip, op;
+          for (const Value* v : grp.inputs) in.push_back(v->is_constant() ? v->constant() : values.at(v).clone());
+          for (const Value* v : grp.outputs) out.emplace_back(v->dtype(), v->shape());
+          for (auto& t : in) ip.push_back(&t);
+          for (auto& t : out) op.push_back(&t);
+          loop::interpret(k, ip, op);
+          return out;
+        };
+        auto a = run(*tiled.kernel), b = run(*plain.kernel);
+        for (size_t o = 0; o < a.size(); ++o)
+          EXPECT_EQ(std::memcmp(a[o].raw(), b[o].raw(), a[o].nbytes()), 0) << "output " << o;
+      }
+    }
+  }
 }
 
 TEST(LowerContraction, ConvPaddingIsPredicated) {

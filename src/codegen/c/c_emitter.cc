@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "codegen/c/c_prelude.h"
+#include "kernels/microkernel.h"
 #include "support/error.h"
 
 namespace kiln::codegen {
@@ -307,6 +308,7 @@ std::string emit_expr(const Expr& ep, Ctx ctx) {
     case ExprKind::Select:
       return "(" + emit_expr(e.args[0], ctx) + " ? " + emit_expr(e.args[1], ctx) + " : " + emit_expr(e.args[2], ctx) + ")";
     case ExprKind::Cast: return convert(emit_expr(e.args[0], ctx), e.args[0]->type, e.type);
+    case ExprKind::Address: return "(" + ident(e.buffer->name) + " + (" + emit_expr(e.args[0], Ctx::Index) + "))";
     case ExprKind::Call: {
       std::string s = callee(e.name, e.type) + "(";
       for (size_t i = 0; i < e.args.size(); ++i) s += (i ? ", " : "") + emit_expr(e.args[i]);
@@ -360,8 +362,17 @@ class StmtEmitter {
         break;
       case StmtKind::Allocate: emit_allocate(*s, indent); break;
       case StmtKind::Call: {
-        os_ << pad << callee(s->text, DType::Undefined) << "(";
-        for (size_t i = 0; i < s->call_args.size(); ++i) os_ << (i ? ", " : "") << emit_expr(s->call_args[i]);
+        // A micro-kernel call with a constant tile goes to that tile's specialisation.
+        const auto& a = s->call_args;
+        size_t first = 0;
+        std::string fn = callee(s->text, DType::Undefined);
+        if (s->text == kernels::kMicroKernelF32 && a.size() == 10 && a[0]->kind == ExprKind::IntImm &&
+            a[1]->kind == ExprKind::IntImm && kernels::has_specialisation(a[0]->int_value, a[1]->int_value)) {
+          fn = kernels::specialisation_name(a[0]->int_value, a[1]->int_value);
+          first = 2;
+        }
+        os_ << pad << fn << "(";
+        for (size_t i = first; i < a.size(); ++i) os_ << (i > first ? ", " : "") << emit_expr(a[i]);
         os_ << ");\n";
         break;
       }
@@ -442,6 +453,19 @@ void emit_kernel(std::ostringstream& os, const LoopKernel& k) {
   os << "}\n\n";
 }
 
+// The (mr, nr) tiles of the micro-kernel calls in `s`: one specialisation is emitted for each.
+void collect_tiles(const Stmt& s, std::set<std::pair<int64_t, int64_t>>& tiles, bool& any) {
+  if (!s) return;
+  if (s->kind == StmtKind::Call && s->text == kernels::kMicroKernelF32) {
+    any = true;
+    const auto& a = s->call_args;
+    if (a.size() >= 2 && a[0]->kind == ExprKind::IntImm && a[1]->kind == ExprKind::IntImm)
+      tiles.insert({a[0]->int_value, a[1]->int_value});
+  }
+  for (const auto& c : s->body) collect_tiles(c, tiles, any);
+  for (const auto& c : s->else_body) collect_tiles(c, tiles, any);
+}
+
 }  // namespace
 
 std::string comment_safe(const std::string& s) {
@@ -467,6 +491,10 @@ std::string emit_c(const std::vector<LoopKernel>& kernels, const EmitOptions& op
   // -ffp-contract=off (the JIT's default flags) is what keeps a*b+c unfused; the pragma is for
   // compilers that honour it when contraction is allowed.
   if (opts.allow_fma_contraction) os << "#pragma STDC FP_CONTRACT ON\n\n";
+  std::set<std::pair<int64_t, int64_t>> tiles;
+  bool any_microkernel = false;
+  for (const auto& k : kernels) collect_tiles(k.body, tiles, any_microkernel);
+  if (any_microkernel) os << kernels::microkernel_c_source(tiles);
   for (const auto& k : kernels) emit_kernel(os, k);
   return os.str();
 }

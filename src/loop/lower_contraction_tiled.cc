@@ -1,0 +1,153 @@
+#include "loop/lower_contraction_tiled.h"
+
+#include <algorithm>
+
+#include "kernels/microkernel.h"
+#include "loop/lower_internal.h"
+#include "support/error.h"
+
+namespace kiln::loop::detail {
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+Expr minimum(Expr a, Expr b) {
+  if (a->kind == ExprKind::IntImm && b->kind == ExprKind::IntImm) return int_imm(std::min(a->int_value, b->int_value));
+  return binary(BinOp::Min, std::move(a), std::move(b));
+}
+
+Expr lt(Expr a, Expr b) { return binary(BinOp::Lt, std::move(a), std::move(b)); }
+
+}  // namespace
+
+std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& next_let) {
+  const int64_t mr = std::max(1, s.contraction.mr), nr = std::max(1, s.contraction.nr);
+  const bool pack_a = !v.a.buffer, pack_b = !v.b.buffer;
+  KILN_CHECK(pack_b || v.b.stride_c == 1, "tiled GEMM: B read in place must have contiguous columns");
+  // The K block only matters for packed operands (their panels must stay in L1/L2); an operand
+  // read in place streams its rows, so one block covers K.
+  const int64_t kc = (pack_a || pack_b) ? std::clamp<int64_t>(s.contraction.kc, 1, std::max<int64_t>(v.k, 1)) : v.k;
+  const int64_t kblocks = ceil_div(v.k, kc);
+  // M blocks bound the accumulator tile (and give the threads more tiles when N is narrow).
+  const int64_t mc = std::min<int64_t>(v.m, std::max<int64_t>(mr, (256 / mr) * mr));
+  const int64_t mblocks = ceil_div(v.m, mc), ntiles = ceil_div(v.n, nr);
+  const int64_t nbatch = shape_numel(v.batch);
+  const int64_t tiles = nbatch * mblocks * ntiles;
+
+  auto acc = std::make_shared<Buffer>(Buffer{"kiln_acc", DType::Float32, {mc * nr}, Scope::Local});
+  auto bpack = std::make_shared<Buffer>(Buffer{"kiln_bpack", DType::Float32, {kc * nr}, Scope::Local});
+  auto apack = std::make_shared<Buffer>(Buffer{"kiln_apack", DType::Float32, {mc * kc}, Scope::Local});
+
+  // Tile coordinates from the tile index.
+  std::vector<Stmt> tile;
+  const Expr t = var("kiln_t");
+  tile.push_back(let("kiln_bt", div_floor(t, int_imm(mblocks * ntiles))));
+  tile.push_back(let("kiln_mb", mod(div_floor(t, int_imm(ntiles)), int_imm(mblocks))));
+  tile.push_back(let("kiln_jt", mod(t, int_imm(ntiles))));
+  std::vector<Expr> batch;
+  {
+    int64_t stride = nbatch;
+    for (int64_t e : v.batch) {
+      stride /= e;
+      batch.push_back(e == 1 ? int_imm(0) : mod(div_floor(var("kiln_bt"), int_imm(stride)), int_imm(e)));
+    }
+  }
+  const Expr m0 = mul(var("kiln_mb"), int_imm(mc)), j0 = mul(var("kiln_jt"), int_imm(nr));
+  tile.push_back(let("kiln_m0", m0));
+  tile.push_back(let("kiln_j0", j0));
+  tile.push_back(let("kiln_mc", minimum(int_imm(mc), sub(int_imm(v.m), var("kiln_m0")))));
+  tile.push_back(let("kiln_nc", minimum(int_imm(nr), sub(int_imm(v.n), var("kiln_j0")))));
+  const Expr mcv = var("kiln_mc"), ncv = var("kiln_nc");
+
+  std::vector<Stmt> in_acc;
+  in_acc.push_back(for_loop("kiln_z", int_imm(mc * nr), {store(acc, var("kiln_z"), float_imm(0))}, ForKind::Vectorized));
+
+  // One K block.
+  std::vector<Stmt> kblock;
+  const Expr k0 = mul(var("kiln_kb"), int_imm(kc));
+  kblock.push_back(let("kiln_k0", k0));
+  kblock.push_back(let("kiln_kc", minimum(int_imm(kc), sub(int_imm(v.k), var("kiln_k0")))));
+  const Expr k0v = var("kiln_k0"), kcv = var("kiln_kc");
+  if (pack_b) {
+    // Columns past N are zeros (their accumulators are never stored); the value is only read at a
+    // clamped, in-range column so every load stays in bounds.
+    const Expr j = add(var("kiln_j0"), var("kiln_pj"));
+    Expr val = v.b.value(batch, add(k0v, var("kiln_pk")), minimum(j, int_imm(v.n - 1)));
+    if (v.n % nr != 0) val = select(lt(var("kiln_pj"), ncv), val, float_imm(0));
+    kblock.push_back(for_loop("kiln_pk", kcv,
+                              {for_loop("kiln_pj", int_imm(nr),
+                                        {store(bpack, add(mul(var("kiln_pk"), int_imm(nr)), var("kiln_pj")), val)})}));
+  }
+  if (pack_a) {
+    Expr val = v.a.value(batch, add(var("kiln_m0"), var("kiln_pi")), add(k0v, var("kiln_pk")));
+    kblock.push_back(for_loop(
+        "kiln_pi", mcv,
+        {for_loop("kiln_pk", kcv, {store(apack, add(mul(var("kiln_pi"), int_imm(kc)), var("kiln_pk")), val)})}));
+  }
+  // Micro-kernel arguments for the row tile starting at row `r` (relative to m0).
+  auto a_args = [&](Expr r) -> std::vector<Expr> {
+    if (pack_a) return {address(apack, mul(r, int_imm(kc))), int_imm(kc), int_imm(1)};
+    Expr off = add(v.a.base(batch), add(mul(add(var("kiln_m0"), r), int_imm(v.a.stride_r)), mul(k0v, int_imm(v.a.stride_c))));
+    return {address(v.a.buffer, off), int_imm(v.a.stride_r), int_imm(v.a.stride_c)};
+  };
+  auto b_args = [&]() -> std::vector<Expr> {
+    if (pack_b) return {address(bpack, int_imm(0)), int_imm(nr)};
+    Expr off = add(v.b.base(batch), add(mul(k0v, int_imm(v.b.stride_r)), var("kiln_j0")));
+    return {address(v.b.buffer, off), int_imm(v.b.stride_r)};
+  };
+  auto mk = [&](Expr rows, Expr cols, Expr r) {
+    std::vector<Expr> args = {std::move(rows), std::move(cols), kcv};
+    for (auto& e : a_args(r)) args.push_back(e);
+    for (auto& e : b_args()) args.push_back(e);
+    args.push_back(address(acc, mul(r, int_imm(nr))));
+    args.push_back(int_imm(nr));
+    return call_stmt(kernels::kMicroKernelF32, std::move(args));
+  };
+  // Full row tiles; a packed B always has nr columns (zero padded), an in-place B may not.
+  const Expr full_rows = div_floor(mcv, int_imm(mr));
+  const Expr row = mul(var("kiln_r"), int_imm(mr));
+  Stmt full = for_loop("kiln_r", full_rows, {mk(int_imm(mr), int_imm(nr), row)});
+  if (!pack_b && v.n % nr != 0)
+    full = if_then(binary(BinOp::Eq, ncv, int_imm(nr)), {full}, {for_loop("kiln_r", full_rows, {mk(int_imm(mr), ncv, row)})});
+  kblock.push_back(full);
+  if (v.m % mr != 0 || mc % mr != 0) {
+    const Expr rest_row = mul(full_rows, int_imm(mr));
+    kblock.push_back(if_then(lt(rest_row, mcv), {mk(sub(mcv, rest_row), pack_b ? int_imm(nr) : ncv, rest_row)}));
+  }
+  Stmt kloop = for_loop("kiln_kb", int_imm(kblocks), std::move(kblock));
+  if (pack_a) kloop = allocate(apack, {kloop});
+  if (pack_b) kloop = allocate(bpack, {kloop});
+  in_acc.push_back(kloop);
+
+  // The epilogue over the tile.
+  {
+    const Expr i = add(var("kiln_m0"), var("kiln_ei")), j = add(var("kiln_j0"), var("kiln_ej"));
+    std::vector<TileStore> stores =
+        v.epilogue(batch, i, j, load(acc, add(mul(var("kiln_ei"), int_imm(nr)), var("kiln_ej"))));
+    std::vector<Stmt> body;
+    SharedExprHoister h(next_let);
+    for (auto& st : stores) {
+      h.count(st.value);
+      h.count(st.index);
+    }
+    if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused epilogue has ", h.dag_size(), " nodes"));
+    std::vector<BufferPtr> bufs;
+    std::vector<std::pair<Expr, Expr>> pairs;
+    for (auto& st : stores) {
+      pairs.push_back({h.rewrite(st.index, body), h.rewrite(st.value, body)});
+      bufs.push_back(st.buffer);
+    }
+    append_stores(body, bufs, std::move(pairs), next_let);
+    in_acc.push_back(for_loop("kiln_ei", mcv, {for_loop("kiln_ej", ncv, std::move(body))}));
+  }
+  tile.push_back(allocate(acc, std::move(in_acc)));
+
+  const bool parallel = tiles > 1 && nbatch * v.m * v.n * std::max<int64_t>(v.k, 1) >= s.parallel_min_work;
+  return {comment(cat("tiled contraction: ", nbatch, " x [", v.m, " x ", v.k, "] * [", v.k, " x ", v.n, "], tile ", mc,
+                      "x", nr, ", micro-kernel ", mr, "x", nr, ", K block ", kc, (pack_a ? ", A packed" : ""),
+                      (pack_b ? ", B packed" : ""))),
+          for_loop("kiln_t", int_imm(tiles), std::move(tile), parallel ? ForKind::Parallel : ForKind::Serial)};
+}
+
+}  // namespace kiln::loop::detail

@@ -1,0 +1,55 @@
+// A contraction seen as a batch of GEMMs, C[b](i, j) = Σ_k A[b](i, k) · B[b](k, j), and the tiled
+// loop nest that computes it through the micro-kernel interface (src/kernels/microkernel.h):
+//
+//   parallel for tile (b, M block, N tile of nr columns)
+//     allocate acc[mc × nr] = 0                         the tile's accumulators (Scope::Local)
+//     for K block of kc                                 (one block when B is read in place)
+//       [pack B(k, j) for the block into bpack[kc × nr]  when B is an expression: im2col, a
+//                                                        prologue, padding; zero past column N]
+//       [pack A(i, k) into apack[mc × kc]                when A is an expression]
+//       for row tile of mr: kiln_mk_f32(mr, nr, kc, A, .., B, .., &acc[row·nr], nr)
+//     epilogue: for i < mc, j < valid columns: the group's stores from acc[i·nr + j]
+//
+// MatMul maps directly (batch dims; i rows of A; j columns of B). Conv maps per (n, group): i the
+// output channel within the group, j the flattened output position, k = (input channel, kernel
+// position) flattened, A the weights (read in place: [M, K] row-major per group), B the im2col
+// values of the input, packed (or read in place for a 1×1, stride-1, unpadded conv).
+//
+// Each output element still sums its products in ascending k with one accumulator, so the tiled
+// nest gives bit-identical results to the naive one (tested against it).
+#pragma once
+#include <functional>
+#include <vector>
+
+#include "loop/loop_ir.h"
+#include "loop/schedule.h"
+
+namespace kiln::loop::detail {
+
+struct GemmOperand {
+  // Set when the operand is a plain buffer read in place: element (r, c) of batch b is at
+  // base(b) + r * stride_r + c * stride_c (B: stride_c must be 1).
+  BufferPtr buffer;
+  std::function<Expr(const std::vector<Expr>& batch)> base;
+  int64_t stride_r = 0, stride_c = 0;
+  // The operand's value (float32) at (batch, r, c): A(i, k) or B(k, j). Used to pack it.
+  std::function<Expr(const std::vector<Expr>& batch, Expr r, Expr c)> value;
+};
+
+struct TileStore {
+  BufferPtr buffer;
+  Expr index, value;
+};
+
+struct GemmView {
+  Shape batch;  // batch extents (MatMul: the broadcast batch dims; Conv: {N, groups})
+  int64_t m = 1, n = 1, k = 1;
+  GemmOperand a, b;
+  // The group's stores at output (batch, i, j) given the accumulated value (float32).
+  std::function<std::vector<TileStore>(const std::vector<Expr>& batch, Expr i, Expr j, Expr acc)> epilogue;
+};
+
+// The tiled nest (statements of the kernel body). Lets are numbered from next_let.
+std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& next_let);
+
+}  // namespace kiln::loop::detail

@@ -1,0 +1,167 @@
+#include "loop/rebind_buffers.h"
+
+#include <optional>
+
+#include "loop/affine.h"
+#include "loop/lower_internal.h"
+#include "support/error.h"
+
+namespace kiln::loop {
+
+Expr BufferRebinder::expr(const Expr& e) {
+  if (!e) return e;
+  if (auto it = memo_.find(e.get()); it != memo_.end()) return it->second;
+  Expr r = e;
+  auto copy = std::make_shared<ExprNode>(*e);
+  bool changed = false;
+  for (auto& a : copy->args) {
+    Expr na = expr(a);
+    changed = changed || na != a;
+    a = na;
+  }
+  if (e->buffer) {  // Load, Address
+    if (auto it = map_.find(e->buffer.get()); it != map_.end()) {
+      copy->buffer = it->second.to;
+      if (it->second.offset) copy->args[0] = detail::sub(copy->args[0], it->second.offset);
+      // A Load's type is its buffer's dtype; micro-kernels read an address as that dtype.
+      KILN_CHECK(copy->buffer->dtype == e->buffer->dtype, "rebinding ", e->buffer->name, " to ", copy->buffer->name,
+                 " changes its dtype");
+      changed = true;
+    }
+  }
+  if (changed) r = copy;
+  memo_[e.get()] = r;
+  return r;
+}
+
+Stmt BufferRebinder::stmt(const Stmt& s) {
+  if (!s) return s;
+  auto c = std::make_shared<StmtNode>(*s);
+  c->extent = expr(s->extent);
+  c->index = expr(s->index);
+  c->value = expr(s->value);
+  c->cond = expr(s->cond);
+  for (auto& a : c->call_args) a = expr(a);
+  for (auto& b : c->body) b = stmt(b);
+  for (auto& b : c->else_body) b = stmt(b);
+  if (s->buffer) {
+    if (auto it = map_.find(s->buffer.get()); it != map_.end()) {
+      KILN_CHECK(s->kind == StmtKind::Store, "cannot rebind the buffer an Allocate declares (", s->buffer->name, ")");
+      KILN_CHECK(it->second.to->dtype == s->buffer->dtype, "rebinding ", s->buffer->name, " changes its dtype");
+      c->buffer = it->second.to;
+      if (it->second.offset) c->index = detail::sub(c->index, it->second.offset);
+    }
+  }
+  return c;
+}
+
+Stmt rebind_buffers(const Stmt& s, BufferMap map) { return BufferRebinder(std::move(map)).stmt(s); }
+
+namespace {
+
+class DivModFolder {
+ public:
+  explicit DivModFolder(std::map<std::string, int64_t> extents) : extents_(std::move(extents)) {}
+
+  Stmt stmt(const Stmt& s) {
+    if (!s) return s;
+    auto c = std::make_shared<StmtNode>(*s);
+    c->extent = expr(s->extent);
+    c->value = expr(s->value);
+    c->cond = expr(s->cond);
+    for (auto& a : c->call_args) a = expr(a);
+    std::optional<int64_t> saved;
+    const bool loop = s->kind == StmtKind::For;
+    if (loop) {
+      // Names may be reused by sibling loops with other extents: memoised results hold only
+      // within one extents map.
+      if (auto it = extents_.find(s->var); it != extents_.end()) saved = it->second;
+      if (s->extent->kind == ExprKind::IntImm) extents_[s->var] = s->extent->int_value;
+      else extents_.erase(s->var);
+      memo_.clear();
+    }
+    c->index = s->index ? tidy(expr(s->index)) : nullptr;
+    for (auto& b : c->body) b = stmt(b);
+    for (auto& b : c->else_body) b = stmt(b);
+    if (loop) {
+      if (saved) extents_[s->var] = *saved;
+      else extents_.erase(s->var);
+      memo_.clear();
+    }
+    return c;
+  }
+
+  Expr expr(const Expr& e) {
+    if (!e) return e;
+    if (auto it = memo_.find(e.get()); it != memo_.end()) return it->second;
+    Expr r = e;
+    auto copy = std::make_shared<ExprNode>(*e);
+    bool changed = false;
+    for (auto& a : copy->args) {
+      Expr na = expr(a);
+      changed = changed || na != a;
+      a = na;
+    }
+    if (e->kind == ExprKind::Load || e->kind == ExprKind::Address) {
+      Expr t = tidy(copy->args[0]);
+      changed = changed || t != copy->args[0];
+      copy->args[0] = t;
+    }
+    if (changed) r = copy;
+    if (Expr f = fold(r)) r = f;
+    memo_[e.get()] = r;
+    return r;
+  }
+
+ private:
+  std::optional<AffineForm> form(const Expr& e) const {
+    AffineScope scope;
+    for (const auto& [v, n] : extents_) scope.varying.insert(v);
+    return affine_form(e, scope);
+  }
+
+  // n / d or n % d with n = d*q + r, r within [0, d) and q >= 0 (so C's truncation is floor).
+  Expr fold(const Expr& e) const {
+    if (e->kind != ExprKind::Binary || (e->bin != BinOp::Div && e->bin != BinOp::Mod) || e->type != DType::Int64)
+      return nullptr;
+    const Expr& dv = e->args[1];
+    if (dv->kind != ExprKind::IntImm || dv->int_value < 1) return nullptr;
+    const int64_t d = dv->int_value;
+    auto f = form(e->args[0]);
+    if (!f) return nullptr;
+    AffineForm q, r;
+    for (const auto& [k, c] : f->coef) {
+      AffineForm& to = c % d == 0 ? q : r;
+      to.coef[k] = c % d == 0 ? c / d : c;
+      to.atoms[k] = f->atoms.at(k);
+    }
+    q.constant = f->constant / d - (f->constant % d < 0 ? 1 : 0);
+    r.constant = f->constant - q.constant * d;
+    auto qb = affine_bounds(q, extents_), rb = affine_bounds(r, extents_);
+    if (!qb || !rb || qb->lo < 0 || rb->lo < 0 || rb->hi >= d) return nullptr;
+    return e->bin == BinOp::Div ? q.to_expr() : r.to_expr();
+  }
+
+  // An affine index in expanded form (atoms all variables with known ranges, so nothing that
+  // was shared through a Let is expanded back).
+  Expr tidy(const Expr& e) const {
+    auto f = form(e);
+    if (!f) return e;
+    for (const auto& [k, c] : f->coef)
+      if (!extents_.count(k)) return e;
+    return f->to_expr();
+  }
+
+  std::map<std::string, int64_t> extents_;
+  std::unordered_map<const ExprNode*, Expr> memo_;
+};
+
+}  // namespace
+
+Stmt fold_index_divmod(const Stmt& s, const std::map<std::string, int64_t>& extents) {
+  return DivModFolder(extents).stmt(s);
+}
+
+Stmt scoped(std::vector<Stmt> body) { return if_then(int_imm(1, DType::Bool), std::move(body)); }
+
+}  // namespace kiln::loop

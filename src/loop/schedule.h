@@ -1,0 +1,32 @@
+// Schedule: the parameters of the loop transforms (tile sizes, vector width, unroll factor, thread
+// count), kept apart from the transforms themselves (loop_transforms.h) and from the lowering that
+// builds the nests. Today the defaults come from the Target; the auto-tuner will search over these
+// fields per kernel, so every performance decision a lowering or transform makes must read its
+// parameter from here rather than from a constant.
+#pragma once
+#include <cstdint>
+
+#include "fusion/target.h"
+
+namespace kiln::loop {
+
+// The register tile of a contraction's micro-kernel: mr rows × nr columns of accumulators, nr a
+// multiple of the vector width; kc the K block over which a packed operand tile is reused.
+struct ContractionTile {
+  int mr = 6;
+  int nr = 32;
+  int64_t kc = 256;
+};
+
+struct Schedule {
+  int vector_width = 16;              // float32 lanes of the target's SIMD registers
+  int unroll = 4;                     // unroll factor for short inner loops
+  int threads = 0;                    // 0: the runtime's thread count
+  int64_t parallel_min_work = 32768;  // iterations × inner work below which a nest stays serial
+  ContractionTile contraction;
+  bool tile_contractions = true;      // false: the naive dot-product nest (a reference for tests)
+
+  static Schedule for_target(const Target& t);
+};
+
+}  // namespace kiln::loop
