@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: export a tiny CNN from PyTorch, show what kiln sees in it and how it fuses, run it
-# with kiln (reference executor, then compiled kernels checked against it) and compare with PyTorch.
+# with kiln (compiled kernels, checked against the reference executor), compare with PyTorch, and time
+# fused against unfused compiled code.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kiln=build/kiln
@@ -20,11 +21,11 @@ echo
 echo "== 4. kiln explain: how the ops fuse into kernels (and why some do not)"
 "$kiln" explain "$out/demo.onnx" | grep -E "^kernel |^  ops|^kernels:|^intermediate|^memory"
 echo
-echo "== 5. kiln run: execute it with the reference executor"
-"$kiln" run "$out/demo.onnx" --input input="$out/demo.input.npy" --output-dir "$out/result" --reference
+echo "== 5. kiln run --check: compile the fused kernels to C, run them, compare each with the reference executor"
+"$kiln" run "$out/demo.onnx" --input input="$out/demo.input.npy" --output-dir "$out/result" --check
 echo
-echo "== 6. kiln run --check: compile the fused kernels to C and compare each with the reference"
-"$kiln" run "$out/demo.onnx" --input input="$out/demo.input.npy" --output-dir "$out/compiled" --check
+echo "== 6. kiln bench --compare: fused vs unfused compiled code (and ONNX Runtime when installed), interleaved"
+"$kiln" bench "$out/demo.onnx" --compare --runs 20 --warmup 3
 echo
 echo "== 7. Compare with PyTorch"
 /usr/bin/python3 - "$out" <<'PY'

@@ -359,7 +359,7 @@ class ContractionLowering {
     int64_t k_total = 1;
     for (int64_t e : k_extents_) k_total *= e;
     for (size_t i = out_loops.size(); i-- > 0;) {
-      const bool parallel = i == 0 && out_loops[0].extent > 1 && numel * std::max<int64_t>(k_total, 1) >= 32768;
+      const bool parallel = i == 0 && out_loops[0].extent > 1 && numel * std::max<int64_t>(k_total, 1) >= sched_.parallel_min_work;
       body = {for_loop(out_loops[i].var, int_imm(out_loops[i].extent), std::move(body),
                        parallel ? ForKind::Parallel : ForKind::Serial)};
     }
@@ -742,7 +742,7 @@ class ContractionLowering {
     int64_t k_total = 1;
     for (int64_t e : k_extents_) k_total *= e;
     for (size_t i = outer_loops.size(); i-- > 0;) {
-      const bool parallel = i == 0 && outer_loops[0].extent > 1 && numel * std::max<int64_t>(k_total, 1) >= 32768;
+      const bool parallel = i == 0 && outer_loops[0].extent > 1 && numel * std::max<int64_t>(k_total, 1) >= sched_.parallel_min_work;
       body = {for_loop(outer_loops[i].var, int_imm(outer_loops[i].extent), std::move(body),
                        parallel ? ForKind::Parallel : ForKind::Serial)};
     }

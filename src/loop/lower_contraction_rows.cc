@@ -202,6 +202,8 @@ struct Rebind {
   }
 
   Stmt stmt(const Stmt& s) {
+    // A buffer the row kernel allocates itself (e.g. vector lanes of a reduction) stays as it is.
+    if (s->kind == StmtKind::Allocate) global[s->buffer.get()] = s->buffer;
     auto c = std::make_shared<StmtNode>(*s);
     c->extent = expr(s->extent);
     c->index = expr(s->index);

@@ -22,9 +22,12 @@ struct Schedule {
   int vector_width = 16;              // float32 lanes of the target's SIMD registers
   int unroll = 4;                     // unroll factor for short inner loops
   int threads = 0;                    // 0: the runtime's thread count
-  int64_t parallel_min_work = 32768;  // iterations × inner work below which a nest stays serial
+  // Iterations × inner work (multiply-adds for a contraction) below which a nest stays serial:
+  // waking the worker threads costs tens of microseconds, more than a small kernel gains.
+  int64_t parallel_min_work = int64_t(1) << 19;
   ContractionTile contraction;
   bool tile_contractions = true;      // false: the naive dot-product nest (a reference for tests)
+  bool default_transforms = true;     // apply_default_schedule after lowering (loop_transforms.h)
 
   static Schedule for_target(const Target& t);
 };

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "fusion/partitioner.h"
+#include "loop/loop_transforms.h"
 #include "loop/lower_group.h"
 
 namespace kiln::runtime {
@@ -39,6 +40,7 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
     } else {
       loop::LoweredGroup lg = loop::lower_group(grp, info.name, sched);
       if (lg.kernel) {
+        if (sched.default_transforms) loop::apply_default_schedule(*lg.kernel, sched);
         info.generated = true;
         kernels.push_back(std::move(*lg.kernel));
       } else {

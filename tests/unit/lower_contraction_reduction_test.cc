@@ -168,6 +168,7 @@ TEST(LowerContractionRows, JitMatchesReference) {
 loop::Schedule untiled() {
   loop::Schedule s;
   s.tile_contractions = false;
+  s.parallel_min_work = 32768;  // the shape tests' nests are small
   return s;
 }
 
@@ -207,7 +208,9 @@ TEST(LowerContractionRows, BigNestIsParallel) {
 // bit-identical to the untiled nest.
 TEST(LowerContractionRows, TiledRowBlocks) {
   auto g = make_graph(cases()[5]);
-  auto ks = lower_contractions(*g, "");
+  loop::Schedule sched;
+  sched.parallel_min_work = 32768;
+  auto ks = lower_contractions(*g, "", nullptr, sched);
   ASSERT_EQ(ks.size(), 1u);
   const std::string s = loop::print_kernel(ks[0]);
   SCOPED_TRACE(s);

@@ -51,10 +51,10 @@ int cmd_run(const std::vector<std::string>& argv) {
     if (inputs.count(name)) user_error("--input '", name, "' is given twice");
     inputs[name] = read_npy(spec.substr(eq + 1));
   }
-  bool compiled = a.has("compiled") || a.has("check");
-  auto g = load_model(model, a, pipeline_options(a), /*lower=*/a.has("fused-plan") || compiled);
-  // Only the reference executor exists until code generation lands; --reference is accepted so
-  // scripts written now keep working when compiled execution becomes the default.
+  // Compiled code is the default; --reference runs the interpreter (the oracle), --fused-plan the
+  // fusion plan with the reference kernels. --compiled is accepted (and means the default).
+  const bool compiled = !a.has("reference") && !a.has("fused-plan");
+  auto g = load_model(model, a, pipeline_options(a), /*lower=*/!a.has("reference"));
   TensorMap outputs;
   try {
     // --fused-plan runs the fusion plan kernel by kernel with the reference kernels, each kernel
