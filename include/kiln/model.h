@@ -63,6 +63,11 @@ class Model {
   const std::vector<TensorInfo>& outputs() const;
   int kernel_count() const;
   std::map<std::string, OutputTensor> run(const std::map<std::string, TensorRef>& inputs) const;
+  // The allocation-free path: caller-owned buffers in inputs() / outputs() order, each dense
+  // row-major with the declared dtype and shape (not checked: the caller sized them from
+  // inputs()/outputs()). Generated kernels allocate nothing; intermediates live in the model's
+  // arena, so one Model must not run on two threads at once.
+  void run_into(const std::vector<const void*>& inputs, const std::vector<void*>& outputs) const;
 
  private:
   struct Impl;

@@ -87,4 +87,15 @@ std::map<std::string, OutputTensor> Model::run(const std::map<std::string, Tenso
   });
 }
 
+void Model::run_into(const std::vector<const void*>& inputs, const std::vector<void*>& outputs) const {
+  translate_errors([&] {
+    for (const void* p : inputs)
+      if (!p) throw Error("run_into: null input buffer");
+    for (void* p : outputs)
+      if (!p) throw Error("run_into: null output buffer");
+    impl_->exe->run_into(inputs, outputs);
+    return 0;
+  });
+}
+
 }  // namespace kiln

@@ -4,11 +4,31 @@
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <new>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include "kiln/model.h"
+
+namespace {
+
+// Allocation counting for the run_into test: every operator new of this binary goes through here
+// (replacing the global allocator is program-wide; it only counts while `g_counting` is set).
+std::atomic<bool> g_counting{false};
+std::atomic<long> g_allocations{0};
+
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (g_counting) ++g_allocations;
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -61,6 +81,19 @@ TEST(PublicApi, CompileAndRun) {
   const float* y = out.at("y").f32();
   for (size_t i = 0; i < x.size(); ++i) EXPECT_FLOAT_EQ(y[i], std::exp(std::max(x[i], 0.0f)));
   EXPECT_THROW(m.run({{"x", kiln::TensorRef::f32(x.data(), {4, 2})}}), kiln::Error);
+  // run_into: the same values into a caller buffer, with no allocation during the call.
+  std::vector<float> y2(8, -1.0f);
+  const std::vector<const void*> ins = {x.data()};
+  const std::vector<void*> outs = {y2.data()};
+  m.run_into(ins, outs);  // warm: the kernels and OpenMP's thread pool exist after the first run
+  g_allocations = 0;
+  g_counting = true;
+  m.run_into(ins, outs);
+  g_counting = false;
+  EXPECT_EQ(g_allocations.load(), 0);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(y2[i], y[i]);
+  EXPECT_THROW(m.run_into({x.data(), x.data()}, outs), kiln::Error);
+  EXPECT_THROW(m.run_into({nullptr}, outs), kiln::Error);
   EXPECT_THROW(kiln::Model::compile((dir / "missing.onnx").string()), kiln::Error);
   fs::remove_all(dir);
 }

@@ -40,6 +40,13 @@ runtime::BuildOptions build_options(const Args& a) {
   o.threads = int(a.get_int("threads", 0));
   if (o.threads < 0) user_error("--threads must be positive");
   o.compile.use_cache = !a.has("no-cache");
+  // --fma: let the C compiler contract a*b+c into fused multiply-adds (one rounding instead of
+  // two: results move off the reference's, within the 1e-4 contract). Off by default.
+  if (a.has("fma")) {
+    o.emit.allow_fma_contraction = true;
+    for (auto& f : o.compile.flags)
+      if (f == "-ffp-contract=off") f = "-ffp-contract=fast";
+  }
   return o;
 }
 
