@@ -540,7 +540,7 @@ class ContractionLowering {
            c_->input(1)->shape()[0] >= sched_.contraction.mr;
   }
 
-  // The block loops around the per-row statements `per_row` (which read row kiln_rr of kiln_acc and
+  // The block loops around the per-row statements `per_row` (which read row kiln_tr_row of kiln_acc and
   // use the outer loop variables `outer`, decoded here from the row index).
   std::vector<Stmt> tiled_row_blocks(const std::vector<std::pair<std::string, int64_t>>& outer, const BufferPtr& acc,
                                      std::vector<Stmt> per_row) {
@@ -555,7 +555,7 @@ class ContractionLowering {
     const int64_t mblocks = (m + mr - 1) / mr;
     std::vector<Stmt> row_body;
     {
-      Expr r = add(add(mul(var("kiln_bt"), int_imm(m)), var("kiln_r0")), var("kiln_rr"));
+      Expr r = add(add(mul(var("kiln_tr_img"), int_imm(m)), var("kiln_tr_first")), var("kiln_tr_row"));
       int64_t stride = rows;
       for (const auto& [name, extent] : outer) {
         stride /= extent;
@@ -571,33 +571,33 @@ class ContractionLowering {
                   geo_.out[d] == geo_.in[d];
     BufferPtr b = pointwise ? L_.input_buffers_.at(c_->input(conv ? 0 : 1))
                             : std::make_shared<Buffer>(Buffer{"kiln_bpack", DType::Float32, {k * n}, Scope::Local});
-    const Expr b_base = pointwise && conv ? mul(var("kiln_bt"), int_imm(k * n)) : int_imm(0);
+    const Expr b_base = pointwise && conv ? mul(var("kiln_tr_img"), int_imm(k * n)) : int_imm(0);
     auto mk = [&](Expr rows_e, Expr cols, Expr j0) {
       return call_stmt(kernels::kMicroKernelF32,
-                       {std::move(rows_e), std::move(cols), int_imm(k), address(a, mul(var("kiln_r0"), int_imm(k))),
+                       {std::move(rows_e), std::move(cols), int_imm(k), address(a, mul(var("kiln_tr_first"), int_imm(k))),
                         int_imm(k), int_imm(1), address(b, add(b_base, j0)), int_imm(n), address(acc, j0), int_imm(n)});
     };
     std::vector<Stmt> in_acc;
-    in_acc.push_back(for_loop("kiln_z", int_imm(mr * n), {store(acc, var("kiln_z"), float_imm(0))}, ForKind::Vectorized));
-    const Expr j0 = mul(var("kiln_jt"), int_imm(nr));
-    in_acc.push_back(if_then(binary(BinOp::Eq, var("kiln_rc"), int_imm(mr)),
-                             {for_loop("kiln_jt", int_imm(n / nr), {mk(int_imm(mr), int_imm(nr), j0)})},
-                             {for_loop("kiln_jt", int_imm(n / nr), {mk(var("kiln_rc"), int_imm(nr), j0)})}));
-    if (n % nr) in_acc.push_back(mk(var("kiln_rc"), int_imm(n % nr), int_imm(n / nr * nr)));
-    in_acc.push_back(for_loop("kiln_rr", var("kiln_rc"), std::move(row_body)));
-    std::vector<Stmt> blk = {let("kiln_r0", mul(var("kiln_b"), int_imm(mr))),
-                             let("kiln_rc", binary(BinOp::Min, int_imm(mr), sub(int_imm(m), var("kiln_r0")))),
+    in_acc.push_back(for_loop("kiln_tr_z", int_imm(mr * n), {store(acc, var("kiln_tr_z"), float_imm(0))}, ForKind::Vectorized));
+    const Expr j0 = mul(var("kiln_tr_jt"), int_imm(nr));
+    in_acc.push_back(if_then(binary(BinOp::Eq, var("kiln_tr_count"), int_imm(mr)),
+                             {for_loop("kiln_tr_jt", int_imm(n / nr), {mk(int_imm(mr), int_imm(nr), j0)})},
+                             {for_loop("kiln_tr_jt", int_imm(n / nr), {mk(var("kiln_tr_count"), int_imm(nr), j0)})}));
+    if (n % nr) in_acc.push_back(mk(var("kiln_tr_count"), int_imm(n % nr), int_imm(n / nr * nr)));
+    in_acc.push_back(for_loop("kiln_tr_row", var("kiln_tr_count"), std::move(row_body)));
+    std::vector<Stmt> blk = {let("kiln_tr_first", mul(var("kiln_tr_blk"), int_imm(mr))),
+                             let("kiln_tr_count", binary(BinOp::Min, int_imm(mr), sub(int_imm(m), var("kiln_tr_first")))),
                              allocate(acc, std::move(in_acc))};
     // One image's blocks run in parallel when there is one image (the emitter forks only at the
     // outermost loop); several images are a serial loop around them.
     const bool parallel = nb == 1 && mblocks > 1 && rows * n * k >= sched_.parallel_min_work;
     std::vector<Stmt> per_batch;
     if (!pointwise) {
-      // The im2col panel of image kiln_bt: bpack[kk * n + p] for every (input channel, kernel
+      // The im2col panel of image kiln_tr_img: bpack[kk * n + p] for every (input channel, kernel
       // position) kk and output position p.
       std::vector<int64_t> k_ext(k_extents_.begin(), k_extents_.end());
       std::vector<Expr> kd(k_ext.size()), od(geo_.out.size());
-      Expr kf = var("kiln_pk"), pf = var("kiln_pp");
+      Expr kf = var("kiln_tr_pk"), pf = var("kiln_tr_pp");
       for (size_t i = k_ext.size(); i-- > 0;) {
         kd[i] = i == 0 ? kf : mod(kf, int_imm(k_ext[i]));
         kf = div_floor(kf, int_imm(k_ext[i]));
@@ -606,17 +606,17 @@ class ContractionLowering {
         od[i] = i == 0 ? pf : mod(pf, int_imm(geo_.out[i]));
         pf = div_floor(pf, int_imm(geo_.out[i]));
       }
-      Expr x = conv_input(var("kiln_bt"), kd[0], od, std::vector<Expr>(kd.begin() + 1, kd.end()));
+      Expr x = conv_input(var("kiln_tr_img"), kd[0], od, std::vector<Expr>(kd.begin() + 1, kd.end()));
       per_batch.push_back(for_loop(
-          "kiln_pk", int_imm(k),
-          {for_loop("kiln_pp", int_imm(n), {store(b, add(mul(var("kiln_pk"), int_imm(n)), var("kiln_pp")), x)})},
+          "kiln_tr_pk", int_imm(k),
+          {for_loop("kiln_tr_pp", int_imm(n), {store(b, add(mul(var("kiln_tr_pk"), int_imm(n)), var("kiln_tr_pp")), x)})},
           parallel ? ForKind::Parallel : ForKind::Serial));
     }
     per_batch.push_back(
-        for_loop("kiln_b", int_imm(mblocks), std::move(blk), parallel ? ForKind::Parallel : ForKind::Serial));
+        for_loop("kiln_tr_blk", int_imm(mblocks), std::move(blk), parallel ? ForKind::Parallel : ForKind::Serial));
     if (!pointwise) per_batch = {allocate(b, std::move(per_batch))};
-    Stmt body = nb == 1 ? block(std::move(per_batch)) : for_loop("kiln_bt", int_imm(nb), std::move(per_batch));
-    if (nb == 1) body = block({let("kiln_bt", int_imm(0)), body});
+    Stmt body = nb == 1 ? block(std::move(per_batch)) : for_loop("kiln_tr_img", int_imm(nb), std::move(per_batch));
+    if (nb == 1) body = block({let("kiln_tr_img", int_imm(0)), body});
     return {comment(cat("tiled rows: ", nb, " x [", m, " x ", k, "] * [", k, " x ", n, "], ", mr,
                         " rows per block, micro-kernel ", mr, "x", nr, pointwise ? "" : ", B packed per batch")),
             body};
@@ -639,7 +639,7 @@ class ContractionLowering {
     int64_t bytes = 0;
     for (size_t i = 0; i < plan.staged.size(); ++i) {
       const Value* v = plan.staged[i];
-      rows.push_back(std::make_shared<Buffer>(Buffer{"kiln_row" + std::to_string(i), v->dtype(), row_shape, Scope::Local}));
+      rows.push_back(std::make_shared<Buffer>(Buffer{"kiln_crow" + std::to_string(i), v->dtype(), row_shape, Scope::Local}));
       buffers[v] = rows.back();
       bytes += plan.row * int64_t(dtype_size(v->dtype()));
     }
@@ -704,7 +704,7 @@ class ContractionLowering {
         stores.push_back({k_.outputs.at(o), L_.flat(idx), e});
       }
     }
-    std::vector<Stmt> body = {let(kAcc, tiled_rows ? load(acc_rows, add(mul(var("kiln_rr"), int_imm(row_len)), row_flat))
+    std::vector<Stmt> body = {let(kAcc, tiled_rows ? load(acc_rows, add(mul(var("kiln_tr_row"), int_imm(row_len)), row_flat))
                                                     : imm(0, acc_t)),
                               kloop};
     SharedExprHoister h(next_let);

@@ -2,9 +2,9 @@
 // LayerNorm, MatMul + softmax, Conv + ReLU + GlobalAveragePool): the parts that are not the
 // contraction's own nest. lower_contraction.cc builds, per outer position of the output,
 //
-//   allocate kiln_row<k>[row]                    one row of each staged value (Scope::Local)
-//     for each row element: acc = K loop; pre-reduction epilogue -> kiln_row<k>, early outputs
-//     the row kernel's passes (lower_reduction.cc) reading kiln_row<k> instead of memory
+//   allocate kiln_crow<k>[row]                    one row of each staged value (Scope::Local)
+//     for each row element: acc = K loop; pre-reduction epilogue -> kiln_crow<k>, early outputs
+//     the row kernel's passes (lower_reduction.cc) reading kiln_crow<k> instead of memory
 //
 // The passes are the row kernel of a synthetic group: the reductions, the members that depend on
 // their results and those members' other producers, with every staged value (a pre-reduction

@@ -180,7 +180,7 @@ TEST(LowerContractionRows, NestShape) {
   ASSERT_EQ(ks.size(), 1u);
   const std::string s = loop::print_kernel(ks[0]);
   SCOPED_TRACE(s);
-  const size_t i0 = s.find("for i0 in [0, 2)"), i1 = s.find("for i1 in [0, 3)"), row = s.find("kiln_row0"),
+  const size_t i0 = s.find("for i0 in [0, 2)"), i1 = s.find("for i1 in [0, 3)"), row = s.find("kiln_crow0"),
                c = s.find("for kiln_c2 in [0, 16)"), k = s.find("for kiln_k0 in [0, 8)"), pass = s.find("kiln_j0_2"),
                st = s.find("y[");
   for (size_t p : {i0, i1, row, c, k, pass, st}) ASSERT_NE(p, std::string::npos);
@@ -200,7 +200,7 @@ TEST(LowerContractionRows, BigNestIsParallel) {
   ASSERT_EQ(ks.size(), 1u);
   const std::string s = loop::print_kernel(ks[0]);
   EXPECT_NE(s.find("for i0 in [0, 64) parallel"), std::string::npos) << s;
-  EXPECT_NE(s.find("allocate kiln_row0: f32[128] local"), std::string::npos) << s;
+  EXPECT_NE(s.find("allocate kiln_crow0: f32[128] local"), std::string::npos) << s;
 }
 
 // Tiled (the default for float32 MatMul rows over the last axis): blocks of mr rows in parallel,
@@ -214,8 +214,8 @@ TEST(LowerContractionRows, TiledRowBlocks) {
   ASSERT_EQ(ks.size(), 1u);
   const std::string s = loop::print_kernel(ks[0]);
   SCOPED_TRACE(s);
-  const size_t blk = s.find("for kiln_b in [0, 11) parallel"), mk = s.find("kiln_mk_f32(6, 32"),
-               rr = s.find("for kiln_rr in"), row = s.find("allocate kiln_row0");
+  const size_t blk = s.find("for kiln_tr_blk in [0, 11) parallel"), mk = s.find("kiln_mk_f32(6, 32"),
+               rr = s.find("for kiln_tr_row in"), row = s.find("allocate kiln_crow0");
   for (size_t p : {blk, mk, rr, row}) ASSERT_NE(p, std::string::npos);
   EXPECT_LT(blk, mk);
   EXPECT_LT(mk, rr);

@@ -414,6 +414,9 @@ class StmtEmitter {
     KILN_CHECK(b.scope != Scope::Global, "C emitter: global buffer ", b.name, " cannot be allocated in a kernel");
     const int64_t n = std::max<int64_t>(b.numel(), 1);  // C arrays cannot be empty
     const std::string name = ident(b.name), t = storage_type(b.dtype);
+    // C resolves buffers by name, the IR (and the interpreter) by identity: a local that shadows a
+    // live buffer of the same name would silently read the wrong one.
+    KILN_CHECK(live_.insert(name).second, "C emitter: buffer '", b.name, "' is allocated while a buffer of that name is live");
     const bool heap = n * int64_t(dtype_size(b.dtype)) > kMaxStackBytes;
     os_ << pad << "{\n";
     if (heap)
@@ -424,10 +427,15 @@ class StmtEmitter {
     body(s.body, indent + 1);
     if (heap) os_ << pad << "  free(" << name << ");\n";
     os_ << pad << "}\n";
+    live_.erase(name);
   }
 
   std::ostringstream& os_;
   int loop_depth_ = 0;
+  std::set<std::string> live_;  // names of the buffers in scope (the kernel's arguments and locals)
+
+ public:
+  void declare(const std::string& name) { live_.insert(name); }
 };
 
 void emit_kernel(std::ostringstream& os, const LoopKernel& k) {
@@ -449,7 +457,10 @@ void emit_kernel(std::ostringstream& os, const LoopKernel& k) {
     const std::string t = storage_type(b->dtype);
     os << "  " << t << "* restrict " << ident(b->name) << " = (" << t << "*)args[" << arg++ << "];\n";
   }
-  if (k.body) StmtEmitter(os).emit(k.body, 1);
+  StmtEmitter em(os);
+  for (const auto& b : k.inputs) em.declare(ident(b->name));
+  for (const auto& b : k.outputs) em.declare(ident(b->name));
+  if (k.body) em.emit(k.body, 1);
   os << "}\n\n";
 }
 

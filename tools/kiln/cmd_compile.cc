@@ -1,0 +1,63 @@
+// kiln compile: ahead-of-time compilation into a self-contained C bundle (src/runtime/aot_bundle.h)
+// that builds with make and runs without kiln.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "cli.h"
+#include "runtime/aot_bundle.h"
+
+namespace kiln::cli {
+
+int cmd_compile(const std::vector<std::string>& argv_in) {
+  // Args only knows "--name" options; accept the conventional "-o DIR" as --output DIR.
+  std::vector<std::string> argv;
+  for (size_t i = 0; i < argv_in.size(); ++i) {
+    if (argv_in[i] == "-o") {
+      if (i + 1 >= argv_in.size()) user_error("option -o needs a value");
+      argv.push_back("--output=" + argv_in[++i]);
+    } else {
+      argv.push_back(argv_in[i]);
+    }
+  }
+  auto valued = kModelValuedOptions;
+  valued.insert(valued.end(), {"output", "target", "fusion-fuel", "threads"});
+  auto flags = kModelFlags;
+  flags.insert(flags.end(), {"no-fusion", "no-cache"});
+  Args a(argv, valued, flags);
+  if (a.positional().size() != 1) user_error("compile expects one MODEL.onnx (see kiln help)");
+  if (!a.has("output")) user_error("compile needs -o DIR");
+  const std::string model = a.positional()[0], dir = a.get("output");
+  // Refuse a bad destination before the (slow) compilation.
+  runtime::check_aot_destination(dir);
+
+  runtime::BuildOptions bo = build_options(a);
+  runtime::AotOptions ao;
+  ao.model_path = model;
+  ao.threads = bo.threads;
+  ao.compile = bo.compile;
+  ao.emit = bo.emit;
+
+  bool tty = isatty(fileno(stderr));
+  auto progress = [&](const std::string& m) {
+    if (tty) std::cerr << "kiln: " << m << "...\r" << std::flush;
+  };
+  auto g = load_model(model, a, pipeline_options(a), /*lower=*/true);
+  std::unique_ptr<runtime::Executable> ex;
+  runtime::AotBundle bundle;
+  try {
+    ex = runtime::Executable::build(std::move(g), bo, progress);
+    if (tty) std::cerr << std::string(60, ' ') << "\r";
+    bundle = runtime::make_aot_bundle(*ex, ao);
+  } catch (const UserError& e) {
+    throw UserError(model + ": " + e.what());
+  }
+  runtime::write_aot_bundle(bundle, dir);
+  std::printf("%s: %d kernels, %d views; arena %lld bytes, weights %lld bytes; build with: make -C %s\n",
+              dir.c_str(), bundle.generated_kernels, bundle.views, (long long)bundle.arena_bytes,
+              (long long)bundle.weights_bytes, dir.c_str());
+  return 0;
+}
+
+}  // namespace kiln::cli
