@@ -50,8 +50,9 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
     ex->kernels_.push_back(std::move(info));
   }
   ex->fns_.assign(ex->plan_.groups.size(), nullptr);
-  if (!kernels.empty()) {
-    ex->source_ = codegen::emit_c(kernels, opts.emit);
+  if (!kernels.empty()) ex->source_ = codegen::emit_c(kernels, opts.emit);
+  ex->loaded_ = opts.load_kernels;
+  if (!kernels.empty() && opts.load_kernels) {
     if (progress) progress("compiling " + std::to_string(kernels.size()) + " kernels with " + opts.compile.compiler);
     ex->module_ = JitModule::build(ex->source_, opts.compile);
     for (size_t i = 0; i < ex->kernels_.size(); ++i)
@@ -106,6 +107,7 @@ TensorMap Executable::run(const TensorMap& inputs, const Observer& observe) {
 void Executable::run_into(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
                           const Observer& observe) {
   const Graph& g = *graph_;
+  if (!loaded_) user_error("this executable was built without loading its kernels (BuildOptions::load_kernels)");
   if (inputs.size() != g.inputs().size() || outputs.size() != g.outputs().size())
     user_error("run: expected ", g.inputs().size(), " inputs and ", g.outputs().size(), " outputs, got ",
                inputs.size(), " and ", outputs.size());

@@ -25,6 +25,7 @@ struct BuildOptions {
   codegen::EmitOptions emit;
   int threads = 0;                  // 0: as many as the machine has
   bool generate_code = true;        // false: every group runs as a library kernel
+  bool load_kernels = true;         // false: emit the C source only (kiln compile); run() refuses
   // Loop-nest parameters (tiles, vector width); unset: Schedule::for_target(fusion.target).
   std::optional<loop::Schedule> schedule;
 };
@@ -92,6 +93,7 @@ class Executable {
   std::vector<std::vector<ArgRef>> arg_refs_;  // per group: inputs then outputs
   std::vector<void*> io_, args_;               // scratch reused by run_into (no allocation)
   bool profiling_ = false;
+  bool loaded_ = true;
   std::vector<double> kernel_ms_;
 };
 

@@ -33,6 +33,7 @@ int cmd_compile(const std::vector<std::string>& argv_in) {
   runtime::check_aot_destination(dir);
 
   runtime::BuildOptions bo = build_options(a);
+  bo.load_kernels = false;  // the bundle's Makefile compiles the C; no JIT build here
   runtime::AotOptions ao;
   ao.model_path = model;
   ao.threads = bo.threads;
