@@ -1,42 +1,45 @@
-// Chains of MatMuls in one group — attention (QKᵀ -> softmax -> ·V -> head merge) and narrow MLPs
-// (MatMul -> bias -> GELU -> MatMul -> bias -> residual -> LayerNorm) — lowered as a row pipeline:
+// Chains of MatMuls in one group — attention (QKᵀ -> softmax -> ·V -> head merge), narrow MLPs
+// (MatMul -> bias -> GELU -> MatMul -> bias -> residual -> LayerNorm) — as a row pipeline over
+// the stages of plan_contraction_chain (lower_contraction_siblings.cc):
 //
-//   for kiln_r in rows of the first MatMul's output (all dims but the last)    Parallel when big
-//     i<d> = position of row kiln_r (Lets)
-//     allocate the local rows (Scope::Local, 64 KiB at most in all)
-//       stage 0: one output row of MatMul 0: per column j, acc over K ascending from 0 (as the
-//                reference sums), operands through value_at (prologue recomputed in the loads);
-//                its epilogue per element; its row reductions' passes (lower_contraction_rows.cc)
-//                -> the local row that MatMul 1 reads as its left operand
-//       stage 1: one output row of MatMul 1 with A = that row; epilogue and passes; stores
-//       ...
+//   for kiln_r in tiles of T rows of the first MatMul's output (rows: all dims but the last;
+//                 a tile lies within one batch position)                       Parallel when big
+//     i<d> = the tile's batch position, kiln_m0 = its first row (Lets)
+//     allocate the tile's local buffers (Scope::Local, 64 KiB at most in all)
+//       stage 0: A rows (prologue computed once per element) -> kiln_atile
+//                acc[T][N] = A·B, products added in k order from 0 as the reference does
+//                per row: the epilogue per element -> the next stage's rows, the rows its
+//                reductions read, the group's outputs; then the reductions' passes
+//                (lower_contraction_rows.cc), which may produce the next stage's rows
+//       stage 1: the same with A = those rows ...
 //
-// Each stage's contraction is either the dot form (per column j: acc over k; the right operand
-// read along k) or the axpy form (a local accumulator row: for k, for j: acc[j] += a[k] * b[k, j],
-// the right operand read along j, vectorised); both add every column's products in k order from
-// 0, so they agree bit for bit with the reference. The form follows the right operand's stride.
+// A·B: the micro-kernel (src/kernels/microkernel.h; T × nr tiles, float32) when B is in memory
+// with rows contiguous along j — read in place (the affine index of B's load, view prologues
+// such as attention's slice/reshape/transpose folded), or packed once per tile when small —
+// else loops in the same order (acc[t][j] += a[t][k] * b[k][j]) or, when B is neither
+// contiguous nor packable, per column along k (the dot form). All give every output element
+// the reference's sequence of float operations: bit-identical results.
 //
 // A stage's epilogue is built forward from the accumulator, node by node: an elementwise node is
-// lowered by the Lowerer at its operands' common position with each operand of the stage bound to
-// a placeholder register buffer whose load is then replaced by the operand's expression (a load
-// at another position refuses); Transpose/Reshape-like nodes carry the value to a remapped
+// lowered by the Lowerer at its operands' common position, each operand of the stage bound to a
+// placeholder register buffer whose load is replaced by the operand's expression (a load at
+// another position refuses); Transpose/Reshape-like nodes carry a value to its remapped
 // position, so an output such as attention's head merge is stored where it belongs.
 //
-// Refused (LoweredGroup::reason): contractions other than MatMul, vector operands, a right operand
-// or any node that reads rows of an earlier stage other than as the next MatMul's left operand,
-// row reductions over other than the last axis, rows beyond the local budget, and epilogue ops
-// other than elementwise and layout ones.
+// Refused (LoweredGroup::reason): see plan_contraction_chain, plus epilogue ops other than
+// elementwise and layout ones, values needed at another position than computed, and tiles whose
+// local buffers exceed the budget even for one row.
 #include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "fusion/op_kind.h"
+#include "kernels/microkernel.h"
+#include "loop/affine.h"
 #include "loop/lower_internal.h"
 #include "loop/rebind_buffers.h"
-#include "reference/kernel_util.h"
 #include "support/error.h"
 
 namespace kiln::loop::detail {
@@ -45,11 +48,9 @@ namespace {
 
 constexpr const char* kAcc = "acc";
 constexpr int64_t kMaxRowBytes = 64 * 1024;
-
-bool is_contraction(const Node* n) {
-  const auto k = op_kind_of_type(n->op_type());
-  return k && *k == OpKind::Contraction && n->domain().empty();
-}
+constexpr int64_t kMaxPackBytes = 32 * 1024;
+constexpr int64_t kMaxRowBlocks = 8;  // micro-kernel row blocks per tile
+constexpr int64_t kMinTiles = 16;     // tiles to share among threads before making them bigger
 
 bool is_reduction(const Node* n) {
   const auto k = op_kind_of_type(n->op_type());
@@ -66,37 +67,6 @@ bool is_elementwise(const Node* n) {
 bool is_layout(const Node* n) {
   static const std::set<std::string> ops = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose"};
   return ops.count(n->op_type()) && n->domain().empty();
-}
-
-// MatMul's dtypes (the reference kernel's, as lower_contraction.cc accepts them).
-bool matmul_type(DType t) {
-  for (DType u : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32, DType::Int64,
-                  DType::UInt32, DType::UInt64})
-    if (t == u) return true;
-  return false;
-}
-
-// The value of an index expression with the named variables set (others 0); nullopt when it is
-// not plain integer arithmetic (a load, a select).
-std::optional<int64_t> eval_index(const Expr& e, const std::map<std::string, int64_t>& vars) {
-  if (e->kind == ExprKind::IntImm) return e->int_value;
-  if (e->kind == ExprKind::Var) {
-    auto it = vars.find(e->name);
-    return it == vars.end() ? 0 : it->second;
-  }
-  if (e->kind != ExprKind::Binary) return std::nullopt;
-  auto a = eval_index(e->args[0], vars), b = eval_index(e->args[1], vars);
-  if (!a || !b) return std::nullopt;
-  switch (e->bin) {
-    case BinOp::Add: return *a + *b;
-    case BinOp::Sub: return *a - *b;
-    case BinOp::Mul: return *a * *b;
-    case BinOp::Div: return *b == 0 ? std::nullopt : std::optional<int64_t>(*a / *b);
-    case BinOp::Mod: return *b == 0 ? std::nullopt : std::optional<int64_t>(*a % *b);
-    case BinOp::Min: return std::min(*a, *b);
-    case BinOp::Max: return std::max(*a, *b);
-    default: return std::nullopt;
-  }
 }
 
 // The index of the first load of a global buffer in e, or null.
@@ -117,24 +87,23 @@ class RowPipeline {
       : grp_(grp), name_(name), sched_(sched) {}
 
   LoopKernel lower() {
-    analyse();
+    chain_ = plan_contraction_chain(grp_);
+    for (const ChainStage& cs : chain_.stages) stages_.push_back(Stage(cs));
     bind();
-    for (size_t s = 0; s < stages_.size(); ++s) geometry(s);
-    for (size_t s = 0; s < stages_.size(); ++s) plan_rows(s);
     return build();
   }
 
  private:
-  struct Stage {
-    const Node* c = nullptr;
-    std::vector<const Node*> nodes;  // members that depend on c and on no later contraction
-    Shape out, a_batch, b_batch;
-    int64_t k = 0, n = 0;
-    DType dtype = DType::Float32;
-    const Value* next = nullptr;  // the next MatMul's left operand, computed by this stage
-    std::optional<ContractionRows> plan;
-    std::vector<BufferPtr> staged_rows;  // plan->staged[i]'s local row
-    BufferPtr row_in, row_out;           // this stage's left operand; `next`'s row
+  // A stage and how it is lowered.
+  struct Stage : ChainStage {
+    explicit Stage(const ChainStage& c) : ChainStage(c) {}
+    bool pack = false, axpy = false, mk = false;  // how the right operand is read (choose_form)
+    BufferPtr b_buf;                              // read in place: b_buf[b_base + k * b_stride + j]
+    Expr b_base;
+    int64_t b_stride = 0;
+    std::vector<BufferPtr> staged_rows;  // plan->staged[i]'s tile rows
+    BufferPtr row_in, row_out;           // this stage's left operand rows; `next`'s rows
+    BufferPtr b_pack, acc;               // the packed right operand; the axpy accumulators
   };
 
   // A value of the current stage at its position in the row.
@@ -151,54 +120,7 @@ class RowPipeline {
     explicit Ctx(const FusionGroup& g) : L(g, false) {}
   };
 
-  int stage_of(const Value* v) const {
-    auto it = stage_.find(v);
-    return it == stage_.end() ? -1 : it->second;
-  }
-
-  // ---- analysis: which contraction each member follows
-
-  void analyse() {
-    std::vector<const Node*> cs;
-    for (const Node* n : grp_.nodes)
-      if (is_contraction(n)) cs.push_back(n);
-    KILN_CHECK(cs.size() >= 2, "a chain needs two contractions");
-    stages_.resize(cs.size());
-    for (const Node* n : grp_.nodes) {
-      int s = -1;
-      if (is_contraction(n)) {
-        const size_t k = size_t(std::find(cs.begin(), cs.end(), n) - cs.begin());
-        if (n->op_type() != "MatMul") refuse(cat(n->op_type(), " in a chain of contractions is not lowered to loops yet"));
-        if (n->num_inputs() != 2 || !n->input(0) || !n->input(1) || n->num_outputs() != 1 || !n->output(0))
-          refuse("MatMul needs two inputs and one output");
-        if (stage_of(n->input(1)) != -1)
-          refuse("a chained MatMul's right operand depends on another contraction (not lowered to loops yet)");
-        if (stage_of(n->input(0)) != int(k) - 1)
-          refuse("a chained MatMul's left operand is not computed from the previous contraction's rows (not lowered to loops yet)");
-        s = int(k);
-        stages_[k].c = n;
-      } else {
-        for (const Value* u : n->inputs())
-          if (u) s = std::max(s, stage_of(u));
-        for (const Value* u : n->inputs())
-          if (u && stage_of(u) >= 0 && stage_of(u) != s)
-            refuse(cat(name_of(n), " reads the results of two chained contractions (not lowered to loops yet)"));
-        if (!is_reduction(n)) {
-          const std::string why = unsupported_reason(*n);
-          if (!why.empty()) refuse(why);
-        } else if (s < 0) {
-          refuse(cat(name_of(n), " before the contractions of a chain is not lowered to loops yet"));
-        }
-        if (s >= 0) stages_[size_t(s)].nodes.push_back(n);
-      }
-      for (const Value* o : n->outputs())
-        if (o) stage_[o] = s;
-    }
-    for (const Value* v : grp_.outputs)
-      if (stage_of(v) < 0)
-        refuse(cat("group output '", v->name(), "' depends on no contraction of the chain (not lowered to loops yet)"));
-    for (size_t s = 1; s < stages_.size(); ++s) stages_[s - 1].next = stages_[s].c->input(0);
-  }
+  int stage_of(const Value* v) const { return chain_.stage(v); }
 
   void bind() {
     k_.name = name_;
@@ -217,80 +139,6 @@ class RowPipeline {
       k_.outputs.push_back(b);
     }
     if (grp_.outputs.empty()) refuse("the group writes no outputs");
-  }
-
-  // ---- geometry: rows of every stage are the rows of the first MatMul's output
-
-  void geometry(size_t s) {
-    Stage& st = stages_[s];
-    const Value* a = st.c->input(0);
-    const Value* b = st.c->input(1);
-    st.dtype = a->dtype();
-    if (b->dtype() != st.dtype || !matmul_type(st.dtype)) refuse(cat("MatMul does not accept ", dtype_name(st.dtype)));
-    const Shape& as = a->shape();
-    const Shape& bs = b->shape();
-    if (as.size() < 2 || bs.size() < 2) refuse("a chained MatMul with a vector operand is not lowered to loops yet");
-    st.k = as.back();
-    st.n = bs.back();
-    if (bs[bs.size() - 2] != st.k) refuse("MatMul inner dims differ");
-    st.a_batch = Shape(as.begin(), as.end() - 2);
-    st.b_batch = Shape(bs.begin(), bs.end() - 2);
-    const Shape batch = broadcast_shapes({st.a_batch, st.b_batch});
-    st.out = batch;
-    st.out.push_back(as[as.size() - 2]);
-    st.out.push_back(st.n);
-    if (st.out != st.c->output(0)->shape())
-      refuse(cat("MatMul output is ", shape_str(st.c->output(0)->shape()), ", expected ", shape_str(st.out)));
-    if (shape_numel(st.out) == 0 || st.k == 0) refuse("an empty MatMul in a chain is not lowered to loops yet");
-    if (s > 0) {
-      if (as != stages_[s - 1].out)
-        refuse("a chained MatMul's left operand does not have the previous MatMul's output shape (not lowered to loops yet)");
-      if (batch != st.a_batch)
-        refuse("a chained MatMul that broadcasts its left operand over batches is not lowered to loops yet");
-    }
-  }
-
-  // ---- row reductions of a stage: the plan of lower_contraction_rows.cc on the stage's members
-
-  void plan_rows(size_t s) {
-    Stage& st = stages_[s];
-    if (std::none_of(st.nodes.begin(), st.nodes.end(), is_reduction)) return;
-    // The stage's members, the contraction, and the prologue members they read (recomputed).
-    std::unordered_set<const Node*> keep(st.nodes.begin(), st.nodes.end());
-    keep.insert(st.c);
-    std::vector<const Node*> todo(st.nodes.begin(), st.nodes.end());
-    while (!todo.empty()) {
-      const Node* n = todo.back();
-      todo.pop_back();
-      for (const Value* u : n->inputs()) {
-        const Node* p = u ? u->producer() : nullptr;
-        if (!p || stage_of(u) != -1 || keep.count(p)) continue;
-        if (std::find(grp_.nodes.begin(), grp_.nodes.end(), p) == grp_.nodes.end()) continue;
-        keep.insert(p);
-        todo.push_back(p);
-      }
-    }
-    FusionGroup syn;
-    syn.name = cat(grp_.name, "_stage", s);
-    syn.kind = GroupKind::Contraction;
-    std::unordered_set<const Value*> produced;
-    for (const Node* n : grp_.nodes)
-      if (keep.count(n)) {
-        syn.nodes.push_back(n);
-        for (const Value* o : n->outputs())
-          if (o) produced.insert(o);
-      }
-    for (const Node* n : syn.nodes)
-      for (const Value* u : n->inputs())
-        if (u && !produced.count(u) && std::find(syn.inputs.begin(), syn.inputs.end(), u) == syn.inputs.end())
-          syn.inputs.push_back(u);
-    for (const Value* v : grp_.outputs)
-      if (stage_of(v) == int(s)) syn.outputs.push_back(v);
-    if (st.next && std::find(syn.outputs.begin(), syn.outputs.end(), st.next) == syn.outputs.end())
-      syn.outputs.push_back(st.next);
-    st.plan = plan_contraction_rows(syn, st.c, st.out);
-    if (st.plan->shape != st.out || st.plan->r0 + 1 != st.out.size())
-      refuse("row reductions in a chain of contractions over other than the last axis are not lowered to loops yet");
   }
 
   bool pass_output(const Stage& st, const Value* v) const {
@@ -316,12 +164,10 @@ class RowPipeline {
         std::vector<int64_t> perm(rank);
         for (size_t i = 0; i < rank; ++i) perm[i] = int64_t(rank - 1 - i);
         if (n->has_attr("perm")) perm = n->attr_ints("perm");
-        std::vector<bool> seen(rank, false);
-        if (perm.size() != rank) refuse("Transpose perm does not match the input rank");
-        for (int64_t p : perm) {
-          if (p < 0 || p >= int64_t(rank) || seen[size_t(p)]) refuse("Transpose perm is not a permutation");
-          seen[size_t(p)] = true;
-        }
+        std::vector<int64_t> sorted = perm;
+        std::sort(sorted.begin(), sorted.end());
+        for (size_t i = 0; i < rank; ++i)
+          if (sorted.size() != rank || sorted[i] != int64_t(i)) refuse("Transpose perm is not a permutation of the input's axes");
         const std::vector<Expr> d = cx.L.dims(in.pos);
         std::vector<Expr> od(rank);
         for (size_t i = 0; i < rank; ++i) od[i] = d[size_t(perm[i])];
@@ -385,20 +231,9 @@ class RowPipeline {
     return r;
   }
 
-  // ---- one stage's statements for the current row
+  // ---- operands
 
-  std::vector<Expr> matmul_index(const Shape& ob, size_t batch, Expr row, Expr col, const std::vector<Expr>& outer) {
-    std::vector<Expr> d;
-    const size_t off = batch - ob.size();
-    for (size_t i = 0; i < ob.size(); ++i) d.push_back(ob[i] == 1 ? int_imm(0) : outer[off + i]);
-    d.push_back(std::move(row));
-    d.push_back(std::move(col));
-    return d;
-  }
-
-  std::vector<Stmt> stage_stmts(size_t s, const std::vector<Expr>& outer, int64_t& local_bytes) {
-    Stage& st = stages_[s];
-    Ctx cx(grp_);
+  void init_ctx(Ctx& cx, size_t s) {
     for (const Node* n : grp_.nodes) cx.L.members_.insert(n);
     for (const auto& [v, b] : input_buf_) cx.L.input_buffers_[v] = b;
     int ph = 0;
@@ -407,65 +242,184 @@ class RowPipeline {
       cx.L.input_buffers_[v] = b;
       cx.placeholder_of[b.get()] = v;
     };
-    bind_placeholder(st.c->output(0));
-    for (const Node* n : st.nodes)
+    bind_placeholder(stages_[s].c->output(0));
+    for (const Node* n : stages_[s].nodes)
       for (const Value* o : n->outputs())
         if (o) bind_placeholder(o);
+  }
 
+  // A MatMul operand's position from the output's batch position (outer_) and (row, col).
+  std::vector<Expr> matmul_index(const Shape& ob, Expr row, Expr col) const {
+    std::vector<Expr> d;
+    const size_t off = batch_ - ob.size();
+    for (size_t i = 0; i < ob.size(); ++i) d.push_back(ob[i] == 1 ? int_imm(0) : outer_[off + i]);
+    d.push_back(std::move(row));
+    d.push_back(std::move(col));
+    return d;
+  }
+
+  Expr b_at(Ctx& cx, size_t s, Expr kk, Expr j) {
+    const Value* b = stages_[s].c->input(1);
+    return cx.L.value_at(b, Index::from_dims(b->shape(), matmul_index(stages_[s].b_batch, std::move(kk), std::move(j))));
+  }
+
+  // The axpy form streams the right operand along j: in place when it is contiguous there, else
+  // packed once per tile ([K][N], then read by every row of the tile) when it is small; the dot
+  // form reads it along k otherwise. float32 stages with a right operand in memory (in place: a
+  // buffer read at base + k * stride + j, or the packed copy) go through the micro-kernel.
+  void choose_form(size_t s) {
+    Stage& st = stages_[s];
+    Ctx cx(grp_);
+    init_ctx(cx, s);
     const std::string J = cat("kiln_c", s), K = cat("kiln_k", s);
-    const DType acc_t = compute_type(st.dtype);
-    const size_t batch = st.out.size() - 2;
-    const Value* a = st.c->input(0);
-    const Value* b = st.c->input(1);
-    auto a_at = [&](Expr kk) -> Expr {
-      if (st.row_in) return load(st.row_in, kk);
-      return cx.L.value_at(a, Index::from_dims(a->shape(), matmul_index(st.a_batch, batch, outer[batch], kk, outer)));
-    };
-    Expr bkj = cx.L.value_at(b, Index::from_dims(b->shape(), matmul_index(st.b_batch, batch, var(K), var(J), outer)));
-
-    // The axpy form when the right operand is contiguous along the output row.
-    bool axpy = false;
+    const Expr bkj = b_at(cx, s, var(K), var(J));
+    // The first load's index (the value's own when it is a plain load) as k * stride + j + base.
+    std::optional<AffineForm> f;
     if (Expr ix = first_global_load_index(bkj)) {
-      auto i0 = eval_index(ix, {}), i1 = eval_index(ix, {{J, 1}});
-      axpy = st.n > 1 && i0 && i1 && *i1 - *i0 == 1;
+      AffineScope scope;
+      scope.varying = {K, J};
+      std::map<std::string, int64_t> extents = {{K, st.k}, {J, st.n}};
+      for (size_t d = 0; d < batch_; ++d) extents[cat("i", d)] = stages_[0].out[d];
+      f = affine_form(fold_index_divmod(ix, extents), scope);
     }
+    const bool contiguous = f && f->coef_of(J) == 1;
+    if (contiguous && bkj->kind == ExprKind::Load) {
+      AffineForm base = f->filtered([&](const std::string& key) { return key != K && key != J; });
+      base.constant = f->constant;
+      st.b_buf = bkj->buffer;
+      st.b_base = base.to_expr();
+      st.b_stride = f->coef_of(K);
+    }
+    const int64_t pack_bytes = st.k * st.n * int64_t(dtype_size(st.c->input(1)->dtype()));
+    st.pack = !st.b_buf && st.n > 1 && pack_bytes <= kMaxPackBytes;
+    st.axpy = st.n > 1 && (contiguous || st.b_buf || st.pack);
+    st.mk = sched_.tile_contractions && st.axpy && st.dtype == DType::Float32 && (st.b_buf || st.pack);
+  }
 
-    std::vector<Stmt> out, jbody;
+  // Bytes of local buffers with tiles of t rows.
+  int64_t local_bytes(int64_t t) const {
+    int64_t b = 0;
+    for (size_t s = 0; s < stages_.size(); ++s) {
+      const Stage& st = stages_[s];
+      if (s == 0) b += t * st.k * int64_t(dtype_size(st.c->input(0)->dtype()));
+      if (st.pack) b += st.k * st.n * int64_t(dtype_size(st.c->input(1)->dtype()));
+      if (st.axpy) b += t * st.n * int64_t(dtype_size(compute_type(st.dtype)));
+      if (st.next) b += t * st.n * int64_t(dtype_size(st.next->dtype()));
+      if (st.plan)
+        for (const Value* v : st.plan->staged) b += t * st.n * int64_t(dtype_size(v->dtype()));
+    }
+    return b;
+  }
+
+  // ---- one stage's statements for the current tile
+
+  // `body` for each row t of the tile: i<batch> = kiln_m0 + t, skipped past the last row when
+  // the tile size does not divide M.
+  Stmt per_row(const std::string& t, std::vector<Stmt> body) const {
+    std::vector<Stmt> b;
+    if (m_ > 1) {
+      const std::string m = cat("i", batch_);
+      b.push_back(let(m, add(var("kiln_m0"), var(t))));
+      if (m_ % tile_ != 0) body = {if_then(binary(BinOp::Lt, var(m), int_imm(m_)), std::move(body))};
+    }
+    for (auto& x : body) b.push_back(std::move(x));
+    return for_loop(t, int_imm(tile_), std::move(b));
+  }
+
+  // e's shared parts as Lets appended to `body`.
+  Expr hoist(const Expr& e, std::vector<Stmt>& body, const char* what) {
+    SharedExprHoister h(next_let_);
+    h.count(e);
+    if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused ", what, " have ", h.dag_size(), " nodes"));
+    return h.rewrite(e, body);
+  }
+
+  std::vector<Stmt> stage_stmts(size_t s) {
+    Stage& st = stages_[s];
+    Ctx cx(grp_);
+    init_ctx(cx, s);
+    const std::string J = cat("kiln_c", s), K = cat("kiln_k", s), t = cat("kiln_t", s);
+    const DType acc_t = compute_type(st.dtype);
+    std::vector<Stmt> out;
+
+    // The left operand: the previous stage's rows, or (stage 0) the operand with its prologue,
+    // computed once per row into the tile.
+    BufferPtr a_in = st.row_in;
+    if (s == 0) {
+      a_in = a_tile_;
+      const Value* a = st.c->input(0);
+      std::vector<Stmt> kb;
+      Expr v = cx.L.value_at(a, Index::from_dims(a->shape(), matmul_index(st.a_batch, outer_[batch_], var(K))));
+      v = hoist(v, kb, "operand loads");
+      kb.push_back(store(a_in, add(mul(var(t), int_imm(st.k)), var(K)), v));
+      out.push_back(per_row(t, {for_loop(K, int_imm(st.k), std::move(kb))}));
+    }
+    Expr a_tk = to_compute(load(a_in, add(mul(var(t), int_imm(st.k)), var(K))));
+    Expr bkj = b_at(cx, s, var(K), var(J));
+    if (st.pack) {
+      std::vector<Stmt> jb;
+      Expr v = hoist(bkj, jb, "operand loads");
+      jb.push_back(store(st.b_pack, add(mul(var(K), int_imm(st.n)), var(J)), v));
+      out.push_back(for_loop(K, int_imm(st.k), {for_loop(J, int_imm(st.n), std::move(jb))}));
+      bkj = load(st.b_pack, add(mul(var(K), int_imm(st.n)), var(J)));
+    }
+    const Expr row_j = add(mul(var(t), int_imm(st.n)), var(J));  // (t, j) in a tile's rows
+    std::vector<Stmt> jbody;
     Expr acc_val;
-    BufferPtr acc_row;
-    if (axpy) {
-      acc_row = std::make_shared<Buffer>(Buffer{cat("kiln_arow", s), acc_t, Shape{st.n}, Scope::Local});
-      local_bytes += st.n * int64_t(dtype_size(acc_t));
-      out.push_back(for_loop(J, int_imm(st.n), {store(acc_row, var(J), imm(0, acc_t))}, ForKind::Vectorized));
-      std::vector<Stmt> kbody, inner;
+    if (st.axpy) {
+      const std::string x = cat("kiln_x", s);
+      out.push_back(for_loop(x, int_imm(tile_ * st.n), {store(st.acc, var(x), imm(0, acc_t))}, ForKind::Vectorized));
+      acc_val = cast(st.dtype, load(st.acc, row_j));
+    }
+    if (st.mk && m_ % tile_ == 0) {
+      // Blocks of mr rows times nr columns per call (B rows contiguous in j); the row blocks
+      // innermost, so a panel of B stays in cache for all of them.
+      const BufferPtr bb = st.pack ? st.b_pack : st.b_buf;
+      const Expr base = st.pack ? int_imm(0) : st.b_base;
+      const int64_t bs = st.pack ? st.n : st.b_stride, nr = std::max(sched_.contraction.nr, 1);
+      const std::string vn = cat("kiln_n", s), vm = cat("kiln_b", s);
+      auto call = [&](int64_t w, Expr j0) {
+        Expr r0 = mul(var(vm), int_imm(mr_));
+        Stmt c = call_stmt(kernels::kMicroKernelF32,
+                           {int_imm(mr_), int_imm(w), int_imm(st.k), address(a_in, mul(r0, int_imm(st.k))), int_imm(st.k),
+                            int_imm(1), address(bb, add(base, j0)), int_imm(bs),
+                            address(st.acc, add(mul(r0, int_imm(st.n)), j0)), int_imm(st.n)});
+        return for_loop(vm, int_imm(tile_ / mr_), {c});
+      };
+      if (st.n / nr > 0) out.push_back(for_loop(vn, int_imm(st.n / nr), {call(nr, mul(var(vn), int_imm(nr)))}));
+      if (st.n % nr) out.push_back(call(st.n % nr, int_imm(st.n / nr * nr)));
+    } else if (st.axpy) {
+      // acc[t][j] += a[t][k] * b[k][j], k outermost: each row of b serves every row of the tile.
+      if (st.b_buf) bkj = load(st.b_buf, add(st.b_base, add(mul(var(K), int_imm(st.b_stride)), var(J))));
+      std::vector<Stmt> tb, inner;
       const std::string an = cat("t", next_let_++);
-      Expr av = to_compute(a_at(var(K)));
-      kbody.push_back(let(an, av));
-      Expr update = binary(BinOp::Add, load(acc_row, var(J)), binary(BinOp::Mul, var(an, av->type), to_compute(bkj)));
-      SharedExprHoister h(next_let_);
-      h.count(update);
-      if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused operand loads have ", h.dag_size(), " nodes"));
-      update = h.rewrite(update, inner);
-      inner.push_back(store(acc_row, var(J), update));
-      kbody.push_back(for_loop(J, int_imm(st.n), std::move(inner), ForKind::Vectorized));
-      out.push_back(for_loop(K, int_imm(st.k), std::move(kbody)));
-      acc_val = cast(st.dtype, load(acc_row, var(J)));
+      tb.push_back(let(an, a_tk));
+      Expr update = binary(BinOp::Add, load(st.acc, row_j), binary(BinOp::Mul, var(an, a_tk->type), to_compute(bkj)));
+      update = hoist(update, inner, "operand loads");
+      inner.push_back(store(st.acc, row_j, update));
+      tb.push_back(for_loop(J, int_imm(st.n), std::move(inner), ForKind::Vectorized));
+      out.push_back(for_loop(K, int_imm(st.k), {per_row(t, std::move(tb))}));
     } else {
       jbody.push_back(let(kAcc, imm(0, acc_t)));
-      Expr update = binary(BinOp::Add, var(kAcc, acc_t), binary(BinOp::Mul, to_compute(a_at(var(K))), to_compute(bkj)));
+      Expr update = binary(BinOp::Add, var(kAcc, acc_t), binary(BinOp::Mul, a_tk, to_compute(bkj)));
       std::vector<Stmt> kbody;
-      SharedExprHoister h(next_let_);
-      h.count(update);
-      if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused operand loads have ", h.dag_size(), " nodes"));
-      update = h.rewrite(update, kbody);
+      update = hoist(update, kbody, "operand loads");
       kbody.push_back(assign(kAcc, update));
       jbody.push_back(for_loop(K, int_imm(st.k), std::move(kbody)));
       acc_val = cast(st.dtype, var(kAcc, acc_t));
     }
+    epilogue(cx, s, acc_val, row_j, var(J), jbody);
+    out.push_back(per_row(t, {for_loop(J, int_imm(st.n), std::move(jbody), st.axpy ? ForKind::Vectorized : ForKind::Serial)}));
+    if (st.plan) out.push_back(per_row(t, row_passes(s, t)));
+    return out;
+  }
 
-    // The epilogue at (row, j): next row, staged rows, the group's outputs of this stage.
-    std::vector<Expr> pd(outer.begin(), outer.end());
-    pd.push_back(var(J));
+  // The epilogue at (row, j) from the contraction's value: the next stage's row, the staged rows,
+  // this stage's group outputs (at their own, maybe remapped, positions).
+  void epilogue(Ctx& cx, size_t s, const Expr& acc_val, const Expr& row_j, const Expr& j, std::vector<Stmt>& body) {
+    Stage& st = stages_[s];
+    std::vector<Expr> pd(outer_.begin(), outer_.end());
+    pd.push_back(j);
     Index point = Index::from_dims(st.out, pd);
     const std::string point_at = print_expr(cx.L.flat(point));
     cx.at[st.c->output(0)] = At{point, acc_val};
@@ -479,12 +433,12 @@ class RowPipeline {
     };
     if (st.next && !pass_output(st, st.next)) {
       bufs.push_back(st.row_out);
-      stores.push_back({var(J), row_value(st.next)});
+      stores.push_back({row_j, row_value(st.next)});
     }
     if (st.plan)
       for (size_t i = 0; i < st.plan->staged.size(); ++i) {
         bufs.push_back(st.staged_rows[i]);
-        stores.push_back({var(J), row_value(st.plan->staged[i])});
+        stores.push_back({row_j, row_value(st.plan->staged[i])});
       }
     for (const Value* v : grp_.outputs) {
       if (stage_of(v) != int(s) || pass_output(st, v)) continue;
@@ -499,55 +453,54 @@ class RowPipeline {
     }
     if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused epilogue has ", h.dag_size(), " nodes"));
     for (auto& [index, value] : stores) {
-      value = h.rewrite(value, jbody);
-      index = h.rewrite(index, jbody);
+      value = h.rewrite(value, body);
+      index = h.rewrite(index, body);
     }
-    append_stores(jbody, bufs, std::move(stores), next_let_);
-    out.push_back(for_loop(J, int_imm(st.n), std::move(jbody), axpy ? ForKind::Vectorized : ForKind::Serial));
-
-    if (st.plan) {
-      for (auto& p : row_passes(s, outer)) out.push_back(std::move(p));
-    }
-    if (acc_row) out = {allocate(acc_row, std::move(out))};
-    return out;
+    append_stores(body, bufs, std::move(stores), next_let_);
   }
 
-  // The stage's row reductions and what follows them, reading the staged local rows; `next`
-  // goes to its local row (through a stand-in buffer of the full shape, rebound at the row's
-  // offset).
-  std::vector<Stmt> row_passes(size_t s, const std::vector<Expr>& outer) {
+  // The stage's row reductions and what follows them for row t of the tile, reading the staged
+  // rows; `next` goes to its tile row. The passes address a row as its own buffer (staged) or by
+  // the full tensor's offset (outputs): stand-in buffers are rebound at the row's place.
+  std::vector<Stmt> row_passes(size_t s, const std::string& t) {
     Stage& st = stages_[s];
     const ContractionRows& plan = *st.plan;
+    const Expr row0 = mul(var(t), int_imm(st.n));
+    Expr base = int_imm(0);
+    for (size_t d = 0; d < st.out.size(); ++d) base = add(mul(base, int_imm(st.out[d])), d < plan.r0 ? outer_[d] : int_imm(0));
     std::unordered_map<const Value*, BufferPtr> buffers;
+    BufferMap rebind;
     for (const Value* v : plan.passes.inputs) {
       auto si = std::find(plan.staged.begin(), plan.staged.end(), v);
-      if (si != plan.staged.end()) buffers[v] = st.staged_rows[size_t(si - plan.staged.begin())];
-      else if (input_buf_.count(v)) buffers[v] = input_buf_.at(v);
-      else refuse(cat("the row passes read '", v->name(), "', not a kernel input (not lowered to loops yet)"));
-    }
-    BufferPtr stand_in;
-    for (const Value* v : plan.passes.outputs) {
-      if (output_buf_.count(v)) buffers[v] = output_buf_.at(v);
-      else if (v == st.next) {
-        stand_in = std::make_shared<Buffer>(Buffer{cat("kiln_next", s), v->dtype(), v->shape(), Scope::Global});
+      if (si != plan.staged.end()) {
+        const BufferPtr& row = st.staged_rows[size_t(si - plan.staged.begin())];
+        auto stand_in = std::make_shared<Buffer>(Buffer{row->name, row->dtype, Shape{st.n}, Scope::Local});
         buffers[v] = stand_in;
+        rebind[stand_in.get()] = BufferTarget{row, row0};
+      } else if (input_buf_.count(v)) {
+        buffers[v] = input_buf_.at(v);
       } else {
-        KILN_CHECK(false, "row pass output '", v->name(), "' has no buffer");
+        refuse(cat("the row passes read '", v->name(), "', not a kernel input (not lowered to loops yet)"));
       }
     }
-    std::vector<Stmt> passes = contraction_row_passes(plan, plan.shape, buffers, outer, cat(name_, "_rows", s));
-    Expr base = int_imm(0);
-    for (size_t d = 0; d < st.out.size(); ++d) base = add(mul(base, int_imm(st.out[d])), d < plan.r0 ? outer[d] : int_imm(0));
-    if (stand_in) {
-      BufferMap m;
-      m[stand_in.get()] = BufferTarget{st.row_out, base};
-      for (auto& p : passes) p = rebind_buffers(p, m);
+    for (const Value* v : plan.passes.outputs) {
+      if (output_buf_.count(v)) {
+        buffers[v] = output_buf_.at(v);
+      } else {
+        KILN_CHECK(v == st.next, "row pass output '", v->name(), "' has no buffer");
+        auto stand_in = std::make_shared<Buffer>(Buffer{cat("kiln_next", s), v->dtype(), v->shape(), Scope::Global});
+        buffers[v] = stand_in;
+        rebind[stand_in.get()] = BufferTarget{st.row_out, sub(row0, base)};
+      }
     }
+    std::vector<Stmt> passes = contraction_row_passes(plan, plan.shape, buffers, outer_, cat(name_, "_rows", s));
+    for (auto& p : passes) p = rebind_buffers(p, rebind);
     std::vector<Stmt> r = {scoped(std::move(passes))};
     if (st.next && pass_output(st, st.next) && output_buf_.count(st.next)) {
-      // `next` is also a group output: the passes stored it there; the next stage reads it as a row.
+      // `next` is a group output too: the passes stored it there; the next stage reads it back.
       const std::string j = cat("kiln_c", s);
-      r.push_back(for_loop(j, int_imm(st.n), {store(st.row_out, var(j), load(output_buf_.at(st.next), add(base, var(j))))}));
+      r.push_back(for_loop(j, int_imm(st.n),
+                           {store(st.row_out, add(row0, var(j)), load(output_buf_.at(st.next), add(base, var(j))))}));
     }
     return r;
   }
@@ -556,28 +509,54 @@ class RowPipeline {
 
   LoopKernel build() {
     const Shape& o0 = stages_[0].out;
-    const size_t rank = o0.size();
-    const Shape rows_shape(o0.begin(), o0.end() - 1);
-    const int64_t rows = shape_numel(rows_shape);
+    batch_ = o0.size() - 2;
+    m_ = o0[batch_];
+    outer_.clear();
+    for (size_t d = 0; d <= batch_; ++d) outer_.push_back(o0[d] == 1 ? int_imm(0) : var(cat("i", d)));
+    for (size_t s = 0; s < stages_.size(); ++s) choose_form(s);
 
-    // i<d>: the row's position, from the flat row loop (one parallel loop balances better than
-    // the leading dims alone; the row passes use these names).
-    std::vector<Stmt> body;
-    std::vector<Expr> outer(rank - 1);
-    {
-      size_t first = rank;
-      for (size_t d = 0; d + 1 < rank; ++d)
-        if (o0[d] != 1 && first == rank) first = d;
-      int64_t stride = 1;
-      std::vector<Stmt> lets(rank - 1);
-      for (size_t d = rank - 1; d-- > 0;) {
-        if (o0[d] == 1) {
-          outer[d] = int_imm(0);
-          continue;
+    // Rows per micro-kernel call: at most the schedule's, a divisor of M when one is at least half
+    // of that (no partial tiles). Rows per tile: a multiple of that dividing M (a packed operand
+    // and the panels of B serve more rows), while the local buffers fit and there are at least
+    // kMinTiles tiles to share among threads; fewer rows while the buffers exceed their budget.
+    const int64_t tmax = std::min<int64_t>(std::max(sched_.contraction.mr, 1), m_);
+    mr_ = tmax;
+    for (int64_t t = tmax; 2 * t >= tmax; --t)
+      if (m_ % t == 0) {
+        mr_ = t;
+        break;
+      }
+    tile_ = mr_;
+    const int64_t rows = shape_numel(Shape(o0.begin(), o0.end() - 1));
+    if (m_ % mr_ == 0)
+      for (int64_t f = kMaxRowBlocks; f > 1; --f)
+        if (m_ % (mr_ * f) == 0 && local_bytes(mr_ * f) <= kMaxRowBytes && rows / (mr_ * f) >= kMinTiles) {
+          tile_ = mr_ * f;
+          break;
         }
-        Expr q = div_floor(var("kiln_r"), int_imm(stride));
-        lets[d] = let(cat("i", d), d == first ? q : mod(q, int_imm(o0[d])));
-        outer[d] = var(cat("i", d));
+    while (tile_ > 1 && local_bytes(tile_) > kMaxRowBytes) mr_ = tile_ = tile_ - 1;
+    // OpenMP workers have small stacks (the emitter would heap-allocate bigger buffers per tile).
+    if (local_bytes(tile_) > kMaxRowBytes)
+      refuse(cat("the rows of a chain of contractions take ", local_bytes(tile_), " bytes, more than the ", kMaxRowBytes,
+                 " of local rows (not lowered to loops yet)"));
+    const int64_t per_batch = (m_ + tile_ - 1) / tile_;
+    const int64_t tiles = shape_numel(Shape(o0.begin(), o0.begin() + ptrdiff_t(batch_))) * per_batch;
+
+    // The tile's position: batch indices i<d> and its first row kiln_m0 (Lets); i<batch> per row.
+    std::vector<Stmt> body;
+    const Expr r = var("kiln_r");
+    if (m_ > 1) body.push_back(let("kiln_m0", mul(per_batch > 1 ? mod(r, int_imm(per_batch)) : int_imm(0), int_imm(tile_))));
+    {
+      const Expr q = div_floor(r, int_imm(per_batch));
+      size_t first = batch_;
+      for (size_t d = 0; d < batch_ && first == batch_; ++d)
+        if (o0[d] != 1) first = d;
+      int64_t stride = 1;
+      std::vector<Stmt> lets(batch_);
+      for (size_t d = batch_; d-- > 0;) {
+        if (o0[d] == 1) continue;
+        Expr v = div_floor(q, int_imm(stride));
+        lets[d] = let(cat("i", d), d == first ? v : mod(v, int_imm(o0[d])));
         stride *= o0[d];
       }
       for (auto& l : lets)
@@ -585,40 +564,35 @@ class RowPipeline {
     }
 
     std::vector<BufferPtr> locals;
-    int64_t bytes = 0;
+    auto local = [&](const std::string& name, DType t, int64_t n) {
+      locals.push_back(std::make_shared<Buffer>(Buffer{name, t, Shape{n}, Scope::Local}));
+      return locals.back();
+    };
+    a_tile_ = local("kiln_atile", stages_[0].c->input(0)->dtype(), tile_ * stages_[0].k);
     for (size_t s = 0; s < stages_.size(); ++s) {
       Stage& st = stages_[s];
+      if (st.pack) st.b_pack = local(cat("kiln_bpack", s), st.c->input(1)->dtype(), st.k * st.n);
+      if (st.axpy) st.acc = local(cat("kiln_arow", s), compute_type(st.dtype), tile_ * st.n);
       if (st.next) {
-        st.row_out = std::make_shared<Buffer>(Buffer{cat("kiln_prow", s), st.next->dtype(), Shape{st.n}, Scope::Local});
+        st.row_out = local(cat("kiln_prow", s), st.next->dtype(), tile_ * st.n);
         stages_[s + 1].row_in = st.row_out;
-        locals.push_back(st.row_out);
-        bytes += st.n * int64_t(dtype_size(st.next->dtype()));
       }
       if (st.plan)
-        for (size_t i = 0; i < st.plan->staged.size(); ++i) {
-          const Value* v = st.plan->staged[i];
-          st.staged_rows.push_back(
-              std::make_shared<Buffer>(Buffer{cat("kiln_srow", s, "_", i), v->dtype(), Shape{st.n}, Scope::Local}));
-          locals.push_back(st.staged_rows.back());
-          bytes += st.n * int64_t(dtype_size(v->dtype()));
-        }
+        for (size_t i = 0; i < st.plan->staged.size(); ++i)
+          st.staged_rows.push_back(local(cat("kiln_srow", s, "_", i), st.plan->staged[i]->dtype(), tile_ * st.n));
     }
     std::vector<Stmt> stages;
-    for (size_t s = 0; s < stages_.size(); ++s) stages.push_back(scoped(stage_stmts(s, outer, bytes)));
-    // OpenMP workers have small stacks; the emitter would heap-allocate bigger rows per row.
-    if (bytes > kMaxRowBytes)
-      refuse(cat("the rows of a chain of contractions take ", bytes, " bytes, more than the ", kMaxRowBytes,
-                 " of local rows (not lowered to loops yet)"));
+    for (size_t s = 0; s < stages_.size(); ++s) stages.push_back(scoped(stage_stmts(s)));
     for (size_t i = locals.size(); i-- > 0;) stages = {allocate(locals[i], std::move(stages))};
     for (auto& st : stages) body.push_back(std::move(st));
 
     double flops = 0;
     for (const Stage& st : stages_) flops += double(shape_numel(st.out)) * double(st.k);
-    const bool parallel = rows > 1 && flops >= double(sched_.parallel_min_work);
-    Stmt nest = for_loop("kiln_r", int_imm(rows), std::move(body), parallel ? ForKind::Parallel : ForKind::Serial);
+    const bool parallel = tiles > 1 && flops >= double(sched_.parallel_min_work);
+    Stmt nest = for_loop("kiln_r", int_imm(tiles), std::move(body), parallel ? ForKind::Parallel : ForKind::Serial);
     // The operands' remapping views leave div/mod of loop indices that the ranges fold away.
     std::map<std::string, int64_t> extents;
-    for (size_t d = 0; d + 1 < rank; ++d)
+    for (size_t d = 0; d <= batch_; ++d)
       if (o0[d] != 1) extents[cat("i", d)] = o0[d];
     k_.body = fold_index_divmod(nest, extents);
     return std::move(k_);
@@ -627,11 +601,16 @@ class RowPipeline {
   const FusionGroup& grp_;
   std::string name_;
   Schedule sched_;
+  ChainPlan chain_;
   std::vector<Stage> stages_;
-  std::unordered_map<const Value*, int> stage_;
   std::unordered_map<const Value*, BufferPtr> input_buf_, output_buf_;
   LoopKernel k_;
   int next_let_ = 0;
+  // The tile: rows of the first output's M dim, at batch position outer_[0..batch_).
+  size_t batch_ = 0;
+  int64_t m_ = 1, tile_ = 1, mr_ = 1;  // rows of M; rows per tile; rows per micro-kernel call
+  std::vector<Expr> outer_;  // batch indices, then the row's M index
+  BufferPtr a_tile_;         // stage 0's left operand rows
 };
 
 LoopKernel lower_contraction_chain(const FusionGroup& grp, const std::string& kernel_name, const Schedule& sched) {

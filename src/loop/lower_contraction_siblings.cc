@@ -1,5 +1,6 @@
 // Groups with several contractions: split into independent parts, lowered one by one, merged
-// into one kernel.
+// into one kernel; and the analysis of a chain of MatMuls into stages, which
+// lower_contraction_chain.cc lowers as a row pipeline.
 //
 // Parts: contractions connected by a dependency (a chain) form one component; every member
 // that depends on exactly one component belongs to it (its epilogue), with the prologue members
@@ -21,6 +22,7 @@
 #include "fusion/op_kind.h"
 #include "loop/lower_internal.h"
 #include "loop/rebind_buffers.h"
+#include "reference/kernel_util.h"
 #include "support/error.h"
 
 namespace kiln::loop::detail {
@@ -245,7 +247,157 @@ class MultiContraction {
   Part trailing_;
 };
 
+bool is_reduction(const Node* n) {
+  const auto k = op_kind_of_type(n->op_type());
+  return k && *k == OpKind::Reduction && n->domain().empty();
+}
+
+// MatMul's dtypes (the reference kernel's, as lower_contraction.cc accepts them).
+bool matmul_type(DType t) {
+  for (DType u : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32, DType::Int64,
+                  DType::UInt32, DType::UInt64})
+    if (t == u) return true;
+  return false;
+}
+
+std::string name_of(const Node* n) { return n->name().empty() ? n->op_type() : cat(n->op_type(), " '", n->name(), "'"); }
+
+// The chain's stages: which MatMul each member follows, each stage's geometry and row plan.
+class ChainAnalysis {
+ public:
+  explicit ChainAnalysis(const FusionGroup& grp) : grp_(grp) {}
+
+  ChainPlan run() {
+    stages();
+    for (size_t s = 0; s < p_.stages.size(); ++s) geometry(s);
+    for (size_t s = 0; s < p_.stages.size(); ++s) rows(s);
+    return std::move(p_);
+  }
+
+ private:
+  void stages() {
+    std::vector<const Node*> cs;
+    for (const Node* n : grp_.nodes)
+      if (is_contraction(n)) cs.push_back(n);
+    KILN_CHECK(cs.size() >= 2, "a chain needs two contractions");
+    p_.stages.resize(cs.size());
+    for (const Node* n : grp_.nodes) {
+      int s = -1;
+      if (is_contraction(n)) {
+        const size_t k = size_t(std::find(cs.begin(), cs.end(), n) - cs.begin());
+        if (n->op_type() != "MatMul") refuse(cat(n->op_type(), " in a chain of contractions is not lowered to loops yet"));
+        if (n->num_inputs() != 2 || !n->input(0) || !n->input(1) || n->num_outputs() != 1 || !n->output(0))
+          refuse("MatMul needs two inputs and one output");
+        if (p_.stage(n->input(1)) != -1)
+          refuse("a chained MatMul's right operand depends on another contraction (not lowered to loops yet)");
+        if (p_.stage(n->input(0)) != int(k) - 1)
+          refuse("a chained MatMul's left operand is not computed from the previous contraction's rows (not lowered to loops yet)");
+        s = int(k);
+        p_.stages[k].c = n;
+      } else {
+        for (const Value* u : n->inputs())
+          if (u) s = std::max(s, p_.stage(u));
+        for (const Value* u : n->inputs())
+          if (u && p_.stage(u) >= 0 && p_.stage(u) != s)
+            refuse(cat(name_of(n), " reads the results of two chained contractions (not lowered to loops yet)"));
+        if (!is_reduction(n)) {
+          const std::string why = unsupported_reason(*n);
+          if (!why.empty()) refuse(why);
+        } else if (s < 0) {
+          refuse(cat(name_of(n), " before the contractions of a chain is not lowered to loops yet"));
+        }
+        if (s >= 0) p_.stages[size_t(s)].nodes.push_back(n);
+      }
+      for (const Value* o : n->outputs())
+        if (o) p_.stage_of[o] = s;
+    }
+    for (const Value* v : grp_.outputs)
+      if (p_.stage(v) < 0)
+        refuse(cat("group output '", v->name(), "' depends on no contraction of the chain (not lowered to loops yet)"));
+    for (size_t s = 1; s < p_.stages.size(); ++s) p_.stages[s - 1].next = p_.stages[s].c->input(0);
+  }
+
+  // The reference kernel's checks, and rows: stage s's left operand is stage s-1's output, and
+  // its batch dims are the output's (the right operand broadcasts, not the left).
+  void geometry(size_t s) {
+    ChainStage& st = p_.stages[s];
+    const Value* a = st.c->input(0);
+    const Value* b = st.c->input(1);
+    st.dtype = a->dtype();
+    if (b->dtype() != st.dtype || !matmul_type(st.dtype)) refuse(cat("MatMul does not accept ", dtype_name(st.dtype)));
+    const Shape& as = a->shape();
+    const Shape& bs = b->shape();
+    if (as.size() < 2 || bs.size() < 2) refuse("a chained MatMul with a vector operand is not lowered to loops yet");
+    st.k = as.back();
+    st.n = bs.back();
+    if (bs[bs.size() - 2] != st.k) refuse("MatMul inner dims differ");
+    st.a_batch = Shape(as.begin(), as.end() - 2);
+    st.b_batch = Shape(bs.begin(), bs.end() - 2);
+    const Shape batch = broadcast_shapes({st.a_batch, st.b_batch});
+    st.out = batch;
+    st.out.push_back(as[as.size() - 2]);
+    st.out.push_back(st.n);
+    if (st.out != st.c->output(0)->shape())
+      refuse(cat("MatMul output is ", shape_str(st.c->output(0)->shape()), ", expected ", shape_str(st.out)));
+    if (shape_numel(st.out) == 0 || st.k == 0) refuse("an empty MatMul in a chain is not lowered to loops yet");
+    if (s > 0) {
+      if (as != p_.stages[s - 1].out)
+        refuse("a chained MatMul's left operand does not have the previous MatMul's output shape (not lowered to loops yet)");
+      if (batch != st.a_batch)
+        refuse("a chained MatMul that broadcasts its left operand over batches is not lowered to loops yet");
+    }
+  }
+
+  // Row reductions of a stage: lower_contraction_rows.cc's plan for a group of the stage's
+  // members, its MatMul and the prologue members they read; outputs: the group's outputs of this
+  // stage and `next`.
+  void rows(size_t s) {
+    ChainStage& st = p_.stages[s];
+    if (std::none_of(st.nodes.begin(), st.nodes.end(), is_reduction)) return;
+    std::unordered_set<const Node*> keep(st.nodes.begin(), st.nodes.end());
+    keep.insert(st.c);
+    std::vector<const Node*> todo(st.nodes.begin(), st.nodes.end());
+    while (!todo.empty()) {
+      const Node* n = todo.back();
+      todo.pop_back();
+      for (const Value* u : n->inputs()) {
+        const Node* q = u ? u->producer() : nullptr;
+        if (!q || p_.stage(u) != -1 || keep.count(q)) continue;
+        if (std::find(grp_.nodes.begin(), grp_.nodes.end(), q) == grp_.nodes.end()) continue;
+        keep.insert(q);
+        todo.push_back(q);
+      }
+    }
+    FusionGroup syn;
+    syn.name = cat(grp_.name, "_stage", s);
+    syn.kind = GroupKind::Contraction;
+    std::unordered_set<const Value*> produced;
+    for (const Node* n : grp_.nodes)
+      if (keep.count(n)) {
+        syn.nodes.push_back(n);
+        for (const Value* o : n->outputs())
+          if (o) produced.insert(o);
+      }
+    for (const Node* n : syn.nodes)
+      for (const Value* u : n->inputs())
+        if (u && !produced.count(u) && std::find(syn.inputs.begin(), syn.inputs.end(), u) == syn.inputs.end())
+          syn.inputs.push_back(u);
+    for (const Value* v : grp_.outputs)
+      if (p_.stage(v) == int(s)) syn.outputs.push_back(v);
+    if (st.next && std::find(syn.outputs.begin(), syn.outputs.end(), st.next) == syn.outputs.end())
+      syn.outputs.push_back(st.next);
+    st.plan = plan_contraction_rows(syn, st.c, st.out);
+    if (st.plan->shape != st.out || st.plan->r0 + 1 != st.out.size())
+      refuse("row reductions in a chain of contractions over other than the last axis are not lowered to loops yet");
+  }
+
+  const FusionGroup& grp_;
+  ChainPlan p_;
+};
+
 }  // namespace
+
+ChainPlan plan_contraction_chain(const FusionGroup& grp) { return ChainAnalysis(grp).run(); }
 
 size_t contraction_count(const FusionGroup& grp) {
   return size_t(std::count_if(grp.nodes.begin(), grp.nodes.end(), is_contraction));

@@ -176,7 +176,9 @@ std::vector<Stmt> contraction_row_passes(const ContractionRows& plan, const Shap
 // Groups anchored by a reduction (row kernels, pools) and by contractions (with their prologue and
 // epilogue); lower_reduction.cc and lower_contraction.cc. They refuse (LoweredGroup::reason) what
 // they do not cover, and the runtime runs those groups with library kernels.
-LoweredGroup lower_reduction_group(const FusionGroup& grp, const std::string& kernel_name);
+// jam_rows: process several rows at once (unroll-and-jam, row_jam.h); off for the row passes of a
+// contraction, whose outer loops contraction_row_passes peels off (one loop per dim).
+LoweredGroup lower_reduction_group(const FusionGroup& grp, const std::string& kernel_name, bool jam_rows = true);
 LoweredGroup lower_contraction_group(const FusionGroup& grp, const std::string& kernel_name,
                                      const Schedule& sched = Schedule{});
 
@@ -189,5 +191,29 @@ size_t contraction_count(const FusionGroup& grp);
 LoweredGroup lower_multi_contraction_group(const FusionGroup& grp, const std::string& kernel_name,
                                            const Schedule& sched = Schedule{});
 LoopKernel lower_contraction_chain(const FusionGroup& grp, const std::string& kernel_name, const Schedule& sched);
+
+// A chain of MatMuls stage by stage (analysed by lower_contraction_siblings.cc): stage s is MatMul
+// s, the members that depend on it and on no later MatMul, and their row reductions. Every
+// stage's output has the rows (all dims but the last) of the first one's; MatMul s+1 reads stage
+// s's `next` as its left operand, row by row.
+struct ChainStage {
+  const Node* c = nullptr;
+  std::vector<const Node*> nodes;  // members after c, in group order
+  Shape out, a_batch, b_batch;     // c's output; its operands' batch dims
+  int64_t k = 0, n = 0;
+  DType dtype = DType::Float32;
+  const Value* next = nullptr;          // the next MatMul's left operand (null for the last stage)
+  std::optional<ContractionRows> plan;  // the stage's row reductions over the last axis
+};
+struct ChainPlan {
+  std::vector<ChainStage> stages;
+  std::unordered_map<const Value*, int> stage_of;  // absent: depends on no MatMul
+  int stage(const Value* v) const {
+    auto it = stage_of.find(v);
+    return it == stage_of.end() ? -1 : it->second;
+  }
+};
+// Refuses (throws Refusal) a chain the row pipeline does not cover.
+ChainPlan plan_contraction_chain(const FusionGroup& grp);
 
 }  // namespace kiln::loop::detail

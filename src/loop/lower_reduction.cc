@@ -17,10 +17,24 @@
 // the current pass; a reduction result is a fake Register buffer that value_at loads from, and
 // each such load is replaced by the result's Let — only at the current row: a load anywhere else
 // (a broadcast or remap across rows) refuses the group. Recomputing full-domain values in each
-// pass instead of storing a row buffer keeps the kernel to one loop nest.
+// pass instead of storing a row buffer keeps the kernel to one loop nest — except for a costly
+// reduction input (an exp) that the output pass reads again, which its pass keeps in a local row.
+// Values that do not change along a pass's loop (per-row values) are computed ahead of it, and
+// rows of at least 128 elements run 8 at a time (unroll-and-jam, row_jam.h) so that 8 rows'
+// running sums overlap. None of this changes a result bit.
 //
-// Numerics follow src/reference/ops/reduction_ops.cc and nn_pool.cc formula by formula: float32
-// accumulates in float32 in row order, float16/bfloat16 in float, float64 in double, integers in
+// Vector lanes. Where the row order does not change the result — Max/Min (the same value; a zero
+// maximum may take the other zero's sign, a NaN another NaN's payload) and integer accumulation
+// (wrapping arithmetic is associative) — a row that is contiguous in memory (the reduced axes
+// are the trailing ones) and has at least 4 x kLanes = 128 elements accumulates in kLanes = 32
+// partials, element j into partial j mod 32, combined in lane order at the end. The lanes are
+// independent, so the C compiler keeps them in vector registers instead of a serial chain of one
+// operation per element. Float sums and products keep the reference's row order (a different
+// order changes the rounding), which bounds their passes by the add latency: about one element
+// per 2-3 cycles.
+//
+// Numerics otherwise follow src/reference/ops/reduction_ops.cc and nn_pool.cc formula by formula:
+// float32 accumulates in float32, float16/bfloat16 in float, float64 in double, integers in
 // 64 bits with wrapping and a final wrapping narrowing; Max/Min start from the row's first element
 // (equal to the reference's identity start, NaN propagating; GlobalMaxPool as nn_pool.cc, which
 // does not propagate a NaN after the first element); GlobalAveragePool sums in double.
@@ -38,6 +52,7 @@
 
 #include "fusion/op_kind.h"
 #include "loop/lower_internal.h"
+#include "loop/row_jam.h"
 #include "reference/ops/nn_internal.h"
 #include "support/error.h"
 
@@ -89,10 +104,19 @@ int64_t emitted_size(const Expr& e) {
 
 class RowKernelBuilder {
  public:
-  explicit RowKernelBuilder(const FusionGroup& grp) : grp_(grp), L_(grp, /*flat_mode=*/false) {}
+  // `jam`: run long rows several at a time (see build); off where a caller peels the outer loops.
+  RowKernelBuilder(const FusionGroup& grp, bool jam) : grp_(grp), L_(grp, /*flat_mode=*/false), jam_(jam) {}
   LoopKernel build(const std::string& name);
 
  private:
+  using Update = std::function<Expr(Expr acc, Expr elem, Expr first)>;
+  using Combine = std::function<Expr(Expr a, Expr b)>;
+  static constexpr int64_t kLanes = 32;  // partial accumulators of a lane pass (the file comment)
+  // Rows run together by unroll-and-jam, for rows of at least kJamMinRow elements (a shorter row's
+  // chain is short enough for the CPU to overlap it with the next row's on its own).
+  static constexpr int kJamRows = 8;
+  static constexpr int64_t kJamMinRow = 128;
+
   // One statement of a list before CSE: Let var = value, Assign var = value, or a Store.
   struct Root {
     StmtKind kind;
@@ -107,12 +131,28 @@ class RowKernelBuilder {
   };
 
   std::vector<Stmt> finish(std::vector<Root> roots);
+  // finish() for the body of a loop over `loop_vars`: every maximal subexpression that reads none
+  // of them (per-row values such as LayerNorm's sqrt(var + eps)) is computed once, into Lets
+  // appended to `before`, which the caller puts ahead of the loop. Besides saving the work, this
+  // takes calls with side effects (sqrtf may set errno) out of loops the C compiler must vectorize.
+  std::vector<Stmt> finish_in_loop(std::vector<Root> roots, const std::set<std::string>& loop_vars,
+                                   std::vector<Stmt>& before);
   Expr subst(const Expr& e, std::unordered_map<const ExprNode*, Expr>& memo);
   // Loops over the reduced dims (named kiln_j<pass>_<dim>) around body; the full-domain index.
   std::vector<Expr> pass_dims(int pass, std::vector<std::pair<std::string, int64_t>>& loops);
   static std::vector<Stmt> wrap(const std::vector<std::pair<std::string, int64_t>>& loops, std::vector<Stmt> body,
                                 bool vectorize);
   void lower_reduction(const Node& r, RKind kind, int k, std::vector<Stmt>& out);
+  // Staging (see build): the local row that keeps the reduction input `elem` of `r` for later
+  // passes, or null when it is not worth it or not safe. From then on `r`'s input reads from it.
+  BufferPtr stage_row(const Node& r, const Expr& elem);
+  // Element j (an Int64 expression, 0 <= j < row) of the current contiguous row: its flat index
+  // (row base + j) and its dims (j unravelled over the reduced axes).
+  Index row_point(const Expr& j);
+  // One reduction pass over a contiguous row in kLanes partials (the file comment): `name`
+  // (already declared) ends up holding the combined value.
+  void lane_pass(const Node& r, const std::string& name, DType at, const Expr& init, const Update& update,
+                 const Combine& combine, std::vector<Stmt>& out);
   // Kernel inputs and outputs, plus one fake Register buffer per reduction result.
   void bind(LoopKernel& k, const std::vector<const Node*>& reds);
   // One outer loop per dim of `shape` longer than 1 (outer_dims_); the current position's flat index.
@@ -122,11 +162,18 @@ class RowKernelBuilder {
 
   const FusionGroup& grp_;
   Lowerer L_;
+  bool jam_ = false;
   Shape in_;
   std::vector<bool> reduced_;
   std::vector<Expr> outer_dims_;  // outer loop vars at kept dims, 0 at reduced ones
   std::string outer_flat_;        // printed flat index of the current row in a per-row value
   Expr outer_flat_expr_;
+  bool contiguous_ = false;       // the reduced axes are the trailing non-unit axes of in_
+  bool stage_ok_ = false;         // contiguous rows, and only elementwise ops besides reductions
+  std::unordered_map<const Buffer*, BufferPtr> staged_;  // a staged value's fake buffer -> its row
+  std::vector<BufferPtr> rows_;                          // the local rows, allocated per row
+  std::vector<std::pair<const Value*, BufferPtr>> pending_stage_;  // bound once their pass is built
+  Expr row_base_;                 // flat index into in_ of the current row's first element
   int64_t row_ = 1;
   int passes_ = 0, next_let_ = 0;
   std::unordered_map<const Buffer*, Result> results_;
@@ -141,6 +188,14 @@ Expr RowKernelBuilder::subst(const Expr& e, std::unordered_map<const ExprNode*, 
         refuse("a reduction result is read at another row than its own (a broadcast or remap across rows)");
       r = var(it->second.var, e->type);
     }
+    if (auto it = staged_.find(e->buffer.get()); it != staged_.end()) {
+      // A staged value at (row base + j) is element j of the local row: with only elementwise ops
+      // in the group (stage_ok_), it is read nowhere but in the current row.
+      const Expr& idx = e->args[0];
+      const bool split = idx->kind == ExprKind::Binary && idx->bin == BinOp::Add &&
+                         print_expr(idx->args[0]) == print_expr(row_base_);
+      r = load(it->second, split ? idx->args[1] : sub(idx, row_base_));
+    }
   }
   if (r == e && !e->args.empty()) {
     auto copy = std::make_shared<ExprNode>(*e);
@@ -154,6 +209,61 @@ Expr RowKernelBuilder::subst(const Expr& e, std::unordered_map<const ExprNode*, 
   }
   memo[e.get()] = r;
   return r;
+}
+
+namespace {
+
+bool reads_any(const Expr& e, const std::set<std::string>& vars, std::unordered_map<const ExprNode*, bool>& memo) {
+  if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
+  bool r = e->kind == ExprKind::Var && vars.count(e->name);
+  for (const auto& a : e->args) r = reads_any(a, vars, memo) || r;
+  memo[e.get()] = r;
+  return r;
+}
+
+// Not worth a Let of its own: literals, variables, and index arithmetic without loads (the C
+// compiler hoists that itself).
+bool trivial(const Expr& e) {
+  if (e->kind == ExprKind::IntImm || e->kind == ExprKind::FloatImm || e->kind == ExprKind::Var) return true;
+  if (e->kind == ExprKind::Cast) return trivial(e->args[0]);
+  if (e->kind == ExprKind::Load) return false;
+  if (e->type != DType::Int64) return false;
+  return std::all_of(e->args.begin(), e->args.end(), trivial);
+}
+
+}  // namespace
+
+std::vector<Stmt> RowKernelBuilder::finish_in_loop(std::vector<Root> roots, const std::set<std::string>& loop_vars,
+                                                   std::vector<Stmt>& before) {
+  std::unordered_map<const ExprNode*, Expr> sub_memo, hoisted;
+  std::unordered_map<const ExprNode*, bool> reads;
+  std::vector<Root> pre;
+  std::function<Expr(const Expr&)> hoist = [&](const Expr& e) -> Expr {
+    if (auto it = hoisted.find(e.get()); it != hoisted.end()) return it->second;
+    Expr r = e;
+    if (!reads_any(e, loop_vars, reads)) {
+      if (!trivial(e)) {
+        std::string name = "t" + std::to_string(next_let_++);
+        pre.push_back(Root{StmtKind::Let, name, nullptr, nullptr, e});
+        r = var(name, e->type);
+      }
+    } else if (!e->args.empty()) {
+      auto copy = std::make_shared<ExprNode>(*e);
+      bool changed = false;
+      for (auto& a : copy->args) {
+        Expr na = hoist(a);
+        changed = changed || na != a;
+        a = na;
+      }
+      if (changed) r = copy;
+    }
+    hoisted[e.get()] = r;
+    return r;
+  };
+  // Reduction results become their Lets first, so a per-row value reads as invariant.
+  for (auto& r : roots) r.value = hoist(subst(r.value, sub_memo));
+  for (auto& s : finish(std::move(pre))) before.push_back(s);
+  return finish(std::move(roots));
 }
 
 std::vector<Stmt> RowKernelBuilder::finish(std::vector<Root> roots) {
@@ -222,9 +332,15 @@ void RowKernelBuilder::lower_reduction(const Node& r, RKind kind, int k, std::ve
   const std::string acc = "kiln_acc" + std::to_string(k);
   auto zero = [&](DType d) { return imm(0, d); };
 
-  // One pass: acc (of type `at`) = init; for the row: acc = update(acc, element, first).
-  auto pass = [&](const std::string& name, DType at, Expr init,
-                  const std::function<Expr(Expr acc, Expr elem, Expr first)>& update) {
+  // One pass: acc (of type `at`) = init; for the row: acc = update(acc, element, first). With a
+  // `combine` (how two partial accumulators merge; given only where the order cannot change the
+  // result) and a long contiguous row, in lanes.
+  auto pass = [&](const std::string& name, DType at, Expr init, const Update& update, const Combine& combine) {
+    if (combine && contiguous_ && row_ >= 4 * kLanes) {
+      for (auto& s : finish({Root{StmtKind::Let, name, nullptr, nullptr, init}})) out.push_back(s);
+      lane_pass(r, name, at, init, update, combine, out);
+      return;
+    }
     std::vector<std::pair<std::string, int64_t>> loops;
     const int p = passes_++;
     std::vector<Expr> d = pass_dims(p, loops);
@@ -234,7 +350,12 @@ void RowKernelBuilder::lower_reduction(const Node& r, RKind kind, int k, std::ve
       if (reduced_[i] && in_[i] != 1) rowflat = add(mul(rowflat, int_imm(in_[i])), d[i]);
     Expr first = bin(BinOp::Eq, rowflat, int_imm(0));
     std::vector<Stmt> init_list = finish({Root{StmtKind::Let, name, nullptr, nullptr, init}});
-    std::vector<Stmt> body = finish({Root{StmtKind::Assign, name, nullptr, nullptr, update(var(name, at), elem, first)}});
+    std::set<std::string> vars;
+    for (const auto& lp : loops) vars.insert(lp.first);
+    std::vector<Root> roots = {Root{StmtKind::Assign, name, nullptr, nullptr, update(var(name, at), elem, first)}};
+    BufferPtr row = stage_row(r, elem);
+    if (row) roots.push_back(Root{StmtKind::Store, "", row, rowflat, elem});
+    std::vector<Stmt> body = finish_in_loop(std::move(roots), vars, init_list);
     for (auto& s : init_list) out.push_back(s);
     for (auto& s : wrap(loops, std::move(body), false)) out.push_back(s);
   };
@@ -250,6 +371,10 @@ void RowKernelBuilder::lower_reduction(const Node& r, RKind kind, int k, std::ve
     };
   };
   auto sum = [&](Expr a, Expr e, Expr) { return bin(BinOp::Add, a, cast(A, e)); };
+  // Partial sums merge by addition; only integer ones (exact in any order) use lanes.
+  const Combine add_partials = flt ? Combine() : [](Expr a, Expr b) { return bin(BinOp::Add, a, b); };
+  // Max/Min partials merge as one more element would (NaN-propagating, strict comparison).
+  auto merge_as = [](Update u) -> Combine { return [u](Expr a, Expr b) { return u(a, b, int_imm(0, DType::Bool)); }; };
 
   if (kind == RKind::ArgMax || kind == RKind::ArgMin) {
     // reduction_select.cc: keys compare with NaN greater than every number (NaNs equal); the first
@@ -293,42 +418,47 @@ void RowKernelBuilder::lower_reduction(const Node& r, RKind kind, int k, std::ve
     case RKind::Mean:
     case RKind::LogSum:
     case RKind::GlobalAvg:
-      pass(acc, A, zero(A), sum);
+      pass(acc, A, zero(A), sum, add_partials);
       break;
     case RKind::Max:
+      pass(acc, A, zero(A), extreme(BinOp::Gt), merge_as(extreme(BinOp::Gt)));
+      break;
     case RKind::GlobalMax:
-      pass(acc, A, zero(A), extreme(BinOp::Gt));
+      // nn_pool.cc ignores a NaN after the first element: lanes would keep one that starts a lane.
+      pass(acc, A, zero(A), extreme(BinOp::Gt), nullptr);
       break;
     case RKind::Min:
-      pass(acc, A, zero(A), extreme(BinOp::Lt));
+      pass(acc, A, zero(A), extreme(BinOp::Lt), merge_as(extreme(BinOp::Lt)));
       break;
     case RKind::Prod:
-      pass(acc, A, imm(1, A), [&](Expr a, Expr e, Expr) { return bin(BinOp::Mul, a, cast(A, e)); });
+      pass(acc, A, imm(1, A), [&](Expr a, Expr e, Expr) { return bin(BinOp::Mul, a, cast(A, e)); },
+           flt ? Combine() : [](Expr a, Expr b) { return bin(BinOp::Mul, a, b); });
       break;
     case RKind::L1:
       pass(acc, A, zero(A), [&](Expr a, Expr e, Expr) {
         Expr v = cast(A, e);
         return bin(BinOp::Add, a, is_unsigned_int(t) ? v : unary(UnOp::Abs, v));
-      });
+      }, add_partials);
       break;
     case RKind::L2:
     case RKind::SumSquare:
       pass(acc, A, zero(A), [&](Expr a, Expr e, Expr) {
         Expr v = cast(A, e);
         return bin(BinOp::Add, a, bin(BinOp::Mul, v, v));
-      });
+      }, add_partials);
       break;
     case RKind::LogSumExp: {
       // log(sum(exp(x - m))) + m with m the NaN-propagating max; a non-finite m is the result.
       const std::string m = acc + "_max";
-      pass(m, R, zero(R), [&](Expr a, Expr e, Expr first) {
+      const Update max_nan = [&](Expr a, Expr e, Expr first) {
         Expr v = cast(R, e);
         return select(bin(BinOp::Or, first, bin(BinOp::Or, bin(BinOp::Gt, v, a), is_nan(v))), v, a);
-      });
+      };
+      pass(m, R, zero(R), max_nan, merge_as(max_nan));
       Expr mv = var(m, R);
       pass(acc, R, zero(R), [&](Expr a, Expr e, Expr) {
         return bin(BinOp::Add, a, unary(UnOp::Exp, bin(BinOp::Sub, cast(R, e), mv)));
-      });
+      }, nullptr);  // a float sum
       Expr finite = bin(BinOp::And, unary(UnOp::Not, is_nan(mv)), unary(UnOp::Not, unary(UnOp::IsInf, mv)));
       fin = select(finite, bin(BinOp::Add, mv, unary(UnOp::Log, var(acc, R))), mv);
       break;
@@ -348,6 +478,93 @@ void RowKernelBuilder::lower_reduction(const Node& r, RKind kind, int k, std::ve
   fin = cast(ot, fin);
   const std::string rv = "kiln_r" + std::to_string(k);
   for (auto& s : finish({Root{StmtKind::Let, rv, nullptr, nullptr, fin}})) out.push_back(s);
+}
+
+namespace {
+
+// Worth keeping instead of computing again: transcendental functions and calls (an expf costs
+// tens of cycles; a store and a load from a row in L1 a few).
+bool expensive(const Expr& e) {
+  if (e->kind == ExprKind::Call) return true;
+  if (e->kind == ExprKind::Binary && e->bin == BinOp::Pow) return true;
+  if (e->kind == ExprKind::Unary) switch (e->un) {
+      case UnOp::Neg: case UnOp::Not: case UnOp::Abs: case UnOp::Floor: case UnOp::Ceil: case UnOp::Round:
+      case UnOp::IsNaN: case UnOp::IsInf: case UnOp::Sqrt: break;
+      default: return true;
+    }
+  return std::any_of(e->args.begin(), e->args.end(), expensive);
+}
+
+}  // namespace
+
+BufferPtr RowKernelBuilder::stage_row(const Node& r, const Expr& elem) {
+  const Value* v = r.input(0);
+  if (!stage_ok_ || L_.input_buffers_.count(v) || !expensive(elem)) return nullptr;
+  // Only for a value some other op of the group reads again (softmax's exp, read by the Div).
+  const bool reread = std::any_of(v->uses().begin(), v->uses().end(), [&](const auto& u) {
+    return u.first != &r && L_.members_.count(u.first);
+  });
+  if (!reread) return nullptr;
+  const std::string k = std::to_string(rows_.size());
+  auto row = std::make_shared<Buffer>(Buffer{"kiln_keep" + k, v->dtype(), Shape{row_}, Scope::Local});
+  auto fake = std::make_shared<Buffer>(Buffer{"kiln_staged" + k, v->dtype(), in_, Scope::Local});
+  rows_.push_back(row);
+  staged_[fake.get()] = row;
+  pending_stage_.push_back({v, fake});
+  return row;
+}
+
+Index RowKernelBuilder::row_point(const Expr& j) {
+  std::vector<Expr> d = outer_dims_;
+  int64_t stride = 1;
+  size_t first = in_.size();
+  for (size_t i = 0; i < in_.size(); ++i)
+    if (reduced_[i] && in_[i] != 1 && first == in_.size()) first = i;
+  for (size_t i = in_.size(); i-- > 0;) {
+    if (!reduced_[i] || in_[i] == 1) continue;
+    Expr q = div_floor(j, int_imm(stride));
+    d[i] = i == first ? q : mod(q, int_imm(in_[i]));
+    stride *= in_[i];
+  }
+  return Index{in_, add(row_base_, j), std::move(d)};
+}
+
+// The lanes live in a local buffer of kLanes accumulators:
+//   lanes[l] = update(init, elem(l), first)                 l < kLanes: each lane's first element
+//   for b in [1, row / kLanes): lanes[l] = update(lanes[l], elem(b * kLanes + l))   (l vectorized)
+//   lanes[l] = update(lanes[l], elem(row / kLanes * kLanes + l))   for the row % kLanes tail
+//   acc = lanes[0]; acc = combine(acc, lanes[l]) for l = 1 .. kLanes-1
+void RowKernelBuilder::lane_pass(const Node& r, const std::string& name, DType at, const Expr& init,
+                                 const Update& update, const Combine& combine, std::vector<Stmt>& out) {
+  const std::string ps = std::to_string(passes_++);
+  auto lanes = std::make_shared<Buffer>(Buffer{"kiln_lanes" + ps, at, Shape{kLanes}, Scope::Local});
+  const Expr yes = int_imm(1, DType::Bool), no = int_imm(0, DType::Bool);
+  const int64_t blocks = row_ / kLanes, tail = row_ % kLanes;
+  auto elem = [&](const Expr& j) { return L_.value_at(r.input(0), row_point(j)); };
+  std::vector<Stmt> body;
+  // One loop over lanes (inside `outer`, when given) whose invariants go ahead of it in `body`.
+  auto lane_loop = [&](const std::string& v, int64_t extent, const Expr& block, bool seed, ForKind kind,
+                       const std::string& outer = "", int64_t outer_extent = 0) {
+    const Expr l = var(v);
+    const Expr j = add(block, l);
+    Expr value = seed ? update(init, elem(j), yes) : update(load(lanes, l), elem(j), no);
+    std::set<std::string> vars = {v};
+    if (!outer.empty()) vars.insert(outer);
+    Stmt loop = for_loop(v, int_imm(extent), finish_in_loop({Root{StmtKind::Store, "", lanes, l, value}}, vars, body), kind);
+    body.push_back(outer.empty() ? loop : for_loop(outer, int_imm(outer_extent), {loop}));
+  };
+  lane_loop("kiln_l" + ps, kLanes, int_imm(0), true, ForKind::Vectorized);
+  if (blocks > 1) {
+    const std::string b = "kiln_b" + ps;
+    lane_loop("kiln_l" + ps, kLanes, mul(add(var(b), int_imm(1)), int_imm(kLanes)), false, ForKind::Vectorized, b,
+              blocks - 1);
+  }
+  if (tail > 0) lane_loop("kiln_t" + ps, tail, int_imm(blocks * kLanes), false, ForKind::Serial);
+  body.push_back(assign(name, load(lanes, int_imm(0))));
+  const std::string c = "kiln_c" + ps;
+  body.push_back(for_loop(c, int_imm(kLanes - 1),
+                          {assign(name, combine(var(name, at), load(lanes, add(var(c), int_imm(1)))))}));
+  out.push_back(allocate(lanes, std::move(body)));
 }
 
 void RowKernelBuilder::bind(LoopKernel& k, const std::vector<const Node*>& reds) {
@@ -608,11 +825,29 @@ LoopKernel RowKernelBuilder::build(const std::string& name) {
   for (size_t i = 0; i < in_.size(); ++i)
     if (reduced_[i]) keep[i] = 1;
   std::vector<std::pair<std::string, int64_t>> outer_loops = this->outer_loops(keep);
+  // Contiguous rows: no kept axis longer than 1 after the first reduced one.
+  contiguous_ = true;
+  for (size_t i = 0, seen = 0; i < in_.size(); ++i) {
+    if (in_[i] == 1) continue;
+    if (reduced_[i]) seen = 1;
+    else if (seen) contiguous_ = false;
+  }
+  Index row_start = Index::from_dims(in_, outer_dims_);
+  row_base_ = L_.flat(row_start);
 
   std::vector<Stmt> body;
+  // Staging: a reduction input that is costly (an exp) and read again by the output pass is kept
+  // in a local row as its reduction pass computes it, and read from there afterwards, instead of
+  // being computed twice (the same value either way).
+  stage_ok_ = contiguous_ && std::all_of(grp_.nodes.begin(), grp_.nodes.end(), [](const Node* n) {
+    const auto ok = op_kind_of_type(n->op_type());
+    return ok && (*ok == OpKind::ElementWise || *ok == OpKind::Reduction);
+  });
   for (size_t i = 0; i < reds.size(); ++i) {
     lower_reduction(*reds[i].first, reds[i].second, int(i), body);
     results_[L_.input_buffers_.at(reds[i].first->output(0)).get()].defined = true;
+    for (const auto& [v, fake] : pending_stage_) L_.input_buffers_[v] = fake;
+    pending_stage_.clear();
   }
 
   // Per-row outputs into Lets now; full-domain outputs in a final pass; per-row stores last.
@@ -636,23 +871,34 @@ LoopKernel RowKernelBuilder::build(const std::string& name) {
     Index oi = o->shape() == in_ ? at : Index::from_flat(o->shape(), at_flat);
     full_roots.push_back(Root{StmtKind::Store, "", k.outputs[i], at_flat, L_.value_at(o, oi)});
   }
-  if (!full_roots.empty())
-    for (auto& s : wrap(loops, finish(std::move(full_roots)), true)) body.push_back(s);
+  if (!full_roots.empty()) {
+    std::set<std::string> vars;
+    for (const auto& lp : loops) vars.insert(lp.first);
+    std::vector<Stmt> inner = finish_in_loop(std::move(full_roots), vars, body);
+    for (auto& s : wrap(loops, std::move(inner), true)) body.push_back(s);
+  }
   for (auto& s : row_stores) body.push_back(s);
+  for (const BufferPtr& row : rows_) body = {allocate(row, std::move(body))};
 
-  // Rows are independent: the outermost outer loop is parallel when there is enough work.
+  // Rows are independent: the outermost outer loop is parallel when there is enough work. Long
+  // rows run kJamRows at a time (row_jam.h): float sums keep the row order, so one row's sum is a
+  // chain of dependent adds, and only several rows' chains side by side keep the adder busy.
   for (size_t i = outer_loops.size(); i-- > 0;) {
     const ForKind fk = i == 0 && outer >= 8 && full >= 4096 ? ForKind::Parallel : ForKind::Serial;
-    body = {for_loop(outer_loops[i].first, int_imm(outer_loops[i].second), std::move(body), fk)};
+    const auto& [v, extent] = outer_loops[i];
+    if (i + 1 == outer_loops.size() && jam_ && row_ >= kJamMinRow && extent >= kJamRows)
+      body = jam_loop(v, extent, body, kJamRows, fk);
+    else
+      body = {for_loop(v, int_imm(extent), std::move(body), fk)};
   }
   k.body = body.size() == 1 ? body[0] : block(std::move(body));
   return k;
 }
 
-LoweredGroup lower_reduction_group(const FusionGroup& grp, const std::string& kernel_name) {
+LoweredGroup lower_reduction_group(const FusionGroup& grp, const std::string& kernel_name, bool jam_rows) {
   LoweredGroup r;
   try {
-    RowKernelBuilder b(grp);
+    RowKernelBuilder b(grp, jam_rows);
     r.kernel = b.build(kernel_name);
   } catch (const Refusal& e) {
     r.reason = e.reason;

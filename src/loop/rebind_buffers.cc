@@ -3,7 +3,6 @@
 #include <optional>
 
 #include "loop/affine.h"
-#include "loop/lower_internal.h"
 #include "support/error.h"
 
 namespace kiln::loop {
@@ -22,7 +21,7 @@ Expr BufferRebinder::expr(const Expr& e) {
   if (e->buffer) {  // Load, Address
     if (auto it = map_.find(e->buffer.get()); it != map_.end()) {
       copy->buffer = it->second.to;
-      if (it->second.offset) copy->args[0] = detail::sub(copy->args[0], it->second.offset);
+      if (it->second.offset) copy->args[0] = add(copy->args[0], it->second.offset);
       // A Load's type is its buffer's dtype; micro-kernels read an address as that dtype.
       KILN_CHECK(copy->buffer->dtype == e->buffer->dtype, "rebinding ", e->buffer->name, " to ", copy->buffer->name,
                  " changes its dtype");
@@ -49,7 +48,7 @@ Stmt BufferRebinder::stmt(const Stmt& s) {
       KILN_CHECK(s->kind == StmtKind::Store, "cannot rebind the buffer an Allocate declares (", s->buffer->name, ")");
       KILN_CHECK(it->second.to->dtype == s->buffer->dtype, "rebinding ", s->buffer->name, " changes its dtype");
       c->buffer = it->second.to;
-      if (it->second.offset) c->index = detail::sub(c->index, it->second.offset);
+      if (it->second.offset) c->index = add(c->index, it->second.offset);
     }
   }
   return c;
@@ -160,6 +159,10 @@ class DivModFolder {
 
 Stmt fold_index_divmod(const Stmt& s, const std::map<std::string, int64_t>& extents) {
   return DivModFolder(extents).stmt(s);
+}
+
+Expr fold_index_divmod(const Expr& e, const std::map<std::string, int64_t>& extents) {
+  return DivModFolder(extents).expr(e);
 }
 
 Stmt scoped(std::vector<Stmt> body) { return if_then(int_imm(1, DType::Bool), std::move(body)); }

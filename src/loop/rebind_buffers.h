@@ -1,12 +1,15 @@
-// Rebinding the buffers of a loop-IR tree: a kernel lowered on its own (a sub-group of a
-// multi-contraction group, a row kernel's passes) is spliced into another kernel whose buffers
-// are different objects. Loads, addresses and stores of a mapped buffer go to its new buffer, optionally at
-// `index - offset` (a full-tensor position turned into a position within a local row); unmapped
-// buffers (the tree's own Local/Register buffers) stay as they are.
+// Loop-IR rewrites for splicing separately lowered kernels into one (lower_contraction_siblings.cc,
+// lower_contraction_chain.cc).
+//
+// Rebinding buffers: a kernel lowered on its own (a part of a multi-contraction group, a row
+// kernel's passes) uses its own Buffer objects. Loads, addresses and stores of a mapped buffer go
+// to its new buffer, optionally at `index + offset` (a full-tensor position turned into a position
+// within a local row); unmapped buffers (the tree's own Local/Register buffers) stay as they are.
 #pragma once
 #include <map>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "loop/loop_ir.h"
 
@@ -14,14 +17,14 @@ namespace kiln::loop {
 
 struct BufferTarget {
   BufferPtr to;
-  Expr offset;  // null: same index
+  Expr offset;  // added to every index; null: same index
 };
 using BufferMap = std::unordered_map<const Buffer*, BufferTarget>;
 
 class BufferRebinder {
  public:
   explicit BufferRebinder(BufferMap map) : map_(std::move(map)) {}
-  // Rewritten copies; subtrees that mention no mapped buffer are shared, not copied.
+  // Rewritten copies (expressions that mention no mapped buffer are shared, not copied).
   Expr expr(const Expr& e);
   Stmt stmt(const Stmt& s);
 
@@ -38,6 +41,7 @@ Stmt rebind_buffers(const Stmt& s, BufferMap map);
 // are affine are rebuilt in expanded form (which folds `(base + j) - base`). `extents` gives the
 // ranges [0, e) of variables defined outside `s` (a Let's known range); loops add their own.
 Stmt fold_index_divmod(const Stmt& s, const std::map<std::string, int64_t>& extents);
+Expr fold_index_divmod(const Expr& e, const std::map<std::string, int64_t>& extents);
 
 // `if (true) { body }`: a C block scope, so Lets and local names in `body` (a spliced kernel's
 // t<k>, acc) cannot clash with its neighbours'. (Block is a plain sequence.)

@@ -61,6 +61,8 @@ int cmd_show(const std::vector<std::string>& argv);
 int cmd_test_onnx(const std::vector<std::string>& argv);
 int cmd_explain(const std::vector<std::string>& argv);
 int cmd_bench(const std::vector<std::string>& argv);
+int cmd_compile(const std::vector<std::string>& argv);
+int cmd_probe(const std::vector<std::string>& argv);
 
 // Executable options from --threads/--no-cache and the fusion options.
 runtime::BuildOptions build_options(const Args& a);

@@ -1,7 +1,10 @@
 // kiln bench: latency of the compiled model (median and min over --runs after --warmup).
+// --kernels adds each kernel's median time, compulsory bytes, achieved GB/s and, for kernels
+// without a contraction, the share of the machine's probed bandwidth (src/analysis).
 // --compare runs kiln fused, kiln --no-fusion and ONNX Runtime (bench/ort_runner.py, driven over a
 // pipe) interleaved in one loop on the same inputs and thread count, so machine noise hits all
 // three alike, and prints the ratios.
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,9 +13,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <thread>
 
+#include "analysis/machine_probe.h"
 #include "cli.h"
 #include "runtime/executable.h"
 #include "support/npy.h"
@@ -22,6 +27,20 @@ namespace kiln::cli {
 namespace fs = std::filesystem;
 
 namespace {
+
+// Inputs and outputs as caller buffers allocated once: the timed runs go through run_into, so a
+// kernel is not timed faulting in and zeroing fresh output pages (run() allocates its outputs).
+struct CallerBuffers {
+  CallerBuffers(const runtime::Executable& ex, const TensorMap& inputs) {
+    for (const Tensor* t : check_inputs(ex.graph(), inputs)) in.push_back(t->raw());
+    for (const Value* o : ex.graph().outputs()) outs.emplace_back(o->dtype(), o->shape());
+    for (Tensor& t : outs) out.push_back(t.raw());
+  }
+  void run(runtime::Executable& ex) { ex.run_into(in, out); }
+  std::vector<const void*> in;
+  std::vector<Tensor> outs;
+  std::vector<void*> out;
+};
 
 struct Stats {
   std::vector<double> ms;
@@ -144,22 +163,111 @@ class OrtRunner {
   std::string version_;
 };
 
+long involuntary_switches() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_nivcsw;
+}
+
+// Per-kernel report of --kernels.
+//
+// Bytes are compulsory traffic: every group input (activations and weights alike) read once and
+// every output written once, at their dtype's size. The yardstick is the probed bandwidth of the
+// level those bytes fit (MachineModel::level_for: DRAM beyond the L3 size, L3 beyond the L2s of
+// the threads, else L2), with the N-thread figure when the model runs on more than one thread;
+// triad bandwidth (streams read and written), or read bandwidth when the outputs are under 10 %
+// of the bytes (reductions). Contractions are compute-bound by design and get no percentage.
+struct KernelRow {
+  std::string name, kind, level;
+  bool generated = false, contraction = false;
+  double median_ms = 0, gbps = 0, yardstick_gbps = 0, pct = 0;
+  int64_t bytes = 0;
+};
+
+std::vector<KernelRow> kernel_rows(const runtime::Executable& ex, const std::vector<std::vector<double>>& ms,
+                                   const analysis::MachineModel& m, int threads) {
+  std::vector<KernelRow> rows;
+  for (size_t k = 0; k < ex.plan().groups.size(); ++k) {
+    const FusionGroup& grp = ex.plan().groups[k];
+    if (!grp.counts_as_kernel()) continue;
+    KernelRow r;
+    r.name = ex.kernels()[k].name;
+    r.kind = group_kind_name(grp.kind);
+    r.generated = ex.kernels()[k].generated;
+    r.contraction = grp.kind == GroupKind::Contraction;
+    Stats s{ms[k]};
+    r.median_ms = s.median();
+    int64_t out_bytes = 0;
+    for (const Value* v : grp.inputs) r.bytes += value_bytes(v);
+    for (const Value* v : grp.outputs) out_bytes += value_bytes(v);
+    r.bytes += out_bytes;
+    r.gbps = r.median_ms > 0 ? double(r.bytes) / (r.median_ms * 1e-3) / 1e9 : 0;
+    r.level = m.level_for(r.bytes, threads);
+    r.yardstick_gbps = m.bandwidth_for(r.bytes, threads, /*reads_only=*/out_bytes * 10 < r.bytes);
+    r.pct = r.yardstick_gbps > 0 ? 100 * r.gbps / r.yardstick_gbps : 0;
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+void print_kernel_rows(const std::vector<KernelRow>& rows, const analysis::MachineModel& m, int threads) {
+  const bool one = threads <= 1;
+  std::printf("\nmachine (kiln probe, %s): DRAM triad %.1f GB/s, L3 triad %.1f GB/s, L2 triad %.1f GB/s (%d thread%s)\n",
+              m.probed_at.c_str(), (one ? m.dram_1t : m.dram_nt).triad_gbps, (one ? m.l3_1t : m.l3_nt).triad_gbps,
+              (one ? m.l2_1t : m.l2_nt).triad_gbps, one ? 1 : m.threads, one ? "" : "s");
+  std::printf("%-4s %-44s %-12s %-3s %9s %9s %8s %-5s %6s\n", "#", "kernel", "kind", "", "ms", "MB", "GB/s", "level",
+              "% bw");
+  int i = 0;
+  for (const auto& r : rows) {
+    char pct[16] = "-";
+    if (!r.contraction) std::snprintf(pct, sizeof pct, "%.0f", r.pct);
+    std::printf("%-4d %-44.44s %-12s %-3s %9.4f %9.3f %8.2f %-5s %6s\n", ++i, r.name.c_str(), r.kind.c_str(),
+                r.generated ? "gen" : "lib", r.median_ms, double(r.bytes) / 1e6, r.gbps, r.level.c_str(), pct);
+  }
+  std::printf("(bytes: every input incl. weights and every output, once; %% bw: of the probed triad bandwidth of the\n"
+              " level the bytes fit, read bandwidth for reductions; none for contractions)\n");
+}
+
+std::string kernel_rows_json(const std::vector<KernelRow>& rows) {
+  std::string j = "[";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    char b[512];
+    // Kernel names are sanitised C identifiers: no JSON escaping needed.
+    std::snprintf(b, sizeof b,
+                  "%s{\"name\": \"%s\", \"kind\": \"%s\", \"generated\": %s, \"median_ms\": %.5f, \"bytes\": %lld, "
+                  "\"gbps\": %.3f, \"level\": \"%s\", \"bandwidth_gbps\": %.3f, \"pct_of_bandwidth\": ",
+                  i ? ", " : "", r.name.c_str(), r.kind.c_str(), r.generated ? "true" : "false", r.median_ms,
+                  (long long)r.bytes, r.gbps, r.level.c_str(), r.yardstick_gbps);
+    j += b;
+    if (r.contraction) j += "null}";
+    else {
+      std::snprintf(b, sizeof b, "%.2f}", r.pct);
+      j += b;
+    }
+  }
+  return j + "]";
+}
+
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& argv) {
   auto valued = kModelValuedOptions;
   valued.insert(valued.end(), {"threads", "runs", "warmup", "input", "target"});
   auto flags = kModelFlags;
-  flags.insert(flags.end(), {"json", "compare", "no-cache", "no-fusion"});
+  flags.insert(flags.end(), {"json", "compare", "no-cache", "no-fusion", "kernels", "fma"});
   Args a(argv, valued, flags);
   if (a.positional().size() != 1) user_error("bench expects one MODEL.onnx");
   const std::string model = a.positional()[0];
   int runs = int(a.get_int("runs", 20)), warmup = int(a.get_int("warmup", 3));
   if (runs < 1 || warmup < 0) user_error("--runs must be >= 1 and --warmup >= 0");
+  if (a.has("kernels") && a.has("compare")) user_error("--kernels and --compare do not combine (run them one at a time)");
   // Interleaved with ONNX Runtime (whose spinning is switched off), kiln's OpenMP workers must not
-  // spin either, or each side would steal the cores the other's next run needs. libgomp reads
+  // spin long either, or each side would steal the cores the other's next run needs; but sleeping
+  // at once (OMP_WAIT_POLICY=PASSIVE) makes every kernel pay a thread wake-up. A short spin (about
+  // a hundred microseconds) keeps the workers warm between one run's kernels only. libgomp reads
   // this when the first kernel module loads, so it is set before any is built; a user's value wins.
-  if (a.has("compare")) setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
+  if (a.has("compare")) setenv("GOMP_SPINCOUNT", "100000", /*overwrite=*/0);
   auto g = load_model(model, a, pipeline_options(a), /*lower=*/true);
   TensorMap inputs = bench_inputs(*g, a);
   runtime::BuildOptions bo = build_options(a);
@@ -168,21 +276,59 @@ int cmd_bench(const std::vector<std::string>& argv) {
   auto fused = runtime::Executable::build(g->clone(), bo);
 
   if (!a.has("compare")) {
-    for (int i = 0; i < warmup; ++i) fused->run(inputs);
+    const bool per_kernel = a.has("kernels");
+    // The machine model first: a probe (when nothing is cached) must not overlap the timed runs.
+    std::optional<analysis::MachineModel> machine;
+    if (per_kernel) {
+      if (!analysis::load_cached_machine()) std::fprintf(stderr, "kiln: probing this machine (cached afterwards)...\n");
+      analysis::ProbeOptions po;
+      po.threads = threads;
+      machine = analysis::machine_model(false, po);
+    }
+    fused->set_profiling(per_kernel);
+    CallerBuffers io(*fused, inputs);
+    auto run_once = [&] { io.run(*fused); };
+    for (int i = 0; i < warmup; ++i) run_once();
     Stats s;
-    for (int i = 0; i < runs; ++i) s.ms.push_back(time_ms([&] { fused->run(inputs); }));
-    if (a.has("json"))
-      std::printf("{\"median_ms\": %.4f, \"min_ms\": %.4f, \"runs\": %d, \"threads\": %d}\n", s.median(), s.min(),
-                  runs, threads);
-    else
+    // Per kernel: the runs during which no thread of this process was preempted (no involuntary
+    // context switch), when at least 3 were; on a machine busy with other work the others time
+    // that work too. Every run when too few were clean (the report says how many were).
+    std::vector<std::vector<double>> kernel_ms(fused->plan().groups.size()), clean_ms = kernel_ms;
+    int clean_runs = 0;
+    for (int i = 0; i < runs; ++i) {
+      const long csw = involuntary_switches();
+      s.ms.push_back(time_ms(run_once));
+      if (!per_kernel) continue;
+      const bool clean = involuntary_switches() == csw;
+      clean_runs += clean;
+      for (size_t k = 0; k < kernel_ms.size(); ++k) {
+        kernel_ms[k].push_back(fused->kernel_times_ms()[k]);
+        if (clean) clean_ms[k].push_back(fused->kernel_times_ms()[k]);
+      }
+    }
+    std::vector<KernelRow> rows;
+    if (per_kernel) rows = kernel_rows(*fused, clean_runs >= 3 ? clean_ms : kernel_ms, *machine, threads);
+    if (a.has("json")) {
+      std::printf("{\"median_ms\": %.4f, \"min_ms\": %.4f, \"runs\": %d, \"threads\": %d", s.median(), s.min(), runs,
+                  threads);
+      if (per_kernel) std::printf(", \"undisturbed_runs\": %d, \"kernels\": %s", clean_runs, kernel_rows_json(rows).c_str());
+      std::printf("}\n");
+    } else {
       std::printf("%s: median %.3f ms, min %.3f ms over %d runs (%d threads, %d kernels)\n", model.c_str(),
                   s.median(), s.min(), runs, threads, fused->plan().kernel_count());
+      if (per_kernel) {
+        print_kernel_rows(rows, *machine, threads);
+        std::printf("kernel times: medians over %s (%d of %d runs undisturbed by other processes)\n",
+                    clean_runs >= 3 ? "the undisturbed runs" : "all runs", clean_runs, runs);
+      }
+    }
     return 0;
   }
 
   runtime::BuildOptions nb = bo;
   nb.fusion.enabled = false;
   auto unfused = runtime::Executable::build(g->clone(), nb);
+  CallerBuffers fio(*fused, inputs), uio(*unfused, inputs);
   std::string tmp = (fs::temp_directory_path() / ("kiln_bench_" + std::to_string(getpid()))).string();
   fs::create_directories(tmp);
   Stats sk, su, so;
@@ -191,16 +337,16 @@ int cmd_bench(const std::vector<std::string>& argv) {
     OrtRunner ort(fs::absolute(model).string(), threads, inputs, tmp);
     ort_version = ort.version();
     for (int i = 0; i < warmup; ++i) {
-      fused->run(inputs);
-      unfused->run(inputs);
+      fio.run(*fused);
+      uio.run(*unfused);
       ort.run();
     }
     // Interleaved: one run of each per round, so drift and noise affect all three alike; the
     // order rotates every round so none always follows the same neighbour.
     for (int i = 0; i < runs; ++i)
       for (int j = 0; j < 3; ++j) switch ((i + j) % 3) {
-          case 0: sk.ms.push_back(time_ms([&] { fused->run(inputs); })); break;
-          case 1: su.ms.push_back(time_ms([&] { unfused->run(inputs); })); break;
+          case 0: sk.ms.push_back(time_ms([&] { fio.run(*fused); })); break;
+          case 1: su.ms.push_back(time_ms([&] { uio.run(*unfused); })); break;
           default: so.ms.push_back(ort.run()); break;
         }
   } catch (...) {

@@ -11,15 +11,22 @@ const char* kUsage = R"(usage: kiln <command> [options]
 
 commands:
   run MODEL.onnx --input NAME=FILE.npy [--input ...] --output-dir DIR [--input-shape NAME=DIMS]
-                 [--reference | --fused-plan | --compiled [--threads N] [--no-cache] | --check]
-                                                 run a model; writes DIR/<output>.npy per output
+                 [--threads N] [--no-cache] [--check | --reference | --fused-plan]
+                                                 run a model (compiled code; --check: every kernel
+                                                 against the reference executor; --reference: the
+                                                 interpreter); writes DIR/<output>.npy per output
   info MODEL.onnx [--input-shape NAME=DIMS]      inputs, outputs, op histogram, parameter count
   show MODEL.onnx [--after=PASS|import|all]      print the graph IR (after a pass, default: final)
   explain MODEL.onnx [--json] [--dot FILE] [--svg FILE] [--no-fusion] [--fusion-fuel N] [--target T]
                                                  the fusion plan: kernels, costs, refused fusions
-  bench MODEL.onnx [--threads N] [--runs N] [--warmup N] [--json] [--compare]
+  bench MODEL.onnx [--threads N] [--runs N] [--warmup N] [--json] [--compare | --kernels]
                                                  latency of the compiled model; --compare adds kiln
-                                                 --no-fusion and ONNX Runtime, interleaved
+                                                 --no-fusion and ONNX Runtime, interleaved; --kernels
+                                                 per-kernel GB/s against the probed bandwidth
+  probe [--reprobe] [--json] [--threads N]       measured peak FLOP/s and cache/DRAM bandwidth (cached)
+  compile MODEL.onnx -o DIR [--input-shape NAME=DIMS] [--no-fusion] [--target T] [--threads N]
+                                                 ahead of time: a C bundle (kiln_model.h/.c,
+                                                 weights.bin, Makefile) that runs without kiln
   test-onnx DIR... [--expect FILE] [--write-passed FILE] [--quiet]
                                                  run ONNX backend-test folders
   help                                           this text
@@ -48,6 +55,8 @@ int main(int argc, char** argv) {
     if (cmd == "test-onnx") return kiln::cli::cmd_test_onnx(args);
     if (cmd == "explain") return kiln::cli::cmd_explain(args);
     if (cmd == "bench") return kiln::cli::cmd_bench(args);
+    if (cmd == "compile") return kiln::cli::cmd_compile(args);
+    if (cmd == "probe") return kiln::cli::cmd_probe(args);
     std::cerr << "kiln: error: unknown command '" << cmd << "' (see kiln help)\n";
     return 2;
   } catch (const kiln::UserError& e) {
