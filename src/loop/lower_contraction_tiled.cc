@@ -69,7 +69,9 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   kblock.push_back(let("kiln_k0", k0));
   kblock.push_back(let("kiln_kc", minimum(int_imm(kc), sub(int_imm(v.k), var("kiln_k0")))));
   const Expr k0v = var("kiln_k0"), kcv = var("kiln_kc");
-  if (pack_b) {
+  if (pack_b && v.b.packer) {
+    for (auto& st : v.b.packer->pack(batch, k0v, kcv, bpack, nr, int_imm(0), int_imm(nr))) kblock.push_back(st);
+  } else if (pack_b) {
     // Columns past N are zeros (their accumulators are never stored); the value is only read at a
     // clamped, in-range column so every load stays in bounds.
     const Expr j = add(var("kiln_j0"), var("kiln_pj"));
@@ -141,7 +143,14 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
     append_stores(body, bufs, std::move(pairs), next_let);
     in_acc.push_back(for_loop("kiln_ei", mcv, {for_loop("kiln_ej", ncv, std::move(body))}));
   }
-  tile.push_back(allocate(acc, std::move(in_acc)));
+  if (pack_b && v.b.packer) {
+    std::vector<Stmt> inner = v.b.packer->setup(batch, var("kiln_j0"), ncv);
+    inner.push_back(allocate(acc, std::move(in_acc)));
+    for (size_t i = v.b.packer->locals.size(); i-- > 0;) inner = {allocate(v.b.packer->locals[i], std::move(inner))};
+    for (auto& st : inner) tile.push_back(st);
+  } else {
+    tile.push_back(allocate(acc, std::move(in_acc)));
+  }
 
   const bool parallel = tiles > 1 && nbatch * v.m * v.n * std::max<int64_t>(v.k, 1) >= s.parallel_min_work;
   return {comment(cat("tiled contraction: ", nbatch, " x [", v.m, " x ", v.k, "] * [", v.k, " x ", v.n, "], tile ", mc,

@@ -19,6 +19,7 @@
 // nest gives bit-identical results to the naive one (tested against it).
 #pragma once
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "loop/loop_ir.h"
@@ -34,6 +35,18 @@ struct GemmOperand {
   int64_t stride_r = 0, stride_c = 0;
   // The operand's value (float32) at (batch, r, c): A(i, k) or B(k, j). Used to pack it.
   std::function<Expr(const std::vector<Expr>& batch, Expr r, Expr c)> value;
+  // Optional (B only): a packer that does better than evaluating `value` per element (a conv's
+  // im2col from per-column offset tables). `setup` runs once per tile, with `locals` allocated
+  // around the tile; `pack` fills bpack[kk * ld + col0 + jj] for jj < width and the K block
+  // [k0, k0 + kc) (columns of the tile past nc get zeros).
+  struct Packer {
+    std::vector<BufferPtr> locals;
+    std::function<std::vector<Stmt>(const std::vector<Expr>& batch, Expr j0, Expr nc)> setup;
+    std::function<std::vector<Stmt>(const std::vector<Expr>& batch, Expr k0, Expr kc, const BufferPtr& bpack,
+                                    int64_t ld, Expr col0, Expr width)>
+        pack;
+  };
+  std::optional<Packer> packer;
 };
 
 struct TileStore {
