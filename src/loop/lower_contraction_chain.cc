@@ -48,9 +48,6 @@ namespace {
 
 constexpr const char* kAcc = "acc";
 constexpr int64_t kMaxRowBytes = 64 * 1024;
-constexpr int64_t kMaxPackBytes = 32 * 1024;
-constexpr int64_t kMaxRowBlocks = 8;  // micro-kernel row blocks per tile
-constexpr int64_t kMinTiles = 16;     // tiles to share among threads before making them bigger
 
 bool is_reduction(const Node* n) {
   const auto k = op_kind_of_type(n->op_type());
@@ -291,7 +288,7 @@ class RowPipeline {
       st.b_stride = f->coef_of(K);
     }
     const int64_t pack_bytes = st.k * st.n * int64_t(dtype_size(st.c->input(1)->dtype()));
-    st.pack = !st.b_buf && st.n > 1 && pack_bytes <= kMaxPackBytes;
+    st.pack = !st.b_buf && st.n > 1 && pack_bytes <= sched_.chain.max_pack_bytes;
     st.axpy = st.n > 1 && (contiguous || st.b_buf || st.pack);
     st.mk = sched_.tile_contractions && st.axpy && st.dtype == DType::Float32 && (st.b_buf || st.pack);
   }
@@ -518,7 +515,7 @@ class RowPipeline {
     // Rows per micro-kernel call: at most the schedule's, a divisor of M when one is at least half
     // of that (no partial tiles). Rows per tile: a multiple of that dividing M (a packed operand
     // and the panels of B serve more rows), while the local buffers fit and there are at least
-    // kMinTiles tiles to share among threads; fewer rows while the buffers exceed their budget.
+    // sched_.chain.min_tiles tiles to share among threads; fewer rows while the buffers exceed their budget.
     const int64_t tmax = std::min<int64_t>(std::max(sched_.contraction.mr, 1), m_);
     mr_ = tmax;
     for (int64_t t = tmax; 2 * t >= tmax; --t)
@@ -529,8 +526,8 @@ class RowPipeline {
     tile_ = mr_;
     const int64_t rows = shape_numel(Shape(o0.begin(), o0.end() - 1));
     if (m_ % mr_ == 0)
-      for (int64_t f = kMaxRowBlocks; f > 1; --f)
-        if (m_ % (mr_ * f) == 0 && local_bytes(mr_ * f) <= kMaxRowBytes && rows / (mr_ * f) >= kMinTiles) {
+      for (int64_t f = sched_.chain.max_row_blocks; f > 1; --f)
+        if (m_ % (mr_ * f) == 0 && local_bytes(mr_ * f) <= kMaxRowBytes && rows / (mr_ * f) >= sched_.chain.min_tiles) {
           tile_ = mr_ * f;
           break;
         }

@@ -18,6 +18,13 @@ struct ContractionTile {
   int64_t kc = 256;
 };
 
+// Row pipelines (chains of MatMuls such as attention and MLPs, lower_contraction_chain.cc).
+struct ChainTile {
+  int64_t max_pack_bytes = 32 * 1024;  // pack a stage's right operand per tile up to this size
+  int64_t max_row_blocks = 8;          // micro-kernel row blocks (of mr rows) per tile
+  int64_t min_tiles = 16;              // tiles to share among threads before making them bigger
+};
+
 struct Schedule {
   int vector_width = 16;              // float32 lanes of the target's SIMD registers
   int unroll = 4;                     // unroll factor for short inner loops
@@ -26,6 +33,7 @@ struct Schedule {
   // waking the worker threads costs tens of microseconds, more than a small kernel gains.
   int64_t parallel_min_work = int64_t(1) << 19;
   ContractionTile contraction;
+  ChainTile chain;
   bool tile_contractions = true;      // false: the naive dot-product nest (a reference for tests)
   bool default_transforms = true;     // apply_default_schedule after lowering (loop_transforms.h)
 
