@@ -383,12 +383,18 @@ class ContractionLowering {
     if (c_->op_type() == "MatMul") {
       n = b_vec_ ? 1 : c_->input(1)->shape().back();
       m = a_vec_ ? 1 : c_->input(0)->shape()[c_->input(0)->shape().size() - 2];
+      if (fold_matmul_batch()) m *= shape_numel(batch_);
     } else {
       for (int64_t e : geo_.out) n *= e;
       m = c_->input(1)->shape()[0] / group_;
     }
     return n >= 4 && m >= sched_.contraction.mr;
   }
+
+  // A MatMul whose right operand is one matrix (no batch dims): the left operand's batch dims and
+  // rows form the rows of one GEMM ([128, 1, 768] x [768, 2304] is one 128-row GEMM, not 128
+  // one-row GEMMs).
+  bool fold_matmul_batch() const { return b_batch_.empty() && !a_vec_ && !b_vec_ && !batch_.empty(); }
 
   LoopKernel build_tiled() {
     const int64_t numel = shape_numel(out_shape_);
@@ -411,6 +417,7 @@ class ContractionLowering {
   }
 
   GemmView matmul_view() {
+    if (fold_matmul_batch()) return folded_matmul_view();
     const Value* a = c_->input(0);
     const Value* b = c_->input(1);
     GemmView g;
@@ -453,6 +460,39 @@ class ContractionLowering {
       if (!a_vec_) out.push_back(i);
       out.push_back(j);
       return tile_stores(Index::from_dims(out_shape_, out), acc, nullptr);
+    };
+    return g;
+  }
+
+  // fold_matmul_batch(): A is [rows, K] and the output [rows, N] in row-major order.
+  GemmView folded_matmul_view() {
+    const Value* a = c_->input(0);
+    const Value* b = c_->input(1);
+    GemmView g;
+    g.k = k_extents_[0];
+    g.n = b->shape().back();
+    g.m = shape_numel(a->shape()) / g.k;
+    const int64_t k = g.k, n = g.n;
+    g.a.value = [this, a, k](const std::vector<Expr>&, Expr i, Expr kk) {
+      return to_compute(L_.value_at(a, Index::from_flat(a->shape(), add(mul(i, int_imm(k)), kk))));
+    };
+    g.b.value = [this, b](const std::vector<Expr>&, Expr kk, Expr j) {
+      return to_compute(L_.value_at(b, Index::from_dims(b->shape(), {kk, j})));
+    };
+    if (is_group_input(a)) {
+      g.a.buffer = L_.input_buffers_.at(a);
+      g.a.base = [](const std::vector<Expr>&) { return int_imm(0); };
+      g.a.stride_r = k;
+      g.a.stride_c = 1;
+    }
+    if (is_group_input(b)) {
+      g.b.buffer = L_.input_buffers_.at(b);
+      g.b.base = [](const std::vector<Expr>&) { return int_imm(0); };
+      g.b.stride_r = n;
+      g.b.stride_c = 1;
+    }
+    g.epilogue = [this, n](const std::vector<Expr>&, Expr i, Expr j, Expr acc) {
+      return tile_stores(Index::from_flat(out_shape_, add(mul(i, int_imm(n)), j)), acc, nullptr);
     };
     return g;
   }
