@@ -30,6 +30,7 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
   std::vector<loop::LoopKernel> kernels;
   for (size_t i = 0; i < ex->plan_.groups.size(); ++i) {
     const FusionGroup& grp = ex->plan_.groups[i];
+    if (progress) progress("lowering kernel " + std::to_string(i + 1) + "/" + std::to_string(ex->plan_.groups.size()));
     KernelInfo info;
     info.group = i;
     info.name = loop::sanitize_identifier(grp.name);

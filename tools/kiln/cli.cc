@@ -1,5 +1,9 @@
 #include "cli.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+
 #include <algorithm>
 
 #include "transforms/lowering.h"
@@ -109,6 +113,22 @@ std::unique_ptr<Graph> load_model(const std::string& path, const Args& a, const 
     throw UserError(path + ": " + e.what());
   }
   return g;
+}
+
+Progress::Progress() : tty_(isatty(fileno(stderr)) != 0) {}
+
+void Progress::operator()(const std::string& message) {
+  if (!tty_) return;
+  std::fprintf(stderr, "\rkiln: %s...\033[K", message.c_str());
+  std::fflush(stderr);
+  shown_ = true;
+}
+
+void Progress::done() {
+  if (!shown_) return;
+  std::fprintf(stderr, "\r\033[K");
+  std::fflush(stderr);
+  shown_ = false;
 }
 
 }  // namespace kiln::cli

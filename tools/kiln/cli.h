@@ -1,6 +1,7 @@
 // Shared pieces of the kiln command-line tool: argument parsing and the import+simplify step every
 // command starts with. The CLI stays thin: flags in, library calls out.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -63,6 +64,22 @@ int cmd_explain(const std::vector<std::string>& argv);
 int cmd_bench(const std::vector<std::string>& argv);
 int cmd_compile(const std::vector<std::string>& argv);
 int cmd_probe(const std::vector<std::string>& argv);
+
+// A one-line progress display for long steps (building kernels), shown only when stderr is a
+// terminal; the line is cleared by done() or when the object goes away.
+class Progress {
+ public:
+  Progress();
+  ~Progress() { done(); }
+  void operator()(const std::string& message);
+  void done();
+  std::function<void(const std::string&)> callback() {
+    return [this](const std::string& m) { (*this)(m); };
+  }
+
+ private:
+  bool tty_ = false, shown_ = false;
+};
 
 // Executable options from --threads/--no-cache and the fusion options.
 runtime::BuildOptions build_options(const Args& a);

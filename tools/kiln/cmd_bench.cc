@@ -273,7 +273,9 @@ int cmd_bench(const std::vector<std::string>& argv) {
   runtime::BuildOptions bo = build_options(a);
   int threads = bo.threads > 0 ? bo.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   bo.threads = threads;
-  auto fused = runtime::Executable::build(g->clone(), bo);
+  Progress progress;
+  auto fused = runtime::Executable::build(g->clone(), bo, progress.callback());
+  progress.done();
 
   if (!a.has("compare")) {
     const bool per_kernel = a.has("kernels");
@@ -327,7 +329,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
 
   runtime::BuildOptions nb = bo;
   nb.fusion.enabled = false;
-  auto unfused = runtime::Executable::build(g->clone(), nb);
+  auto unfused = runtime::Executable::build(g->clone(), nb, progress.callback());
+  progress.done();
   CallerBuffers fio(*fused, inputs), uio(*unfused, inputs);
   std::string tmp = (fs::temp_directory_path() / ("kiln_bench_" + std::to_string(getpid()))).string();
   fs::create_directories(tmp);

@@ -40,16 +40,13 @@ int cmd_compile(const std::vector<std::string>& argv_in) {
   ao.compile = bo.compile;
   ao.emit = bo.emit;
 
-  bool tty = isatty(fileno(stderr));
-  auto progress = [&](const std::string& m) {
-    if (tty) std::cerr << "kiln: " << m << "...\r" << std::flush;
-  };
+  Progress progress;
   auto g = load_model(model, a, pipeline_options(a), /*lower=*/true);
   std::unique_ptr<runtime::Executable> ex;
   runtime::AotBundle bundle;
   try {
-    ex = runtime::Executable::build(std::move(g), bo, progress);
-    if (tty) std::cerr << std::string(60, ' ') << "\r";
+    ex = runtime::Executable::build(std::move(g), bo, progress.callback());
+    progress.done();
     bundle = runtime::make_aot_bundle(*ex, ao);
   } catch (const UserError& e) {
     throw UserError(model + ": " + e.what());

@@ -51,13 +51,10 @@ runtime::BuildOptions build_options(const Args& a) {
 }
 
 TensorMap run_compiled(std::unique_ptr<Graph> g, const Args& a, const TensorMap& inputs, bool check) {
-  bool tty = isatty(fileno(stderr));
-  auto progress = [&](const std::string& m) {
-    if (tty) std::cerr << "kiln: " << m << "...\r" << std::flush;
-  };
+  Progress progress;
   std::unique_ptr<Graph> ref_graph = check ? g->clone() : nullptr;
-  auto ex = runtime::Executable::build(std::move(g), build_options(a), progress);
-  if (tty) std::cerr << std::string(60, ' ') << "\r";
+  auto ex = runtime::Executable::build(std::move(g), build_options(a), progress.callback());
+  progress.done();
   if (!check) return ex->run(inputs);
 
   // Reference values of every tensor, keyed by name (the compiled graph is a clone).
