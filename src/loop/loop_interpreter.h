@@ -2,7 +2,10 @@
 // second oracle for the emitters (C now, CUDA/OpenCL later).
 //
 // The interpreter *defines* what each loop-IR operation means; an emitter must produce the same
-// values (up to float rounding of its math library):
+// values up to float rounding of its math library: the interpreter calls std:: functions, the C
+// emitter libm's except for Exp computed in float (float32, float16, bfloat16), which is the
+// prelude's vectorisable kiln_expf: within 2 ulp of the correctly rounded exp (measured ≤ 1),
+// not std::exp's bits (docs/codegen.md "Numerics contract").
 //
 //  - Integers are two's complement: Add, Sub, Mul, Neg and Abs wrap (abs(INT_MIN) == INT_MIN).
 //    Div truncates toward zero and Mod is C's `%`; both require a nonzero divisor and not

@@ -226,6 +226,12 @@ std::string emit_unary(const ExprNode& e, Ctx ctx) {
     case UnOp::IsInf:
       if (!is_float(t)) return "false";
       return std::string(e.un == UnOp::IsNaN ? "kiln_isnan_" : "kiln_isinf_") + suffix(t) + "(" + a + ")";
+    case UnOp::Exp:
+      // The prelude's kiln_expf vectorises where libm's expf is a scalar call; it is within 2 ulp
+      // of the correctly rounded result, not libm's bits (docs/codegen.md "Numerics contract").
+      // float64 keeps libm.
+      if (computes_in_float(t)) return "kiln_expf(" + a + ")";
+      break;
     default: break;
   }
   // The remaining ops are libm functions of the same name as the IR's.
