@@ -1,6 +1,7 @@
 // Lowering of reduction-anchored groups to loop nests: row kernels (softmax, LayerNorm,
-// GlobalAveragePool, Reduce*, ArgMax/ArgMin with their elementwise prologue and epilogue) and
-// windowed pools (MaxPool, AveragePool; build_pool).
+// GlobalAveragePool, Reduce*, ArgMax/ArgMin with their elementwise prologue and epilogue).
+// Windowed pools (MaxPool, AveragePool) are dispatched from build() to lower_pool.cc; the statement
+// machinery both use (finish, bind, outer_loops) is in row_kernel.cc (row_kernel.h).
 //
 // A row kernel's reductions all reduce the same axes of same-shaped inputs (the partitioner's
 // rule); every other member produces either the whole domain or one value per row. The nest:
@@ -39,28 +40,23 @@
 // (equal to the reference's identity start, NaN propagating; GlobalMaxPool as nn_pool.cc, which
 // does not propagate a NaN after the first element); GlobalAveragePool sums in double.
 // ArgMax/ArgMin as reduction_select.cc (NaN greatest, ties to the first index unless
-// select_last_index). Refused: MaxPool's Indices output and storage_order, bool Max/Min, empty
-// rows, run-time axes, noop reductions.
+// select_last_index). Refused: bool Max/Min, empty rows, run-time axes, noop reductions.
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <limits>
 #include <map>
 #include <optional>
 #include <set>
 #include <unordered_map>
 
 #include "fusion/op_kind.h"
-#include "loop/lower_internal.h"
 #include "loop/row_jam.h"
-#include "reference/ops/nn_internal.h"
+#include "loop/row_kernel.h"
 #include "support/error.h"
 
 namespace kiln::loop::detail {
 
 namespace {
-
-enum class RKind { Sum, Mean, Max, Min, Prod, L1, L2, LogSum, LogSumExp, SumSquare, GlobalAvg, GlobalMax, ArgMax, ArgMin };
 
 std::optional<RKind> reduce_kind(const std::string& op) {
   static const std::map<std::string, RKind> m = {
@@ -91,215 +87,7 @@ bool accepts(RKind k, DType t) {
 
 Expr bin(BinOp op, Expr a, Expr b) { return binary(op, std::move(a), std::move(b)); }
 
-// Common subexpressions of one statement list become Lets `t<k>` (pure index arithmetic stays
-// inline, as in lower_group.cc).
-
-int64_t emitted_size(const Expr& e) {
-  int64_t n = 1;
-  for (const auto& a : e->args) n += emitted_size(a);
-  return n;
-}
-
 }  // namespace
-
-class RowKernelBuilder {
- public:
-  // `jam`: run long rows several at a time (see build); off where a caller peels the outer loops.
-  RowKernelBuilder(const FusionGroup& grp, bool jam) : grp_(grp), L_(grp, /*flat_mode=*/false), jam_(jam) {}
-  LoopKernel build(const std::string& name);
-
- private:
-  using Update = std::function<Expr(Expr acc, Expr elem, Expr first)>;
-  using Combine = std::function<Expr(Expr a, Expr b)>;
-  static constexpr int64_t kLanes = 32;  // partial accumulators of a lane pass (the file comment)
-  // Rows run together by unroll-and-jam, for rows of at least kJamMinRow elements (a shorter row's
-  // chain is short enough for the CPU to overlap it with the next row's on its own).
-  static constexpr int kJamRows = 8;
-  static constexpr int64_t kJamMinRow = 128;
-
-  // One statement of a list before CSE: Let var = value, Assign var = value, or a Store.
-  struct Root {
-    StmtKind kind;
-    std::string var;
-    BufferPtr buf;
-    Expr index, value;
-  };
-  // A reduction result, read through a fake buffer until its Let exists.
-  struct Result {
-    std::string var;
-    bool defined = false;
-  };
-
-  std::vector<Stmt> finish(std::vector<Root> roots);
-  // finish() for the body of a loop over `loop_vars`: every maximal subexpression that reads none
-  // of them (per-row values such as LayerNorm's sqrt(var + eps)) is computed once, into Lets
-  // appended to `before`, which the caller puts ahead of the loop. Besides saving the work, this
-  // takes calls with side effects (sqrtf may set errno) out of loops the C compiler must vectorize.
-  std::vector<Stmt> finish_in_loop(std::vector<Root> roots, const std::set<std::string>& loop_vars,
-                                   std::vector<Stmt>& before);
-  Expr subst(const Expr& e, std::unordered_map<const ExprNode*, Expr>& memo);
-  // Loops over the reduced dims (named kiln_j<pass>_<dim>) around body; the full-domain index.
-  std::vector<Expr> pass_dims(int pass, std::vector<std::pair<std::string, int64_t>>& loops);
-  static std::vector<Stmt> wrap(const std::vector<std::pair<std::string, int64_t>>& loops, std::vector<Stmt> body,
-                                bool vectorize);
-  void lower_reduction(const Node& r, RKind kind, int k, std::vector<Stmt>& out);
-  // Staging (see build): the local row that keeps the reduction input `elem` of `r` for later
-  // passes, or null when it is not worth it or not safe. From then on `r`'s input reads from it.
-  BufferPtr stage_row(const Node& r, const Expr& elem);
-  // Element j (an Int64 expression, 0 <= j < row) of the current contiguous row: its flat index
-  // (row base + j) and its dims (j unravelled over the reduced axes).
-  Index row_point(const Expr& j);
-  // One reduction pass over a contiguous row in kLanes partials (the file comment): `name`
-  // (already declared) ends up holding the combined value.
-  void lane_pass(const Node& r, const std::string& name, DType at, const Expr& init, const Update& update,
-                 const Combine& combine, std::vector<Stmt>& out);
-  // Kernel inputs and outputs, plus one fake Register buffer per reduction result.
-  void bind(LoopKernel& k, const std::vector<const Node*>& reds);
-  // One outer loop per dim of `shape` longer than 1 (outer_dims_); the current position's flat index.
-  std::vector<std::pair<std::string, int64_t>> outer_loops(const Shape& shape);
-  // A MaxPool/AveragePool group: a loop nest over the pool's output with the window inside.
-  LoopKernel build_pool(const std::string& name, const Node& r);
-
-  const FusionGroup& grp_;
-  Lowerer L_;
-  bool jam_ = false;
-  Shape in_;
-  std::vector<bool> reduced_;
-  std::vector<Expr> outer_dims_;  // outer loop vars at kept dims, 0 at reduced ones
-  std::string outer_flat_;        // printed flat index of the current row in a per-row value
-  Expr outer_flat_expr_;
-  bool contiguous_ = false;       // the reduced axes are the trailing non-unit axes of in_
-  bool stage_ok_ = false;         // contiguous rows, and only elementwise ops besides reductions
-  std::unordered_map<const Buffer*, BufferPtr> staged_;  // a staged value's fake buffer -> its row
-  std::vector<BufferPtr> rows_;                          // the local rows, allocated per row
-  std::vector<std::pair<const Value*, BufferPtr>> pending_stage_;  // bound once their pass is built
-  Expr row_base_;                 // flat index into in_ of the current row's first element
-  int64_t row_ = 1;
-  int passes_ = 0, next_let_ = 0;
-  std::unordered_map<const Buffer*, Result> results_;
-};
-
-Expr RowKernelBuilder::subst(const Expr& e, std::unordered_map<const ExprNode*, Expr>& memo) {
-  if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
-  Expr r = e;
-  if (e->kind == ExprKind::Load) {
-    if (auto it = results_.find(e->buffer.get()); it != results_.end()) {
-      if (!it->second.defined || print_expr(e->args[0]) != outer_flat_)
-        refuse("a reduction result is read at another row than its own (a broadcast or remap across rows)");
-      r = var(it->second.var, e->type);
-    }
-    if (auto it = staged_.find(e->buffer.get()); it != staged_.end()) {
-      // A staged value at (row base + j) is element j of the local row: with only elementwise ops
-      // in the group (stage_ok_), it is read nowhere but in the current row.
-      const Expr& idx = e->args[0];
-      const bool split = idx->kind == ExprKind::Binary && idx->bin == BinOp::Add &&
-                         print_expr(idx->args[0]) == print_expr(row_base_);
-      r = load(it->second, split ? idx->args[1] : sub(idx, row_base_));
-    }
-  }
-  if (r == e && !e->args.empty()) {
-    auto copy = std::make_shared<ExprNode>(*e);
-    bool changed = false;
-    for (auto& a : copy->args) {
-      Expr na = subst(a, memo);
-      changed = changed || na != a;
-      a = na;
-    }
-    if (changed) r = copy;
-  }
-  memo[e.get()] = r;
-  return r;
-}
-
-namespace {
-
-bool reads_any(const Expr& e, const std::set<std::string>& vars, std::unordered_map<const ExprNode*, bool>& memo) {
-  if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
-  bool r = e->kind == ExprKind::Var && vars.count(e->name);
-  for (const auto& a : e->args) r = reads_any(a, vars, memo) || r;
-  memo[e.get()] = r;
-  return r;
-}
-
-// Not worth a Let of its own: literals, variables, and index arithmetic without loads (the C
-// compiler hoists that itself).
-bool trivial(const Expr& e) {
-  if (e->kind == ExprKind::IntImm || e->kind == ExprKind::FloatImm || e->kind == ExprKind::Var) return true;
-  if (e->kind == ExprKind::Cast) return trivial(e->args[0]);
-  if (e->kind == ExprKind::Load) return false;
-  if (e->type != DType::Int64) return false;
-  return std::all_of(e->args.begin(), e->args.end(), trivial);
-}
-
-}  // namespace
-
-std::vector<Stmt> RowKernelBuilder::finish_in_loop(std::vector<Root> roots, const std::set<std::string>& loop_vars,
-                                                   std::vector<Stmt>& before) {
-  std::unordered_map<const ExprNode*, Expr> sub_memo, hoisted;
-  std::unordered_map<const ExprNode*, bool> reads;
-  std::vector<Root> pre;
-  std::function<Expr(const Expr&)> hoist = [&](const Expr& e) -> Expr {
-    if (auto it = hoisted.find(e.get()); it != hoisted.end()) return it->second;
-    Expr r = e;
-    if (!reads_any(e, loop_vars, reads)) {
-      if (!trivial(e)) {
-        std::string name = "t" + std::to_string(next_let_++);
-        pre.push_back(Root{StmtKind::Let, name, nullptr, nullptr, e});
-        r = var(name, e->type);
-      }
-    } else if (!e->args.empty()) {
-      auto copy = std::make_shared<ExprNode>(*e);
-      bool changed = false;
-      for (auto& a : copy->args) {
-        Expr na = hoist(a);
-        changed = changed || na != a;
-        a = na;
-      }
-      if (changed) r = copy;
-    }
-    hoisted[e.get()] = r;
-    return r;
-  };
-  // Reduction results become their Lets first, so a per-row value reads as invariant.
-  for (auto& r : roots) r.value = hoist(subst(r.value, sub_memo));
-  for (auto& s : finish(std::move(pre))) before.push_back(s);
-  return finish(std::move(roots));
-}
-
-std::vector<Stmt> RowKernelBuilder::finish(std::vector<Root> roots) {
-  std::unordered_map<const ExprNode*, Expr> memo;
-  SharedExprHoister h(next_let_);
-  for (auto& r : roots) {
-    r.value = subst(r.value, memo);
-    h.count(r.value);
-    if (r.index) {
-      r.index = subst(r.index, memo);
-      h.count(r.index);
-    }
-  }
-  std::vector<Stmt> body, stores;
-  for (auto& r : roots) {
-    Expr v = h.rewrite(r.value, body);
-    if (r.kind == StmtKind::Let) body.push_back(let(r.var, v));
-    else if (r.kind == StmtKind::Assign) body.push_back(assign(r.var, v));
-    else {
-      // Every load of an iteration precedes its stores (in-place reuse of an input is safe).
-      Expr idx = h.rewrite(r.index, body);
-      if (v->kind != ExprKind::Var && v->kind != ExprKind::IntImm && v->kind != ExprKind::FloatImm) {
-        std::string name = "t" + std::to_string(next_let_++);
-        body.push_back(let(name, v));
-        v = var(name, v->type);
-      }
-      stores.push_back(store(r.buf, idx, v));
-    }
-  }
-  for (auto& s : stores) body.push_back(s);
-  int64_t emitted = 0;
-  for (const Stmt& st : body) emitted += emitted_size(st->value) + (st->index ? emitted_size(st->index) : 0);
-  if (emitted > kMaxEmittedNodes)
-    refuse(cat("the fused row loop would have ", emitted, " expression nodes (limit ", kMaxEmittedNodes, ")"));
-  return body;
-}
 
 std::vector<Expr> RowKernelBuilder::pass_dims(int pass, std::vector<std::pair<std::string, int64_t>>& loops) {
   std::vector<Expr> d = outer_dims_;
@@ -310,15 +98,6 @@ std::vector<Expr> RowKernelBuilder::pass_dims(int pass, std::vector<std::pair<st
     d[i] = var(v);
   }
   return d;
-}
-
-std::vector<Stmt> RowKernelBuilder::wrap(const std::vector<std::pair<std::string, int64_t>>& loops,
-                                         std::vector<Stmt> body, bool vectorize) {
-  for (size_t i = loops.size(); i-- > 0;) {
-    const ForKind k = vectorize && i + 1 == loops.size() ? ForKind::Vectorized : ForKind::Serial;
-    body = {for_loop(loops[i].first, int_imm(loops[i].second), std::move(body), k)};
-  }
-  return body;
 }
 
 void RowKernelBuilder::lower_reduction(const Node& r, RKind kind, int k, std::vector<Stmt>& out) {
@@ -565,178 +344,6 @@ void RowKernelBuilder::lane_pass(const Node& r, const std::string& name, DType a
   body.push_back(for_loop(c, int_imm(kLanes - 1),
                           {assign(name, combine(var(name, at), load(lanes, add(var(c), int_imm(1)))))}));
   out.push_back(allocate(lanes, std::move(body)));
-}
-
-void RowKernelBuilder::bind(LoopKernel& k, const std::vector<const Node*>& reds) {
-  for (const Node* n : grp_.nodes) {
-    L_.members_.insert(n);
-    if (!n->name().empty() && std::find(k.sources.begin(), k.sources.end(), n->name()) == k.sources.end())
-      k.sources.push_back(n->name());
-  }
-  std::set<std::string> used;
-  auto buffer = [&](const Value* v, Scope scope) {
-    std::string base = "b_" + sanitize_identifier(v->name()), n = base;
-    for (int i = 1; used.count(n); ++i) n = base + "_" + std::to_string(i);
-    used.insert(n);
-    return std::make_shared<Buffer>(Buffer{n, v->dtype(), v->shape(), scope});
-  };
-  for (const Value* v : grp_.inputs) {
-    auto b = buffer(v, Scope::Global);
-    L_.input_buffers_[v] = b;
-    k.inputs.push_back(b);
-  }
-  for (const Value* v : grp_.outputs) k.outputs.push_back(buffer(v, Scope::Global));
-  for (size_t i = 0; i < reds.size(); ++i) {
-    const Value* v = reds[i]->output(0);
-    if (L_.input_buffers_.count(v)) refuse("a reduction result is also a kernel input");
-    auto b = buffer(v, Scope::Register);
-    L_.input_buffers_[v] = b;
-    results_[b.get()] = Result{"kiln_r" + std::to_string(i), false};
-  }
-}
-
-std::vector<std::pair<std::string, int64_t>> RowKernelBuilder::outer_loops(const Shape& shape) {
-  std::vector<std::pair<std::string, int64_t>> loops;
-  outer_dims_.clear();
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == 1) {
-      outer_dims_.push_back(int_imm(0));
-    } else {
-      std::string v = "i" + std::to_string(i);
-      loops.push_back({v, shape[i]});
-      outer_dims_.push_back(var(v));
-    }
-  }
-  Index idx = Index::from_dims(shape, outer_dims_);
-  outer_flat_expr_ = L_.flat(idx);
-  outer_flat_ = print_expr(outer_flat_expr_);
-  return loops;
-}
-
-// A MaxPool/AveragePool group: one loop per output dim (outermost Parallel when big), the window
-// loops inside, every window position tested against the input's bounds and loaded at a clamped
-// position (padding never supplies a value, as in nn_pool.cc). Prologue members are recomputed
-// at each window position (the partitioner fuses them only for non-overlapping windows);
-// epilogue members and every output live on the pool's output domain.
-LoopKernel RowKernelBuilder::build_pool(const std::string& name, const Node& r) {
-  for (const Node* n : grp_.nodes) {
-    if (n == &r) continue;
-    const auto ok = op_kind_of_type(n->op_type());
-    if (ok && *ok == OpKind::Reduction && n->domain().empty())
-      refuse(cat(n->op_type(), " cannot share a loop nest with ", r.op_type()));
-    std::string why = unsupported_reason(*n);
-    if (!why.empty()) refuse(why);
-  }
-  const bool is_max = r.op_type() == "MaxPool";
-  const Value* x = r.input(0);
-  const Value* y = r.output(0);
-  if (!x || !y) refuse(cat(r.op_type(), " has an unexpected signature"));
-  if (r.num_outputs() > 1 && r.output(1)) refuse("MaxPool's Indices output is not lowered to loops");
-  if (is_max && r.attr_int("storage_order", 0) != 0) refuse("MaxPool storage_order is not lowered to loops");
-  const DType t = x->dtype(), ot = y->dtype();
-  const bool dtype_ok = t == DType::Float32 || t == DType::Float64 || t == DType::Float16 ||
-                        (is_max && (t == DType::Int8 || t == DType::UInt8));
-  if (!dtype_ok || ot != t) refuse(cat(r.op_type(), " on ", dtype_name(t), " is not lowered to loops"));
-  const Shape& xs = x->shape();
-  const Shape& ys = y->shape();
-  if (xs.size() < 3) refuse(cat(r.op_type(), " needs a rank >= 3 input"));
-  const size_t nd = xs.size() - 2;
-  if (!r.has_attr("kernel_shape") || r.attr_ints("kernel_shape").size() != nd)
-    refuse(cat(r.op_type(), " has no kernel_shape for ", nd, " spatial dims"));
-  const Shape spatial(xs.begin() + 2, xs.end());
-  // The reference's own geometry (pads, auto_pad, ceil_mode's dropped last window, out sizes).
-  const nn::WindowGeometry g = nn::window_geometry(r, spatial, r.attr_ints("kernel_shape"), r.attr_int("ceil_mode", 0) != 0);
-  Shape want{xs[0], xs[1]};
-  want.insert(want.end(), g.out.begin(), g.out.end());
-  if (ys != want) refuse(cat(r.op_type(), " output ", shape_str(ys), " is not the pooled shape ", shape_str(want)));
-  const int64_t out_n = shape_numel(ys);
-  if (out_n == 0 || shape_numel(xs) == 0) refuse("empty pools are not lowered to loops");
-  if (grp_.outputs.empty()) refuse("the group writes no outputs");
-  for (const Value* o : grp_.outputs)
-    if (shape_numel(o->shape()) != out_n)
-      refuse(cat("group output '", o->name(), "' ", shape_str(o->shape()), " is not on the pool's output domain"));
-
-  LoopKernel k;
-  k.name = name;
-  bind(k, {&r});
-  std::vector<std::pair<std::string, int64_t>> outer = outer_loops(ys);
-
-  // Window position along spatial dim d: o*stride - pad_begin + kk*dilation. Bounds tests are
-  // emitted only where some window reaches outside (statically known from the extremes).
-  std::vector<std::pair<std::string, int64_t>> wloops;
-  std::vector<Expr> xd{outer_dims_[0], outer_dims_[1]};
-  Expr inb, inpad;  // null = always true
-  auto conj = [](Expr a, Expr b) { return a ? bin(BinOp::And, a, b) : b; };
-  int64_t window = 1;
-  for (size_t d = 0; d < nd; ++d) {
-    Expr kk = int_imm(0);
-    if (g.kernel[d] > 1) {
-      std::string v = "kiln_k" + std::to_string(d);
-      wloops.push_back({v, g.kernel[d]});
-      kk = var(v);
-    }
-    window *= g.kernel[d];
-    Expr pos = sub(add(mul(outer_dims_[2 + d], int_imm(g.stride[d])), mul(kk, int_imm(g.dilation[d]))), int_imm(g.pad_begin[d]));
-    const int64_t lo = -g.pad_begin[d], hi = (g.out[d] - 1) * g.stride[d] - g.pad_begin[d] + (g.kernel[d] - 1) * g.dilation[d];
-    const int64_t n = g.in[d];
-    if (lo < 0) inb = conj(inb, bin(BinOp::Ge, pos, int_imm(0)));
-    if (hi >= n) inb = conj(inb, bin(BinOp::Lt, pos, int_imm(n)));
-    if (hi >= n + g.pad_end[d]) inpad = conj(inpad, bin(BinOp::Lt, pos, int_imm(n + g.pad_end[d])));
-    xd.push_back(lo < 0 || hi >= n ? clamp(pos, 0, n - 1) : pos);
-  }
-  Expr v = to_compute(L_.value_at(x, Index::from_dims(xs, xd)));
-  const DType A = is_max ? compute_type(t) : DType::Float64;
-  const std::string acc = "kiln_acc0", cnt = "kiln_cnt0";
-  Expr a = var(acc, A), c = var(cnt);
-  Expr one_if = [&](Expr cond) { return cond ? select(cond, int_imm(1), int_imm(0)) : int_imm(1); }(
-      is_max || r.attr_int("count_include_pad", 0) == 0 ? inb : inpad);
-  std::vector<Root> upd;
-  Expr init;
-  if (is_max) {
-    // Strict > from the first in-input position on; a window entirely in padding gives -inf
-    // (the lowest value for integers).
-    Expr take = bin(BinOp::Or, bin(BinOp::Eq, c, int_imm(0)), bin(BinOp::Gt, v, a));
-    if (inb) take = bin(BinOp::And, inb, take);
-    upd.push_back(Root{StmtKind::Assign, acc, nullptr, nullptr, select(take, v, a)});
-    init = is_float(t) ? imm(-std::numeric_limits<double>::infinity(), A)
-                       : int_imm(t == DType::Int8 ? -128 : 0, A);
-  } else {
-    // The sum in double; the divisor counts in-input positions, or with count_include_pad those
-    // inside the padded input (a ceil_mode window past the end padding is still clipped).
-    Expr term = cast(DType::Float64, v);
-    upd.push_back(Root{StmtKind::Assign, acc, nullptr, nullptr,
-                       bin(BinOp::Add, a, inb ? select(inb, term, imm(0, DType::Float64)) : term)});
-    init = imm(0, DType::Float64);
-  }
-  upd.push_back(Root{StmtKind::Assign, cnt, nullptr, nullptr, bin(BinOp::Add, c, one_if)});
-
-  std::vector<Stmt> body = finish({Root{StmtKind::Let, acc, nullptr, nullptr, init},
-                                   Root{StmtKind::Let, cnt, nullptr, nullptr, int_imm(0)}});
-  for (auto& s : wrap(wloops, finish(std::move(upd)), false)) body.push_back(s);
-  Expr fin = a;
-  if (!is_max) {
-    fin = bin(BinOp::Div, a, cast(DType::Float64, c));
-    if (t != DType::Float64) fin = cast(DType::Float32, fin);
-  }
-  for (auto& s : finish({Root{StmtKind::Let, "kiln_r0", nullptr, nullptr, cast(ot, fin)}})) body.push_back(s);
-  results_[L_.input_buffers_.at(y).get()].defined = true;
-
-  std::vector<Root> roots;
-  std::vector<Stmt> stores;
-  for (size_t i = 0; i < grp_.outputs.size(); ++i) {
-    const Value* o = grp_.outputs[i];
-    std::string ov = "kiln_o" + std::to_string(i);
-    roots.push_back(Root{StmtKind::Let, ov, nullptr, nullptr, L_.value_at(o, Index::from_flat(o->shape(), outer_flat_expr_))});
-    stores.push_back(store(k.outputs[i], outer_flat_expr_, var(ov, o->dtype())));
-  }
-  for (auto& s : finish(std::move(roots))) body.push_back(s);
-  for (auto& s : stores) body.push_back(s);
-  for (size_t i = outer.size(); i-- > 0;) {
-    const ForKind fk = i == 0 && out_n >= 8 && out_n * window >= 4096 ? ForKind::Parallel : ForKind::Serial;
-    body = {for_loop(outer[i].first, int_imm(outer[i].second), std::move(body), fk)};
-  }
-  k.body = body.size() == 1 ? body[0] : block(std::move(body));
-  return k;
 }
 
 LoopKernel RowKernelBuilder::build(const std::string& name) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <filesystem>
 #include <limits>
@@ -245,6 +246,193 @@ TEST(LowerPoolOnnx, NodeConformance) {
             << " lowered, " << refused << " refused\n";
   for (const auto& [r, n] : reasons) std::cout << "[ pool ]   " << n << "  " << r << "\n";
   EXPECT_GT(lowered, 40);
+}
+
+// ---------------------------------------------------------------- rows along the output width
+
+// Bitwise equal, except that any NaN equals any NaN (payloads are not part of the contract): the
+// row form must give the reference's bits, signed zeros included.
+std::string bit_exact(const Tensor& got, const Tensor& want) {
+  if (got.dtype() != want.dtype() || got.shape() != want.shape()) return "type or shape differs";
+  const size_t w = dtype_size(want.dtype());
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const auto* g = static_cast<const uint8_t*>(got.raw()) + i * w;
+    const auto* e = static_cast<const uint8_t*>(want.raw()) + i * w;
+    if (is_float(want.dtype()) && std::isnan(want.as_double(i)) && std::isnan(got.as_double(i))) continue;
+    if (std::memcmp(g, e, w) != 0) return cat("element ", i, ": got ", got.as_double(i), ", want ", want.as_double(i));
+  }
+  return "";
+}
+
+// One pool group per case; `ranges` are the printed loops the width must split into: the left
+// border (kiln_wl), the interior's finalising loop (vectorized) and the right border (kiln_wr),
+// each absent when empty, or "point" for a pool without an interior.
+struct RowCase {
+  std::string name, inputs, body;
+  std::vector<std::string> ranges;
+};
+
+std::vector<RowCase> row_cases() {
+  std::vector<RowCase> c;
+  // Width 11 -> 6 outputs: column 0 reaches into the begin padding, column 5 into the end one.
+  c.push_back({"max_odd", "%x: f32[1,3,13,11]", R"(  %y: f32[1,3,7,6] = MaxPool(%x) {kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]} name="pool"
+)", {"for kiln_wl in [0, 1)", "for i3 in [0, 4) vectorized", "for kiln_wr in [0, 1)"}});
+  c.push_back({"max_dilated_asym", "%x: f32[2,2,9,14]", R"(  %y: f32[2,2,10,13] = MaxPool(%x) {kernel_shape=[2, 3], dilations=[2, 2], pads=[2, 1, 1, 2]} name="pool"
+)", {"for kiln_wl in [0, 1)", "for i3 in [0, 10) vectorized", "for kiln_wr in [0, 2)"}});
+  // ceil_mode: the last window hangs past the input (no padding at the start).
+  c.push_back({"max_ceil", "%x: f32[1,2,8,10]", R"(  %y: f32[1,2,4,5] = MaxPool(%x) {kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1} name="pool"
+)", {"for i3 in [0, 4) vectorized", "for kiln_wr in [0, 1)"}});
+  c.push_back({"avg_ceil_cip1", "%x: f32[1,2,9,12]", R"(  %y: f32[1,2,5,7] = AveragePool(%x) {kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=1} name="pool"
+)", {"for kiln_wl in [0, 1)", "for i3 in [0, 5) vectorized", "for kiln_wr in [0, 1)"}});
+  c.push_back({"avg_cip0_stride3_f64", "%x: f64[2,1,10,17]", R"(  %y: f64[2,1,4,6] = AveragePool(%x) {kernel_shape=[3, 2], strides=[3, 3], pads=[1, 1, 1, 1]} name="pool"
+)", {"for kiln_wl in [0, 1)", "for i3 in [0, 5) vectorized"}});
+  // Interiors longer than one row of accumulators (512): two full rows and a tail.
+  c.push_back({"max_wide_1d", "%x: f32[1,2,1200]", R"(  %y: f32[1,2,1200] = MaxPool(%x) {kernel_shape=[3], pads=[1, 1]} name="pool"
+)", {"for kiln_wl in [0, 1)", "for kiln_wb in [0, 2)", "for i2 in [0, 512) vectorized", "for i2t in [0, 174) vectorized",
+     "for kiln_wr in [0, 1)"}});
+  c.push_back({"avg_wide_1d_cip1", "%x: f32[1,1,1100]", R"(  %y: f32[1,1,1100] = AveragePool(%x) {kernel_shape=[4], pads=[2, 1], count_include_pad=1} name="pool"
+)", {"for kiln_wl in [0, 2)", "for kiln_wb in [0, 2) parallel", "for i2t in [0, 73) vectorized",
+     "for kiln_wr in [0, 1)"}});
+  // A window row of 10 positions: its loop stays outside the row loop.
+  c.push_back({"max_long_window_row", "%x: f32[1,2,6,40]", R"(  %y: f32[1,2,6,13] = MaxPool(%x) {kernel_shape=[2, 10], strides=[1, 3], pads=[0, 4, 1, 4]} name="pool"
+)", {"for kiln_wl in [0, 2)", "for kiln_k1 in [0, 10)", "for i3 in [0, 10) vectorized", "for kiln_wr in [0, 1)"}});
+  c.push_back({"avg_long_window_row", "%x: f32[1,1,3,30]", R"(  %y: f32[1,1,3,7] = AveragePool(%x) {kernel_shape=[1, 9], strides=[1, 4], pads=[0, 2, 0, 2], count_include_pad=1} name="pool"
+)", {"for kiln_wl in [0, 1)", "for kiln_k1 in [0, 9)", "for i3 in [0, 5) vectorized", "for kiln_wr in [0, 1)"}});
+  c.push_back({"max_window_width_1", "%x: f32[1,2,7,5]", R"(  %y: f32[1,2,4,5] = MaxPool(%x) {kernel_shape=[3, 1], strides=[2, 1], pads=[1, 0, 1, 0]} name="pool"
+)", {"for i3 in [0, 5) vectorized"}});
+  // Every window reaches into the padding: no interior.
+  c.push_back({"avg_no_interior", "%x: f32[1,1,5,2]", R"(  %y: f32[1,1,5,2] = AveragePool(%x) {kernel_shape=[3, 3], pads=[1, 1, 1, 1]} name="pool"
+)", {"point"}});
+  c.push_back({"max_ints_f16", "%x: i8[1,2,5,9], %u: u8[1,2,5,9], %h: f16[1,2,5,9]", R"(  %y: i8[1,2,3,5] = MaxPool(%x) {kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]} name="pi"
+  %z: u8[1,2,3,5] = MaxPool(%u) {kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]} name="pu"
+  %w: f16[1,2,3,5] = MaxPool(%h) {kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]} name="ph"
+)", {"for kiln_wl in [0, 1)", "for i3 in [0, 3) vectorized", "for kiln_wr in [0, 1)"}});
+  // A fused prologue (non-overlapping windows) and epilogue across the three ranges.
+  c.push_back({"relu_avg_scale", "%x: f32[1,4,8,9], %s: f32[1,4,1,1]", R"(  %r: f32[1,4,8,9] = Relu(%x) name="relu"
+  %p: f32[1,4,4,5] = AveragePool(%r) {kernel_shape=[2, 2], strides=[2, 2], pads=[0, 0, 0, 1]} name="pool"
+  %y: f32[1,4,4,5] = Mul(%p, %s) name="scale"
+)", {"for i3 in [0, 4) vectorized", "for kiln_wr in [0, 1)"}});
+  return c;
+}
+
+// Runs `kernels` compiled (one module) on `ins`, into `outs` (already shaped).
+void run_compiled(const std::vector<loop::LoopKernel>& kernels, std::vector<std::vector<Tensor>>& ins,
+                  std::vector<std::vector<Tensor>>& outs) {
+  const auto dir = fs::temp_directory_path() / ("kiln_pool_rows_" + std::to_string(::getpid()));
+  runtime::CompileOptions opts;
+  opts.cache_dir = dir.string();
+  auto module = runtime::JitModule::build(codegen::emit_c(kernels), opts);
+  for (size_t k = 0; k < kernels.size(); ++k) {
+    std::vector<void*> args;
+    for (auto& t : ins[k]) args.push_back(t.raw());
+    for (auto& t : outs[k]) args.push_back(t.raw());
+    module->get(kernels[k].name)(args.data());
+  }
+  module.reset();
+  fs::remove_all(dir);
+}
+
+// Each case's nest has the expected ranges, and its outputs (random inputs with NaN, +-inf and
+// signed zeros, two seeds) are the reference's bits, interpreted and compiled.
+TEST(LowerPoolRows, RangesAndExactResults) {
+  std::vector<loop::LoopKernel> kernels;
+  std::vector<std::vector<Tensor>> ins, outs, wants;
+  std::vector<std::string> names;
+  for (const auto& c : row_cases()) {
+    SCOPED_TRACE(c.name);
+    auto g = parse_graph("graph main opset 17 (" + c.inputs + ") -> (%y" +
+                         std::string(c.name == "max_ints_f16" ? ", %z, %w" : "") + ") {\n" + c.body + "}\n");
+    const FusionPlan plan = partition(*g, {});
+    for (unsigned seed : {5u, 17u}) {
+      const TensorMap inputs = random_inputs(*g, seed);
+      auto values = run_reference_values(*g, inputs);
+      for (const auto& grp : plan.groups) {
+        auto lg = loop::lower_group(grp, c.name + "_" + std::to_string(seed) + "_" + grp.name);
+        ASSERT_TRUE(lg.kernel) << lg.reason;
+        const std::string text = loop::print_kernel(*lg.kernel);
+        for (const auto& r : c.ranges) {
+          if (r == "point") EXPECT_EQ(text.find("kiln_prow"), std::string::npos) << text;
+          else EXPECT_NE(text.find(r), std::string::npos) << r << "\n" << text;
+        }
+        std::vector<Tensor> in, out, want;
+        for (const Value* v : grp.inputs) in.push_back(v->is_constant() ? v->constant() : values.at(v).clone());
+        for (const Value* v : grp.outputs) {
+          out.emplace_back(v->dtype(), v->shape());
+          want.push_back(values.at(v));
+        }
+        std::vector<Tensor*> ip, op;
+        for (auto& t : in) ip.push_back(&t);
+        for (auto& t : out) op.push_back(&t);
+        loop::interpret(*lg.kernel, ip, op);
+        for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(bit_exact(out[i], want[i]), "") << "interpreted, output " << i;
+        for (auto& t : out) t = Tensor(t.dtype(), t.shape());
+        kernels.push_back(std::move(*lg.kernel));
+        names.push_back(c.name);
+        ins.push_back(std::move(in));
+        outs.push_back(std::move(out));
+        wants.push_back(std::move(want));
+      }
+    }
+  }
+  run_compiled(kernels, ins, outs);
+  for (size_t k = 0; k < kernels.size(); ++k)
+    for (size_t i = 0; i < outs[k].size(); ++i)
+      EXPECT_EQ(bit_exact(outs[k][i], wants[k][i]), "") << names[k] << " compiled, output " << i;
+}
+
+// Hand-computed, in the interior (columns 1-3) and the left border (column 0) of a 1x3 window,
+// stride 3: MaxPool keeps a NaN that comes first and skips a later one, and of equal zeros keeps
+// the first one's sign; AveragePool sums in window order (2^60 + 1 - 2^60 is 0 in double, not 1).
+TEST(LowerPoolRows, NanZerosAndSummationOrder) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float big = std::ldexp(1.0f, 60);
+  auto g = parse_graph(R"(graph main opset 17 (%x: f32[1,1,3,12]) -> (%y, %a) {
+  %y: f32[1,1,3,4] = MaxPool(%x) {kernel_shape=[1, 3], strides=[1, 3], pads=[0, 1, 0, 1]} name="pool"
+  %a: f32[1,1,3,4] = AveragePool(%x) {kernel_shape=[1, 3], strides=[1, 3], pads=[0, 1, 0, 1]} name="avg"
+}
+)");
+  TensorMap in;
+  in["x"] = Tensor::from_vector<float>({-0.0f, 0.0f, nan, 5, 7, 7, nan, 2, -0.0f, 0.0f, -inf, 100,
+                                        1, nan, 0.0f, -0.0f, -0.0f, -inf, -inf, -inf, nan, nan, 3, 9,
+                                        3, 4, big, 1, -big, 1, big, -big, -big, 1, big, 0},
+                                       {1, 1, 3, 12});
+  const FusionPlan plan = partition(*g, {});
+  std::vector<loop::LoopKernel> kernels;
+  std::vector<std::vector<Tensor>> ins, outs;
+  for (const auto& grp : plan.groups) {
+    auto lg = loop::lower_group(grp, "hand_" + grp.name);
+    ASSERT_TRUE(lg.kernel) << lg.reason;
+    EXPECT_NE(loop::print_kernel(*lg.kernel).find("for i3 in [0, 3) vectorized"), std::string::npos);
+    kernels.push_back(*lg.kernel);
+    ins.push_back({in.at("x").clone()});
+    outs.push_back({});
+    for (const Value* v : grp.outputs) outs.back().emplace_back(v->dtype(), v->shape());
+  }
+  run_compiled(kernels, ins, outs);
+  TensorMap compiled;
+  for (size_t i = 0; i < plan.groups.size(); ++i)
+    for (size_t o = 0; o < plan.groups[i].outputs.size(); ++o) compiled[plan.groups[i].outputs[o]->name()] = outs[i][o];
+  auto run = check_lowered(*g, in);  // interpreted (and compared with the reference)
+  for (const TensorMap& got : {run.outputs, compiled}) {
+    const float* y = got.at("y").data<float>();
+    EXPECT_TRUE(std::signbit(y[0]) && y[0] == 0);  // -0 then +0: the first
+    EXPECT_TRUE(std::isnan(y[1]));                 // NaN first
+    EXPECT_EQ(y[2], 7.0f);                         // NaN later: skipped
+    EXPECT_TRUE(std::signbit(y[3]) && y[3] == 0);  // -0, +0, -inf
+    EXPECT_EQ(y[4], 1.0f);                         // 1, NaN
+    EXPECT_TRUE(!std::signbit(y[5]) && y[5] == 0);  // +0, -0, -0
+    EXPECT_EQ(y[6], -inf);
+    EXPECT_TRUE(std::isnan(y[7]));
+    const float* a = got.at("a").data<float>();
+    EXPECT_EQ(a[8], 3.5f);  // the border: 3 + 4 over 2 positions
+    EXPECT_EQ(a[9], 0.0f);  // big + 1 rounds to big, - big
+    EXPECT_EQ(a[10], 0.0f);  // 1 + big - big
+    EXPECT_EQ(a[11], 0.0f);  // -big + 1 + big
+  }
+  for (const auto& [name, t] : run_reference(*g, in)) {
+    EXPECT_EQ(bit_exact(run.outputs.at(name), t), "") << name;
+    EXPECT_EQ(bit_exact(compiled.at(name), t), "") << name;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,399 @@
+// Lowering of windowed pools (MaxPool, AveragePool) to loop nests: RowKernelBuilder::build_pool
+// (row_kernel.h), which RowKernelBuilder::build (lower_reduction.cc) calls for a group anchored by
+// a pool.
+//
+// Numerics follow src/reference/ops/nn_pool.cc: each output looks at the in-input positions of its
+// window in window order (padding never supplies a value); MaxPool starts from the first of them
+// and takes a later one only when strictly greater (a NaN first stays; a later NaN is skipped); a
+// window entirely in padding gives -inf (the lowest value for integers); AveragePool sums in
+// double and divides by the count of in-input positions, or with count_include_pad of those inside
+// the padded input. Refused: MaxPool's Indices output and storage_order.
+//
+// The nest. One output per iteration with its window inside (pool_point) tests every window
+// position against the input's bounds and chains a scalar accumulator through the window: a few
+// cycles per position, ~4 GB/s on resnet18's MaxPool. So along the last spatial dim (the output
+// width) the outputs split in three ranges: those whose windows reach into the padding at either
+// end keep that form, and the interior between them, whose windows lie inside the input along
+// that dim, runs as rows (pool_row):
+//
+//   for n, c, outer spatial dims                      -- outermost Parallel when big
+//     for ow in [0, lo): the point form
+//     row[j] = init                                   -- j over the interior, vectorized
+//     for the window dims but the width:
+//       if the window row is inside the input:        -- one test per window row, not per position
+//         for j (vectorized):                         -- (a window row longer than 8: kw outside)
+//           for kw (unrolled): row[j] = update(row[j], x[.., (lo + j) * stride + kw * dil - pad])
+//       count += the window row's positions           -- the divisor; for MaxPool, "seen one"
+//     for j (vectorized): outputs (epilogue) of finalise(row[j]) stored
+//     for ow in [hi, out width): the point form
+//
+// Each output still sees its window positions in window order (window rows in order outside the
+// row loop, a window row's positions in order inside it; the row loop only interleaves different
+// outputs), so results are bit-identical to the point form: the same NaN rule, the same summation
+// order. The row is at most kPoolRow accumulators (long widths run in chunks), so it and the input
+// rows it reads stay in L1.
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fusion/op_kind.h"
+#include "loop/row_kernel.h"
+#include "reference/ops/nn_internal.h"
+#include "support/error.h"
+
+namespace kiln::loop::detail {
+
+struct PoolSpec {
+  const Value* x = nullptr;
+  const Value* y = nullptr;
+  nn::WindowGeometry g;
+  size_t nd = 0;  // spatial dims
+  bool is_max = false;
+  bool include_pad = false;  // AveragePool's count_include_pad
+  DType t = DType::Float32, ot = DType::Float32;
+  DType A = DType::Float32;  // the accumulator: the compute type for Max, double for Average
+  Expr init;                 // the accumulator's start
+};
+
+namespace {
+
+// Outputs of one pool row (the file comment): 512 float accumulators are 2 KiB.
+constexpr int64_t kPoolRow = 512;
+// Window rows up to this long are unrolled inside the row loop (pool_row).
+constexpr int64_t kMaxInnerWindow = 8;
+
+Expr bin(BinOp op, Expr a, Expr b) { return binary(op, std::move(a), std::move(b)); }
+Expr conj(Expr a, Expr b) {
+  if (!b) return a;
+  return a ? bin(BinOp::And, a, b) : b;
+}
+
+// Window position o*stride - pad_begin + kk*dilation along spatial dim d for output position `o`.
+// Bounds tests exist only where some window of the whole output reaches outside (statically known
+// from the extremes); null means always true. `at` is the position to load: clamped where a test
+// exists, so that the load is in bounds even where the test fails.
+struct Tap {
+  Expr pos, ge0, lt_in, lt_pad, at;
+};
+Tap tap(const nn::WindowGeometry& g, size_t d, const Expr& o, const Expr& kk) {
+  Tap w;
+  w.pos = sub(add(mul(o, int_imm(g.stride[d])), mul(kk, int_imm(g.dilation[d]))), int_imm(g.pad_begin[d]));
+  const int64_t lo = -g.pad_begin[d], hi = (g.out[d] - 1) * g.stride[d] - g.pad_begin[d] + (g.kernel[d] - 1) * g.dilation[d];
+  const int64_t n = g.in[d];
+  if (lo < 0) w.ge0 = bin(BinOp::Ge, w.pos, int_imm(0));
+  if (hi >= n) w.lt_in = bin(BinOp::Lt, w.pos, int_imm(n));
+  if (hi >= n + g.pad_end[d]) w.lt_pad = bin(BinOp::Lt, w.pos, int_imm(n + g.pad_end[d]));
+  w.at = lo < 0 || hi >= n ? clamp(w.pos, 0, n - 1) : w.pos;
+  return w;
+}
+
+// [lo, hi): the output columns (last spatial dim) whose windows lie inside the input along it:
+// o*stride - pad >= 0 and o*stride - pad + (kernel-1)*dilation <= in - 1. Empty when lo >= hi.
+std::pair<int64_t, int64_t> interior(const nn::WindowGeometry& g) {
+  const size_t d = g.in.size() - 1;
+  const int64_t s = g.stride[d], p = g.pad_begin[d];
+  const int64_t lo = std::max<int64_t>(0, p >= 0 ? (p + s - 1) / s : 0);
+  const int64_t last = g.in[d] - 1 - (g.kernel[d] - 1) * g.dilation[d] + p;  // o*stride <= last
+  const int64_t hi = last < 0 ? 0 : std::min(g.out[d], last / s + 1);
+  return {lo, hi};
+}
+
+}  // namespace
+
+void RowKernelBuilder::set_last_position(const Shape& shape, Expr pos) {
+  outer_dims_.back() = std::move(pos);
+  Index idx = Index::from_dims(shape, outer_dims_);
+  outer_flat_expr_ = L_.flat(idx);
+  outer_flat_ = print_expr(outer_flat_expr_);
+}
+
+// A MaxPool/AveragePool group: one loop per output dim but the last (outermost Parallel when big),
+// then the last dim's border outputs each with its window inside, every window position tested
+// against the input's bounds and loaded at a clamped position, and its interior as rows (the file
+// comment). Prologue members are recomputed at each window position (the partitioner fuses them
+// only for non-overlapping windows); epilogue members and every output live on the pool's output
+// domain.
+LoopKernel RowKernelBuilder::build_pool(const std::string& name, const Node& r) {
+  for (const Node* n : grp_.nodes) {
+    if (n == &r) continue;
+    const auto ok = op_kind_of_type(n->op_type());
+    if (ok && *ok == OpKind::Reduction && n->domain().empty())
+      refuse(cat(n->op_type(), " cannot share a loop nest with ", r.op_type()));
+    std::string why = unsupported_reason(*n);
+    if (!why.empty()) refuse(why);
+  }
+  const bool is_max = r.op_type() == "MaxPool";
+  const Value* x = r.input(0);
+  const Value* y = r.output(0);
+  if (!x || !y) refuse(cat(r.op_type(), " has an unexpected signature"));
+  if (r.num_outputs() > 1 && r.output(1)) refuse("MaxPool's Indices output is not lowered to loops");
+  if (is_max && r.attr_int("storage_order", 0) != 0) refuse("MaxPool storage_order is not lowered to loops");
+  const DType t = x->dtype(), ot = y->dtype();
+  const bool dtype_ok = t == DType::Float32 || t == DType::Float64 || t == DType::Float16 ||
+                        (is_max && (t == DType::Int8 || t == DType::UInt8));
+  if (!dtype_ok || ot != t) refuse(cat(r.op_type(), " on ", dtype_name(t), " is not lowered to loops"));
+  const Shape& xs = x->shape();
+  const Shape& ys = y->shape();
+  if (xs.size() < 3) refuse(cat(r.op_type(), " needs a rank >= 3 input"));
+  const size_t nd = xs.size() - 2;
+  if (!r.has_attr("kernel_shape") || r.attr_ints("kernel_shape").size() != nd)
+    refuse(cat(r.op_type(), " has no kernel_shape for ", nd, " spatial dims"));
+  const Shape spatial(xs.begin() + 2, xs.end());
+  // The reference's own geometry (pads, auto_pad, ceil_mode's dropped last window, out sizes).
+  const nn::WindowGeometry g = nn::window_geometry(r, spatial, r.attr_ints("kernel_shape"), r.attr_int("ceil_mode", 0) != 0);
+  Shape want{xs[0], xs[1]};
+  want.insert(want.end(), g.out.begin(), g.out.end());
+  if (ys != want) refuse(cat(r.op_type(), " output ", shape_str(ys), " is not the pooled shape ", shape_str(want)));
+  const int64_t out_n = shape_numel(ys);
+  if (out_n == 0 || shape_numel(xs) == 0) refuse("empty pools are not lowered to loops");
+  if (grp_.outputs.empty()) refuse("the group writes no outputs");
+  for (const Value* o : grp_.outputs)
+    if (shape_numel(o->shape()) != out_n)
+      refuse(cat("group output '", o->name(), "' ", shape_str(o->shape()), " is not on the pool's output domain"));
+
+  LoopKernel k;
+  k.name = name;
+  bind(k, {&r});
+  std::vector<std::pair<std::string, int64_t>> outer = outer_loops(ys);
+  results_[L_.input_buffers_.at(y).get()].defined = true;
+
+  PoolSpec p;
+  p.x = x;
+  p.y = y;
+  p.g = g;
+  p.nd = nd;
+  p.is_max = is_max;
+  p.include_pad = !is_max && r.attr_int("count_include_pad", 0) != 0;
+  p.t = t;
+  p.ot = ot;
+  p.A = is_max ? compute_type(t) : DType::Float64;
+  // Max: a window entirely in padding gives -inf (the lowest value for integers).
+  p.init = !is_max ? imm(0, DType::Float64)
+           : is_float(t) ? imm(-std::numeric_limits<double>::infinity(), p.A)
+                         : int_imm(t == DType::Int8 ? -128 : 0, p.A);
+  int64_t window = 1;
+  for (int64_t kd : g.kernel) window *= kd;
+  const bool parallel = out_n >= 8 && out_n * window >= 4096;
+
+  std::vector<Stmt> body;
+  const auto [lo, hi] = interior(g);
+  if (hi <= lo) {
+    body = pool_point(p, k, "");
+  } else {
+    const size_t last = ys.size() - 1;
+    const std::string wv = "i" + std::to_string(last);
+    if (!outer.empty() && outer.back().first == wv) outer.pop_back();  // the width runs in ranges
+    if (lo > 0) {
+      set_last_position(ys, var("kiln_wl"));
+      body.push_back(for_loop("kiln_wl", int_imm(lo), pool_point(p, k, "l")));
+    }
+    const int64_t m = hi - lo, blocks = m / kPoolRow, tail = m % kPoolRow;
+    if (blocks == 0) {
+      for (auto& s : pool_row(p, k, int_imm(lo), m, wv, "")) body.push_back(s);
+    } else {
+      // Without outer loops (a long 1-D pool of one plane) the rows are what runs in parallel.
+      const Expr first = add(int_imm(lo), mul(var("kiln_wb"), int_imm(kPoolRow)));
+      body.push_back(for_loop("kiln_wb", int_imm(blocks), pool_row(p, k, first, kPoolRow, wv, ""),
+                              outer.empty() && parallel ? ForKind::Parallel : ForKind::Serial));
+      if (tail > 0)
+        for (auto& s : pool_row(p, k, int_imm(lo + blocks * kPoolRow), tail, wv + "t", "t")) body.push_back(s);
+    }
+    if (hi < g.out[nd - 1]) {
+      set_last_position(ys, add(var("kiln_wr"), int_imm(hi)));
+      body.push_back(for_loop("kiln_wr", int_imm(g.out[nd - 1] - hi), pool_point(p, k, "r")));
+    }
+  }
+  for (size_t i = outer.size(); i-- > 0;) {
+    const ForKind fk = i == 0 && parallel ? ForKind::Parallel : ForKind::Serial;
+    body = {for_loop(outer[i].first, int_imm(outer[i].second), std::move(body), fk)};
+  }
+  k.body = body.size() == 1 ? body[0] : block(std::move(body));
+  return k;
+}
+
+std::vector<Stmt> RowKernelBuilder::pool_point(const PoolSpec& p, const LoopKernel& k, const std::string& tag) {
+  const nn::WindowGeometry& g = p.g;
+  std::vector<std::pair<std::string, int64_t>> wloops;
+  std::vector<Expr> xd{outer_dims_[0], outer_dims_[1]};
+  Expr inb, inpad;  // null = always true
+  for (size_t d = 0; d < p.nd; ++d) {
+    Expr kk = int_imm(0);
+    if (g.kernel[d] > 1) {
+      std::string v = "kiln_k" + tag + std::to_string(d);
+      wloops.push_back({v, g.kernel[d]});
+      kk = var(v);
+    }
+    const Tap w = tap(g, d, outer_dims_[2 + d], kk);
+    inb = conj(conj(inb, w.ge0), w.lt_in);
+    inpad = conj(inpad, w.lt_pad);
+    xd.push_back(w.at);
+  }
+  Expr v = to_compute(L_.value_at(p.x, Index::from_dims(p.x->shape(), xd)));
+  const DType A = p.A;
+  const std::string acc = "kiln_acc0", cnt = "kiln_cnt0";
+  Expr a = var(acc, A), c = var(cnt);
+  Expr one_if = [&](Expr cond) { return cond ? select(cond, int_imm(1), int_imm(0)) : int_imm(1); }(
+      p.include_pad ? inpad : inb);
+  std::vector<Root> upd;
+  if (p.is_max) {
+    // Strict > from the first in-input position on.
+    Expr take = bin(BinOp::Or, bin(BinOp::Eq, c, int_imm(0)), bin(BinOp::Gt, v, a));
+    if (inb) take = bin(BinOp::And, inb, take);
+    upd.push_back(Root{StmtKind::Assign, acc, nullptr, nullptr, select(take, v, a)});
+  } else {
+    // The sum in double; the divisor counts in-input positions, or with count_include_pad those
+    // inside the padded input (a ceil_mode window past the end padding is still clipped).
+    Expr term = cast(DType::Float64, v);
+    upd.push_back(Root{StmtKind::Assign, acc, nullptr, nullptr,
+                       bin(BinOp::Add, a, inb ? select(inb, term, imm(0, DType::Float64)) : term)});
+  }
+  upd.push_back(Root{StmtKind::Assign, cnt, nullptr, nullptr, bin(BinOp::Add, c, one_if)});
+
+  std::vector<Stmt> body = finish({Root{StmtKind::Let, acc, nullptr, nullptr, p.init},
+                                   Root{StmtKind::Let, cnt, nullptr, nullptr, int_imm(0)}});
+  for (auto& s : wrap(wloops, finish(std::move(upd)), false)) body.push_back(s);
+  Expr fin = a;
+  if (!p.is_max) {
+    fin = bin(BinOp::Div, a, cast(DType::Float64, c));
+    if (p.t != DType::Float64) fin = cast(DType::Float32, fin);
+  }
+  for (auto& s : finish({Root{StmtKind::Let, "kiln_r0", nullptr, nullptr, cast(p.ot, fin)}})) body.push_back(s);
+
+  std::vector<Root> roots;
+  std::vector<Stmt> stores;
+  for (size_t i = 0; i < grp_.outputs.size(); ++i) {
+    const Value* o = grp_.outputs[i];
+    std::string ov = "kiln_o" + std::to_string(i);
+    roots.push_back(Root{StmtKind::Let, ov, nullptr, nullptr, L_.value_at(o, Index::from_flat(o->shape(), outer_flat_expr_))});
+    stores.push_back(store(k.outputs[i], outer_flat_expr_, var(ov, o->dtype())));
+  }
+  for (auto& s : finish(std::move(roots))) body.push_back(s);
+  for (auto& s : stores) body.push_back(s);
+  return body;
+}
+
+std::vector<Stmt> RowKernelBuilder::pool_row(const PoolSpec& p, const LoopKernel& k, const Expr& first, int64_t len,
+                                             const std::string& jv, const std::string& tag) {
+  const nn::WindowGeometry& g = p.g;
+  const size_t w = p.nd - 1;  // the width: spatial dim w is dim 2 + w of x and y
+  auto row = std::make_shared<Buffer>(Buffer{"kiln_prow" + tag, p.A, Shape{len}, Scope::Local});
+  const std::string cnt = "kiln_pcnt" + tag;
+  const Expr c = var(cnt);
+  std::vector<Stmt> body;
+  const std::string z = "kiln_pz" + tag;
+  body.push_back(for_loop(z, int_imm(len), {store(row, var(z), p.init)}, ForKind::Vectorized));
+  body.push_back(let(cnt, int_imm(0)));
+
+  // The window dims but the width: loops, the window row's bounds tests, its clamped position.
+  std::vector<std::pair<std::string, int64_t>> wloops;
+  std::vector<Expr> xd{outer_dims_[0], outer_dims_[1]};
+  Expr inb, inpad;
+  for (size_t d = 0; d < w; ++d) {
+    Expr kk = int_imm(0);
+    if (g.kernel[d] > 1) {
+      std::string v = "kiln_k" + tag + std::to_string(d);
+      wloops.push_back({v, g.kernel[d]});
+      kk = var(v);
+    }
+    const Tap t = tap(g, d, outer_dims_[2 + d], kk);
+    inb = conj(conj(inb, t.ge0), t.lt_in);
+    inpad = conj(inpad, t.lt_pad);
+    xd.push_back(t.at);
+  }
+  // Along the width, no test: output column first + j, window column kw. A short window row
+  // (kernel[w] <= kMaxInnerWindow) runs inside the row loop, unrolled: one pass over the row per
+  // window row instead of one per window position, each output's positions still in window order.
+  const bool unrolled = g.kernel[w] <= kMaxInnerWindow;
+  const std::string kwv = "kiln_k" + tag + std::to_string(w);
+  auto value = [&](const Expr& j, const Expr& kw) {
+    std::vector<Expr> at = xd;
+    at.push_back(tap(g, w, add(first, j), kw).pos);
+    return to_compute(L_.value_at(p.x, Index::from_dims(p.x->shape(), at)));
+  };
+  // row[j] = the accumulator after the window row's positions (or the one at `kw` when the window
+  // row is not unrolled), starting from row[j], or with `seed` from the first position's value;
+  // for j over the row, vectorized. The loop invariants (the window row's index arithmetic, a
+  // prologue's per-row values) go ahead of it.
+  using Update = std::function<Expr(Expr acc, Expr v)>;
+  auto row_loop = [&](const std::string& jn, bool seed, const Update& update) {
+    const Expr j = var(jn);
+    const std::string acc = "kiln_pacc" + tag;
+    const Expr a = var(acc, p.A);
+    std::vector<Stmt> out;
+    const Expr kw = unrolled ? int_imm(0) : g.kernel[w] > 1 ? var(kwv) : int_imm(0);
+    const Expr start = seed ? value(j, kw) : load(row, j);
+    std::vector<Stmt> loop = finish_in_loop({Root{StmtKind::Let, acc, nullptr, nullptr, start}}, {jn}, out);
+    // The positions after the seed's: the window row's from..to-1 when unrolled, else `kw`'s.
+    const int64_t from = seed ? 1 : 0, to = unrolled ? g.kernel[w] : 1;
+    if (to > from) {
+      const std::string kn = kwv + (seed ? "f" : "");
+      const Expr k = to - from > 1 ? add(var(kn), int_imm(from)) : int_imm(from);
+      const Expr next = update(a, value(j, unrolled ? k : kw));
+      std::vector<Stmt> step = finish_in_loop({Root{StmtKind::Assign, acc, nullptr, nullptr, next}}, {jn, kn, acc}, out);
+      if (to - from > 1) step = {for_loop(kn, int_imm(to - from), std::move(step), ForKind::Unrolled)};
+      for (auto& st : step) loop.push_back(st);
+    }
+    loop.push_back(store(row, j, a));
+    out.push_back(for_loop(jn, int_imm(len), std::move(loop), ForKind::Vectorized));
+    return out;
+  };
+  std::vector<Stmt> update;
+  if (p.is_max) {
+    // The first in-input position of every window of the row is the same (the width adds none
+    // outside the input), so "first" is one flag per row: the row takes it as is, later positions
+    // when strictly greater (a NaN row value stays; a NaN position is skipped).
+    const Update greater = [](Expr a, Expr v) { return select(bin(BinOp::Gt, v, a), v, a); };
+    Expr is_first = bin(BinOp::Eq, c, int_imm(0));
+    if (!unrolled && g.kernel[w] > 1) is_first = bin(BinOp::And, is_first, bin(BinOp::Eq, var(kwv), int_imm(0)));
+    update.push_back(
+        if_then(is_first, row_loop("kiln_pf" + tag, true, greater), row_loop("kiln_pu" + tag, false, greater)));
+  } else {
+    const Update sum = [](Expr a, Expr v) { return bin(BinOp::Add, a, cast(DType::Float64, v)); };
+    update = row_loop("kiln_pu" + tag, false, sum);
+  }
+  if (!unrolled && g.kernel[w] > 1) update = {for_loop(kwv, int_imm(g.kernel[w]), std::move(update))};
+  // The window row counts kernel[w] positions where it is inside the input (inside the padded
+  // input with count_include_pad); for Max the count only says whether a position was seen.
+  std::vector<Stmt> window;
+  Expr in_row;  // the window row's test, computed once (null: always inside)
+  if (inb) {
+    window = finish({Root{StmtKind::Let, "kiln_pin" + tag, nullptr, nullptr, inb}});
+    in_row = var("kiln_pin" + tag, DType::Bool);
+    window.push_back(if_then(in_row, std::move(update)));
+  } else {
+    window = std::move(update);
+  }
+  Expr add_count = int_imm(g.kernel[w]);
+  if (p.include_pad && inpad) add_count = select(inpad, add_count, int_imm(0));
+  if (!p.include_pad && in_row) add_count = select(in_row, add_count, int_imm(0));
+  for (auto& s : finish({Root{StmtKind::Assign, cnt, nullptr, nullptr, bin(BinOp::Add, c, add_count)}}))
+    window.push_back(s);
+  for (auto& s : wrap(wloops, std::move(window), false)) body.push_back(s);
+
+  // Finalise and store: output column first + j.
+  const Expr j = var(jv);
+  set_last_position(p.y->shape(), add(first, j));
+  Expr fin = load(row, j);
+  if (!p.is_max) {
+    fin = bin(BinOp::Div, fin, cast(DType::Float64, c));
+    if (p.t != DType::Float64) fin = cast(DType::Float32, fin);
+  }
+  std::vector<Root> roots = {Root{StmtKind::Let, "kiln_r0", nullptr, nullptr, cast(p.ot, fin)}};
+  std::vector<Stmt> stores;
+  for (size_t i = 0; i < grp_.outputs.size(); ++i) {
+    const Value* o = grp_.outputs[i];
+    std::string ov = "kiln_o" + std::to_string(i);
+    roots.push_back(Root{StmtKind::Let, ov, nullptr, nullptr, L_.value_at(o, Index::from_flat(o->shape(), outer_flat_expr_))});
+    stores.push_back(store(k.outputs[i], outer_flat_expr_, var(ov, o->dtype())));
+  }
+  // kiln_r0 changes along the row although no index of it says so.
+  std::vector<Stmt> inner = finish_in_loop(std::move(roots), {jv, "kiln_r0"}, body);
+  for (auto& s : stores) inner.push_back(s);
+  body.push_back(for_loop(jv, int_imm(len), std::move(inner), ForKind::Vectorized));
+  return {allocate(row, std::move(body))};
+}
+
+}  // namespace kiln::loop::detail
