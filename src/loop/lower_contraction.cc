@@ -878,7 +878,7 @@ class ContractionLowering {
     // The reductions' passes over the local rows, then everything inside the outer loops.
     std::vector<Expr> outer(lead, int_imm(0));
     outer.insert(outer.end(), out.begin(), out.begin() + ptrdiff_t(plan.r0 - lead));
-    for (auto& s : contraction_row_passes(plan, plan.shape, buffers, outer, name_ + "_rows")) body.push_back(s);
+    for (auto& s : contraction_row_passes(plan, plan.shape, buffers, outer, name_ + "_rows", sched_)) body.push_back(s);
     for (size_t i = rows.size(); i-- > 0;) body = {allocate(rows[i], std::move(body))};
     if (tiled_rows) {
       std::vector<std::pair<std::string, int64_t>> outer_vars;

@@ -490,7 +490,7 @@ class RowPipeline {
         rebind[stand_in.get()] = BufferTarget{st.row_out, sub(row0, base)};
       }
     }
-    std::vector<Stmt> passes = contraction_row_passes(plan, plan.shape, buffers, outer_, cat(name_, "_rows", s));
+    std::vector<Stmt> passes = contraction_row_passes(plan, plan.shape, buffers, outer_, cat(name_, "_rows", s), sched_);
     for (auto& p : passes) p = rebind_buffers(p, rebind);
     std::vector<Stmt> r = {scoped(std::move(passes))};
     if (st.next && pass_output(st, st.next) && output_buf_.count(st.next)) {

@@ -226,8 +226,9 @@ struct Rebind {
 
 std::vector<Stmt> contraction_row_passes(const ContractionRows& plan, const Shape& shape,
                                          const std::unordered_map<const Value*, BufferPtr>& buffers,
-                                         const std::vector<Expr>& outer, const std::string& name) {
-  LoweredGroup lg = lower_reduction_group(plan.passes, name, /*jam_rows=*/false);
+                                         const std::vector<Expr>& outer, const std::string& name,
+                                         const Schedule& sched) {
+  LoweredGroup lg = lower_reduction_group(plan.passes, name, /*jam_rows=*/false, sched);
   if (!lg.kernel)
     refuse(lg.reason.find("not lowered to loops") == std::string::npos
                ? cat(lg.reason, " (row reductions after a contraction: not lowered to loops yet)")

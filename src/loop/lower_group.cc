@@ -405,7 +405,7 @@ LoopKernel Lowerer::lower(const std::string& name) {
 
 LoweredGroup lower_group(const FusionGroup& grp, const std::string& name, const Schedule& sched) {
   LoweredGroup r;
-  if (grp.kind == GroupKind::Reduction) return detail::lower_reduction_group(grp, sanitize_identifier(name));
+  if (grp.kind == GroupKind::Reduction) return detail::lower_reduction_group(grp, sanitize_identifier(name), true, sched);
   if (grp.kind == GroupKind::Contraction)
     return detail::contraction_count(grp) > 1 ? detail::lower_multi_contraction_group(grp, sanitize_identifier(name), sched)
                                               : detail::lower_contraction_group(grp, sanitize_identifier(name), sched);

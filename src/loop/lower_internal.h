@@ -171,14 +171,17 @@ ContractionRows plan_contraction_rows(const FusionGroup& grp, const Node* c, con
 // the kernel's buffers and each staged value to its local row.
 std::vector<Stmt> contraction_row_passes(const ContractionRows& plan, const Shape& shape,
                                          const std::unordered_map<const Value*, BufferPtr>& buffers,
-                                         const std::vector<Expr>& outer, const std::string& name);
+                                         const std::vector<Expr>& outer, const std::string& name,
+                                         const Schedule& sched = Schedule{});
 
 // Groups anchored by a reduction (row kernels, pools) and by contractions (with their prologue and
 // epilogue); lower_reduction.cc and lower_contraction.cc. They refuse (LoweredGroup::reason) what
 // they do not cover, and the runtime runs those groups with library kernels.
 // jam_rows: process several rows at once (unroll-and-jam, row_jam.h); off for the row passes of a
 // contraction, whose outer loops contraction_row_passes peels off (one loop per dim).
-LoweredGroup lower_reduction_group(const FusionGroup& grp, const std::string& kernel_name, bool jam_rows = true);
+// sched: reduction_lanes (the summation order of float row sums, docs/codegen.md).
+LoweredGroup lower_reduction_group(const FusionGroup& grp, const std::string& kernel_name, bool jam_rows = true,
+                                   const Schedule& sched = Schedule{});
 LoweredGroup lower_contraction_group(const FusionGroup& grp, const std::string& kernel_name,
                                      const Schedule& sched = Schedule{});
 

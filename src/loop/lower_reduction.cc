@@ -22,17 +22,26 @@
 // reduction input (an exp) that the output pass reads again, which its pass keeps in a local row.
 // Values that do not change along a pass's loop (per-row values) are computed ahead of it, and
 // rows of at least 128 elements run 8 at a time (unroll-and-jam, row_jam.h) so that 8 rows'
-// running sums overlap. None of this changes a result bit.
+// accumulations overlap. None of this changes a result bit.
 //
-// Vector lanes. Where the row order does not change the result — Max/Min (the same value; a zero
-// maximum may take the other zero's sign, a NaN another NaN's payload) and integer accumulation
-// (wrapping arithmetic is associative) — a row that is contiguous in memory (the reduced axes
-// are the trailing ones) and has at least 4 x kLanes = 128 elements accumulates in kLanes = 32
-// partials, element j into partial j mod 32, combined in lane order at the end. The lanes are
-// independent, so the C compiler keeps them in vector registers instead of a serial chain of one
-// operation per element. Float sums and products keep the reference's row order (a different
-// order changes the rounding), which bounds their passes by the add latency: about one element
-// per 2-3 cycles.
+// Vector lanes. A pass over a row that is contiguous in memory (the reduced axes are the trailing
+// ones) and at least 4 x L elements long accumulates in L partials, element j into partial j mod L
+// in ascending j (the row % L tail included: element j still goes to partial j mod L), so that the
+// C compiler keeps the partials in vector registers instead of a serial chain of one operation per
+// element.
+//  - Max/Min (the same value in any order; a zero maximum may take the other zero's sign, a NaN
+//    another NaN's payload) and integer accumulation (wrapping arithmetic is associative):
+//    L = kLanes = 32, the partials combined in lane order.
+//  - Float sums (Sum, Mean, L1, L2, SumSquare, LogSum, GlobalAveragePool's double sum, the sum of
+//    exps of LogSumExp; float32, float64 and the half types, which add in float): L =
+//    Schedule::reduction_lanes (16), each partial starting at 0, then combined in a fixed
+//    pairwise tree: partial l += partial l + L/2 for l < L/2, then l + L/4 for l < L/4, ..., the
+//    result partial 0. This is a summation order of its own, written out in the loop IR (a local
+//    buffer of partials, vectorized loops over it), so the interpreter and the compiled C give the
+//    same bits; it differs from the reference's row order by rounding only (docs/codegen.md,
+//    "Numerics contract"). reduction_lanes = 0 or 1 keeps the reference's order (bit-identical),
+//    which bounds a pass by the add latency: about one element per 2-3 cycles. Float products
+//    keep the row order.
 //
 // Numerics otherwise follow src/reference/ops/reduction_ops.cc and nn_pool.cc formula by formula:
 // float32 accumulates in float32, float16/bfloat16 in float, float64 in double, integers in
@@ -112,12 +121,15 @@ void RowKernelBuilder::lower_reduction(const Node& r, RKind kind, int k, std::ve
   auto zero = [&](DType d) { return imm(0, d); };
 
   // One pass: acc (of type `at`) = init; for the row: acc = update(acc, element, first). With a
-  // `combine` (how two partial accumulators merge; given only where the order cannot change the
-  // result) and a long contiguous row, in lanes.
-  auto pass = [&](const std::string& name, DType at, Expr init, const Update& update, const Combine& combine) {
-    if (combine && contiguous_ && row_ >= 4 * kLanes) {
+  // `combine` (how two partial accumulators merge) and a long contiguous row, in lanes: `float_sum`
+  // for a float sum (sum_lanes_ partials, pairwise tree), else for Max/Min and integer passes,
+  // whose result no order changes (kLanes partials, lane order).
+  auto pass = [&](const std::string& name, DType at, Expr init, const Update& update, const Combine& combine,
+                  bool float_sum = false) {
+    const int64_t lanes = float_sum ? sum_lanes_ : kLanes;
+    if (combine && lanes > 1 && contiguous_ && row_ >= kMinLaneBlocks * lanes) {
       for (auto& s : finish({Root{StmtKind::Let, name, nullptr, nullptr, init}})) out.push_back(s);
-      lane_pass(r, name, at, init, update, combine, out);
+      lane_pass(r, name, at, init, update, combine, lanes, float_sum, out);
       return;
     }
     std::vector<std::pair<std::string, int64_t>> loops;
@@ -150,8 +162,9 @@ void RowKernelBuilder::lower_reduction(const Node& r, RKind kind, int k, std::ve
     };
   };
   auto sum = [&](Expr a, Expr e, Expr) { return bin(BinOp::Add, a, cast(A, e)); };
-  // Partial sums merge by addition; only integer ones (exact in any order) use lanes.
-  const Combine add_partials = flt ? Combine() : [](Expr a, Expr b) { return bin(BinOp::Add, a, b); };
+  // Partial sums merge by addition: integer ones (exact in any order) in kLanes lanes, float ones
+  // in the documented order of sum_lanes_ lanes.
+  const Combine add_partials = [](Expr a, Expr b) { return bin(BinOp::Add, a, b); };
   // Max/Min partials merge as one more element would (NaN-propagating, strict comparison).
   auto merge_as = [](Update u) -> Combine { return [u](Expr a, Expr b) { return u(a, b, int_imm(0, DType::Bool)); }; };
 
@@ -197,7 +210,7 @@ void RowKernelBuilder::lower_reduction(const Node& r, RKind kind, int k, std::ve
     case RKind::Mean:
     case RKind::LogSum:
     case RKind::GlobalAvg:
-      pass(acc, A, zero(A), sum, add_partials);
+      pass(acc, A, zero(A), sum, add_partials, flt);
       break;
     case RKind::Max:
       pass(acc, A, zero(A), extreme(BinOp::Gt), merge_as(extreme(BinOp::Gt)));
@@ -217,14 +230,14 @@ void RowKernelBuilder::lower_reduction(const Node& r, RKind kind, int k, std::ve
       pass(acc, A, zero(A), [&](Expr a, Expr e, Expr) {
         Expr v = cast(A, e);
         return bin(BinOp::Add, a, is_unsigned_int(t) ? v : unary(UnOp::Abs, v));
-      }, add_partials);
+      }, add_partials, flt);
       break;
     case RKind::L2:
     case RKind::SumSquare:
       pass(acc, A, zero(A), [&](Expr a, Expr e, Expr) {
         Expr v = cast(A, e);
         return bin(BinOp::Add, a, bin(BinOp::Mul, v, v));
-      }, add_partials);
+      }, add_partials, flt);
       break;
     case RKind::LogSumExp: {
       // log(sum(exp(x - m))) + m with m the NaN-propagating max; a non-finite m is the result.
@@ -237,7 +250,7 @@ void RowKernelBuilder::lower_reduction(const Node& r, RKind kind, int k, std::ve
       Expr mv = var(m, R);
       pass(acc, R, zero(R), [&](Expr a, Expr e, Expr) {
         return bin(BinOp::Add, a, unary(UnOp::Exp, bin(BinOp::Sub, cast(R, e), mv)));
-      }, nullptr);  // a float sum
+      }, add_partials, /*float_sum=*/true);
       Expr finite = bin(BinOp::And, unary(UnOp::Not, is_nan(mv)), unary(UnOp::Not, unary(UnOp::IsInf, mv)));
       fin = select(finite, bin(BinOp::Add, mv, unary(UnOp::Log, var(acc, R))), mv);
       break;
@@ -308,41 +321,60 @@ Index RowKernelBuilder::row_point(const Expr& j) {
   return Index{in_, add(row_base_, j), std::move(d)};
 }
 
-// The lanes live in a local buffer of kLanes accumulators:
-//   lanes[l] = update(init, elem(l), first)                 l < kLanes: each lane's first element
-//   for b in [1, row / kLanes): lanes[l] = update(lanes[l], elem(b * kLanes + l))   (l vectorized)
-//   lanes[l] = update(lanes[l], elem(row / kLanes * kLanes + l))   for the row % kLanes tail
-//   acc = lanes[0]; acc = combine(acc, lanes[l]) for l = 1 .. kLanes-1
+// The lanes live in a local buffer of L accumulators:
+//   lanes[l] = update(init, elem(l), first)                 l < L: each lane's first element
+//   for b in [1, row / L): lanes[l] = update(lanes[l], elem(b * L + l))      (l vectorized)
+//   lanes[l] = update(lanes[l], elem(row / L * L + l))    for the row % L tail
+// then, in lane order: acc = lanes[0]; acc = combine(acc, lanes[l]) for l = 1 .. L-1
+// or as a tree:        for h = L/2, L/4, .., 1: lanes[l] = combine(lanes[l], lanes[l + h]) for
+//                      l < h (vectorized); acc = lanes[0]
+// A staged reduction input (stage_row) is stored to its local row as each lane loop reads it.
 void RowKernelBuilder::lane_pass(const Node& r, const std::string& name, DType at, const Expr& init,
-                                 const Update& update, const Combine& combine, std::vector<Stmt>& out) {
+                                 const Update& update, const Combine& combine, int64_t L, bool tree,
+                                 std::vector<Stmt>& out) {
+  KILN_CHECK(L >= 2 && row_ >= L && (!tree || (L & (L - 1)) == 0), "lane_pass: ", L, " lanes over a row of ", row_);
   const std::string ps = std::to_string(passes_++);
-  auto lanes = std::make_shared<Buffer>(Buffer{"kiln_lanes" + ps, at, Shape{kLanes}, Scope::Local});
+  auto lanes = std::make_shared<Buffer>(Buffer{"kiln_lanes" + ps, at, Shape{L}, Scope::Local});
   const Expr yes = int_imm(1, DType::Bool), no = int_imm(0, DType::Bool);
-  const int64_t blocks = row_ / kLanes, tail = row_ % kLanes;
+  const int64_t blocks = row_ / L, tail = row_ % L;
   auto elem = [&](const Expr& j) { return L_.value_at(r.input(0), row_point(j)); };
+  const Expr elem0 = elem(int_imm(0));
+  const BufferPtr row = stage_row(r, elem0);
+  costly_lanes_ = costly_lanes_ || expensive(elem0);
   std::vector<Stmt> body;
   // One loop over lanes (inside `outer`, when given) whose invariants go ahead of it in `body`.
   auto lane_loop = [&](const std::string& v, int64_t extent, const Expr& block, bool seed, ForKind kind,
                        const std::string& outer = "", int64_t outer_extent = 0) {
     const Expr l = var(v);
     const Expr j = add(block, l);
-    Expr value = seed ? update(init, elem(j), yes) : update(load(lanes, l), elem(j), no);
+    const Expr e = elem(j);
+    Expr value = seed ? update(init, e, yes) : update(load(lanes, l), e, no);
+    std::vector<Root> roots = {Root{StmtKind::Store, "", lanes, l, value}};
+    if (row) roots.push_back(Root{StmtKind::Store, "", row, j, e});
     std::set<std::string> vars = {v};
     if (!outer.empty()) vars.insert(outer);
-    Stmt loop = for_loop(v, int_imm(extent), finish_in_loop({Root{StmtKind::Store, "", lanes, l, value}}, vars, body), kind);
+    Stmt loop = for_loop(v, int_imm(extent), finish_in_loop(std::move(roots), vars, body), kind);
     body.push_back(outer.empty() ? loop : for_loop(outer, int_imm(outer_extent), {loop}));
   };
-  lane_loop("kiln_l" + ps, kLanes, int_imm(0), true, ForKind::Vectorized);
+  lane_loop("kiln_l" + ps, L, int_imm(0), true, ForKind::Vectorized);
   if (blocks > 1) {
     const std::string b = "kiln_b" + ps;
-    lane_loop("kiln_l" + ps, kLanes, mul(add(var(b), int_imm(1)), int_imm(kLanes)), false, ForKind::Vectorized, b,
-              blocks - 1);
+    lane_loop("kiln_l" + ps, L, mul(add(var(b), int_imm(1)), int_imm(L)), false, ForKind::Vectorized, b, blocks - 1);
   }
-  if (tail > 0) lane_loop("kiln_t" + ps, tail, int_imm(blocks * kLanes), false, ForKind::Serial);
-  body.push_back(assign(name, load(lanes, int_imm(0))));
-  const std::string c = "kiln_c" + ps;
-  body.push_back(for_loop(c, int_imm(kLanes - 1),
-                          {assign(name, combine(var(name, at), load(lanes, add(var(c), int_imm(1)))))}));
+  if (tail > 0) lane_loop("kiln_t" + ps, tail, int_imm(blocks * L), false, ForKind::Serial);
+  if (tree) {
+    for (int64_t h = L / 2; h >= 1; h /= 2) {
+      const Expr c = var("kiln_h" + ps + "_" + std::to_string(h));
+      body.push_back(for_loop(c->name, int_imm(h), {store(lanes, c, combine(load(lanes, c), load(lanes, add(c, int_imm(h)))))},
+                              h > 1 ? ForKind::Vectorized : ForKind::Serial));
+    }
+    body.push_back(assign(name, load(lanes, int_imm(0))));
+  } else {
+    body.push_back(assign(name, load(lanes, int_imm(0))));
+    const std::string c = "kiln_c" + ps;
+    body.push_back(for_loop(c, int_imm(L - 1),
+                            {assign(name, combine(var(name, at), load(lanes, add(var(c), int_imm(1)))))}));
+  }
   out.push_back(allocate(lanes, std::move(body)));
 }
 
@@ -488,12 +520,16 @@ LoopKernel RowKernelBuilder::build(const std::string& name) {
   for (const BufferPtr& row : rows_) body = {allocate(row, std::move(body))};
 
   // Rows are independent: the outermost outer loop is parallel when there is enough work. Long
-  // rows run kJamRows at a time (row_jam.h): float sums keep the row order, so one row's sum is a
-  // chain of dependent adds, and only several rows' chains side by side keep the adder busy.
+  // rows run kJamRows at a time (row_jam.h): a pass in the row order is one chain of dependent
+  // operations per row, and a lane pass one vector chain per lane group, so several rows' chains
+  // side by side keep the adders busy (LayerNorm with lanes: 6.4 ms jammed, 7.5 ms not, 1 thread,
+  // x[4096,4096]). Not when a lane pass computes something costly per element (softmax's exp):
+  // its vector body is already long enough to overlap the adds, and 8 copies of it spill
+  // registers (softmax: 11.5 ms jammed, 9.3 ms not).
   for (size_t i = outer_loops.size(); i-- > 0;) {
     const ForKind fk = i == 0 && outer >= 8 && full >= 4096 ? ForKind::Parallel : ForKind::Serial;
     const auto& [v, extent] = outer_loops[i];
-    if (i + 1 == outer_loops.size() && jam_ && row_ >= kJamMinRow && extent >= kJamRows)
+    if (i + 1 == outer_loops.size() && jam_ && !costly_lanes_ && row_ >= kJamMinRow && extent >= kJamRows)
       body = jam_loop(v, extent, body, kJamRows, fk);
     else
       body = {for_loop(v, int_imm(extent), std::move(body), fk)};
@@ -502,10 +538,11 @@ LoopKernel RowKernelBuilder::build(const std::string& name) {
   return k;
 }
 
-LoweredGroup lower_reduction_group(const FusionGroup& grp, const std::string& kernel_name, bool jam_rows) {
+LoweredGroup lower_reduction_group(const FusionGroup& grp, const std::string& kernel_name, bool jam_rows,
+                                   const Schedule& sched) {
   LoweredGroup r;
   try {
-    RowKernelBuilder b(grp, jam_rows);
+    RowKernelBuilder b(grp, jam_rows, sched.reduction_lanes);
     r.kernel = b.build(kernel_name);
   } catch (const Refusal& e) {
     r.reason = e.reason;

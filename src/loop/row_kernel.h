@@ -30,13 +30,18 @@ enum class RKind { Sum, Mean, Max, Min, Prod, L1, L2, LogSum, LogSumExp, SumSqua
 class RowKernelBuilder {
  public:
   // `jam`: run long rows several at a time (see build); off where a caller peels the outer loops.
-  RowKernelBuilder(const FusionGroup& grp, bool jam) : grp_(grp), L_(grp, /*flat_mode=*/false), jam_(jam) {}
+  // `reduction_lanes`: Schedule::reduction_lanes (the partial sums of a float sum; 0 or 1: none).
+  RowKernelBuilder(const FusionGroup& grp, bool jam, int reduction_lanes = Schedule{}.reduction_lanes);
   LoopKernel build(const std::string& name);
 
  private:
   using Update = std::function<Expr(Expr acc, Expr elem, Expr first)>;
   using Combine = std::function<Expr(Expr a, Expr b)>;
-  static constexpr int64_t kLanes = 32;  // partial accumulators of a lane pass (the file comment)
+  // Partial accumulators of a Max/Min or integer lane pass (lower_reduction.cc's file comment);
+  // float sums use sum_lanes_ (Schedule::reduction_lanes) instead.
+  static constexpr int64_t kLanes = 32;
+  // A lane pass needs a row of at least kMinLaneBlocks x its lane count.
+  static constexpr int64_t kMinLaneBlocks = 4;
   // Rows run together by unroll-and-jam, for rows of at least kJamMinRow elements (a shorter row's
   // chain is short enough for the CPU to overlap it with the next row's on its own).
   static constexpr int kJamRows = 8;
@@ -74,10 +79,11 @@ class RowKernelBuilder {
   // Element j (an Int64 expression, 0 <= j < row) of the current contiguous row: its flat index
   // (row base + j) and its dims (j unravelled over the reduced axes).
   Index row_point(const Expr& j);
-  // One reduction pass over a contiguous row in kLanes partials (the file comment): `name`
-  // (already declared) ends up holding the combined value.
+  // One reduction pass over a contiguous row in `lanes` partials (the file comment): `name`
+  // (already declared) ends up holding the combined value. The partials combine in lane order, or
+  // with `tree` (lanes a power of two) pairwise: lane l with lane l + lanes/2, and so on down to one.
   void lane_pass(const Node& r, const std::string& name, DType at, const Expr& init, const Update& update,
-                 const Combine& combine, std::vector<Stmt>& out);
+                 const Combine& combine, int64_t lanes, bool tree, std::vector<Stmt>& out);
   // Kernel inputs and outputs, plus one fake Register buffer per reduction result.
   void bind(LoopKernel& k, const std::vector<const Node*>& reds);
   // One outer loop per dim of `shape` longer than 1 (outer_dims_); the current position's flat index.
@@ -100,6 +106,8 @@ class RowKernelBuilder {
   const FusionGroup& grp_;
   Lowerer L_;
   bool jam_ = false;
+  int64_t sum_lanes_ = 0;         // Schedule::reduction_lanes, 0 when off
+  bool costly_lanes_ = false;     // a lane pass computes a costly element (an exp): no jam (build)
   Shape in_;
   std::vector<bool> reduced_;
   std::vector<Expr> outer_dims_;  // outer loop vars at kept dims, 0 at reduced ones
@@ -115,5 +123,6 @@ class RowKernelBuilder {
   int passes_ = 0, next_let_ = 0;
   std::unordered_map<const Buffer*, Result> results_;
 };
+
 
 }  // namespace kiln::loop::detail

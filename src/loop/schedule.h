@@ -29,6 +29,12 @@ struct Schedule {
   int vector_width = 16;              // float32 lanes of the target's SIMD registers
   int unroll = 4;                     // unroll factor for short inner loops
   int threads = 0;                    // 0: the runtime's thread count
+  // Partial sums of a float sum over a long contiguous row in a row kernel (lower_reduction.cc,
+  // docs/codegen.md "Numerics contract"): element j goes to partial j mod reduction_lanes, the
+  // partials then add in a fixed pairwise tree. A power of two; 0 or 1: one running sum in the
+  // reference's row order (bit-identical to it, but a serial chain of adds). Not taken from the
+  // target, so that a model's results do not depend on the machine that compiled it.
+  int reduction_lanes = 16;
   // Iterations × inner work (multiply-adds for a contraction) below which a nest stays serial:
   // waking the worker threads costs tens of microseconds, more than a small kernel gains.
   int64_t parallel_min_work = int64_t(1) << 19;

@@ -236,17 +236,7 @@ TEST(LowerContractionRows, TiledRowBlocks) {
     auto values = run_reference_values(*gi, inputs);
     for (const auto& grp : partition(*gi).groups) {
       if (grp.kind != GroupKind::Contraction) continue;
-      auto run = [&](const loop::LoopKernel& k) {
-        std::vector<Tensor> in, out;
-        std::vector<Tensor*> ip, op;
-        for (const Value* v : grp.inputs) in.push_back(v->is_constant() ? v->constant() : values.at(v).clone());
-        for (const Value* v : grp.outputs) out.emplace_back(v->dtype(), v->shape());
-        for (auto& t : in) ip.push_back(&t);
-        for (auto& t : out) op.push_back(&t);
-        loop::interpret(k, ip, op);
-        return out;
-      };
-      auto a = run(tiled[0]), b = run(plain[0]);
+      auto a = testing::interpret_group(tiled[0], grp, values), b = testing::interpret_group(plain[0], grp, values);
       for (size_t o = 0; o < a.size(); ++o) EXPECT_EQ(std::memcmp(a[o].raw(), b[o].raw(), a[o].nbytes()), 0);
     }
   }

@@ -260,17 +260,8 @@ TEST(LowerContraction, TiledIsBitIdenticalToUntiled) {
         // Fewer output channels per group than mr (the depthwise case) stay untiled.
         if (sp == &small && c.name != "depthwise_clip")
           EXPECT_NE(loop::print_kernel(*tiled.kernel).find("kiln_mk_f32"), std::string::npos);
-        auto run = [&](const loop::LoopKernel& k) {
-          std::vector<Tensor> in, out;
-          std::vector<Tensor*> ip, op;
-          for (const Value* v : grp.inputs) in.push_back(v->is_constant() ? v->constant() : values.at(v).clone());
-          for (const Value* v : grp.outputs) out.emplace_back(v->dtype(), v->shape());
-          for (auto& t : in) ip.push_back(&t);
-          for (auto& t : out) op.push_back(&t);
-          loop::interpret(k, ip, op);
-          return out;
-        };
-        auto a = run(*tiled.kernel), b = run(*plain.kernel);
+        auto a = testing::interpret_group(*tiled.kernel, grp, values),
+             b = testing::interpret_group(*plain.kernel, grp, values);
         for (size_t o = 0; o < a.size(); ++o)
           EXPECT_EQ(std::memcmp(a[o].raw(), b[o].raw(), a[o].nbytes()), 0) << "output " << o;
       }

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -472,9 +473,39 @@ struct SweepStats {
   }
 };
 
+// check_lowered for the sweep. A plan with a row kernel that sums floats in partial sums
+// (Schedule::reduction_lanes, its tree loops named kiln_h...: an order other than the reference's,
+// docs/codegen.md "Numerics contract") is held to the contract, 1e-4 of each output's max
+// magnitude, instead of 1e-5 of each element: nllloss's weighted mean of terms that nearly cancel
+// moves by 2e-5 of itself. Every other plan keeps the 1e-5 per element.
+testing::LoweredRun check_sweep(const Graph& g, const TensorMap& inputs) {
+  FusionPlan plan = partition(g, {});
+  TensorMap want = run_reference(g, inputs);
+  testing::LoweredRun run = testing::run_lowered(g, plan, inputs);
+  bool lanes = false;
+  for (const auto& k : run.kernels) lanes = lanes || loop::print_kernel(k).find("for kiln_h") != std::string::npos;
+  for (const auto& [name, t] : want) {
+    const Tensor& got = run.outputs.at(name);
+    std::string why = testing::compare_tensors(got, t);
+    if (!why.empty() && lanes && is_float(t.dtype()) && got.shape() == t.shape()) {
+      double mx = 0;
+      for (int64_t i = 0; i < t.numel(); ++i)
+        if (std::isfinite(t.as_double(i))) mx = std::max(mx, std::fabs(t.as_double(i)));
+      why = "";
+      for (int64_t i = 0; i < t.numel() && why.empty(); ++i) {
+        const double a = got.as_double(i), w = t.as_double(i);
+        if (std::isnan(w) ? !std::isnan(a) : std::isinf(w) ? a != w : std::fabs(a - w) > 1e-4 * mx)
+          why = cat("element ", i, ": got ", a, ", want ", w, " (beyond 1e-4 of max |want| ", mx, ")");
+      }
+    }
+    EXPECT_EQ(why, "") << "output " << name;
+  }
+  return run;
+}
+
 // Every backend test of the conformance suite (node, pytorch-operator, pytorch-converted, simple):
 // partitioned, lowered groups interpreted, compared with
-// the reference within 1e-5. The elementwise-ish node tests named in `core` must lower every group
+// the reference within 1e-5 (check_sweep: the contract where floats are summed in lanes). The elementwise-ish node tests named in `core` must lower every group
 // except where a Slice's starts are graph inputs (run-time values).
 TEST(LowerGroup, OnnxConformanceSweep) {
   const fs::path root = "/usr/share/libonnx-testdata/data";
@@ -496,7 +527,7 @@ TEST(LowerGroup, OnnxConformanceSweep) {
         continue;
       }
       SCOPED_TRACE(d + "/" + name);
-      auto run = check_lowered(*g, inputs);
+      auto run = check_sweep(*g, inputs);
       stats.add(run);
       bool is_core = d == "node";
       if (is_core) {

@@ -98,6 +98,34 @@ inline std::string compare_tensors(const Tensor& got, const Tensor& want) {
 // Random inputs with edge values mixed in: floats in [-3, 3] plus NaN, ±inf, ±0 and large
 // magnitudes (unless !edge_values); integers in [-20, 20] (with zeros), bool at random. `fixed`
 // overrides by name.
+// Bitwise equal, except that any NaN equals any NaN (payloads are not part of the contract): for
+// lowerings that must give the reference's bits, signed zeros included.
+inline std::string bit_exact(const Tensor& got, const Tensor& want) {
+  if (got.dtype() != want.dtype() || got.shape() != want.shape()) return "type or shape differs";
+  const size_t w = dtype_size(want.dtype());
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const auto* g = static_cast<const uint8_t*>(got.raw()) + i * w;
+    const auto* e = static_cast<const uint8_t*>(want.raw()) + i * w;
+    if (is_float(want.dtype()) && std::isnan(want.as_double(i)) && std::isnan(got.as_double(i))) continue;
+    if (std::memcmp(g, e, w) != 0) return cat("element ", i, ": got ", got.as_double(i), ", want ", want.as_double(i));
+  }
+  return "";
+}
+
+// Runs kernel `k` (lowered from `grp`) in the loop interpreter on the group's inputs taken from
+// `values` (every tensor of a reference run); returns its outputs in group order.
+inline std::vector<Tensor> interpret_group(const loop::LoopKernel& k, const FusionGroup& grp,
+                                           const std::unordered_map<const Value*, Tensor>& values) {
+  std::vector<Tensor> in, out;
+  std::vector<Tensor*> ip, op;
+  for (const Value* v : grp.inputs) in.push_back(v->is_constant() ? v->constant() : values.at(v).clone());
+  for (const Value* v : grp.outputs) out.emplace_back(v->dtype(), v->shape());
+  for (auto& t : in) ip.push_back(&t);
+  for (auto& t : out) op.push_back(&t);
+  loop::interpret(k, ip, op);
+  return out;
+}
+
 inline TensorMap random_inputs(const Graph& g, unsigned seed = 3, const TensorMap& fixed = {}, bool edge_values = true) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> u(-3, 3);

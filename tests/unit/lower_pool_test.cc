@@ -250,19 +250,7 @@ TEST(LowerPoolOnnx, NodeConformance) {
 
 // ---------------------------------------------------------------- rows along the output width
 
-// Bitwise equal, except that any NaN equals any NaN (payloads are not part of the contract): the
-// row form must give the reference's bits, signed zeros included.
-std::string bit_exact(const Tensor& got, const Tensor& want) {
-  if (got.dtype() != want.dtype() || got.shape() != want.shape()) return "type or shape differs";
-  const size_t w = dtype_size(want.dtype());
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    const auto* g = static_cast<const uint8_t*>(got.raw()) + i * w;
-    const auto* e = static_cast<const uint8_t*>(want.raw()) + i * w;
-    if (is_float(want.dtype()) && std::isnan(want.as_double(i)) && std::isnan(got.as_double(i))) continue;
-    if (std::memcmp(g, e, w) != 0) return cat("element ", i, ": got ", got.as_double(i), ", want ", want.as_double(i));
-  }
-  return "";
-}
+using testing::bit_exact;
 
 // One pool group per case; `ranges` are the printed loops the width must split into: the left
 // border (kiln_wl), the interior's finalising loop (vectorized) and the right border (kiln_wr),

@@ -1,8 +1,10 @@
 // Row kernels over long rows: several rows at a time (unroll-and-jam, loop/row_jam.h), Max/Min and
 // integer reductions in vector lanes, per-row values (sqrt(var + eps)) computed before the row
-// loop, and softmax's exp kept in a local row instead of computed twice. None of it may change a bit: every case is compared exactly with the reference, run
-// by the loop interpreter and compiled by the JIT, with row counts and lengths that leave tails
-// (the compiled softmax within 6 ulp: its exp is the prelude's kiln_expf, not std::exp).
+// loop, and softmax's exp kept in a local row instead of computed twice. None of it may change a
+// bit (with float sums in the reference's order, Schedule::reduction_lanes = 0): every case is
+// compared exactly with the reference, run by the loop interpreter and compiled by the JIT, with
+// row counts and lengths that leave tails (the compiled softmax within 6 ulp: its exp is the
+// prelude's kiln_expf, not std::exp).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -15,8 +17,10 @@
 #include "fusion/partitioner.h"
 #include "ir/parser.h"
 #include "loop/loop_interpreter.h"
+#include "lower_group_test_util.h"
 #include "loop/lower_group.h"
 #include "loop/row_jam.h"
+#include "loop/row_kernel.h"
 #include "reference/executor.h"
 #include "runtime/jit.h"
 
@@ -25,18 +29,8 @@ namespace {
 
 using namespace loop;
 
-// Bitwise equal, except that any NaN equals any NaN (payloads are not part of the contract).
-std::string exact(const Tensor& got, const Tensor& want) {
-  if (got.dtype() != want.dtype() || got.shape() != want.shape()) return "type or shape differs";
-  const size_t w = dtype_size(want.dtype());
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    const auto* g = static_cast<const uint8_t*>(got.raw()) + i * w;
-    const auto* e = static_cast<const uint8_t*>(want.raw()) + i * w;
-    if (is_float(want.dtype()) && std::isnan(want.as_double(i)) && std::isnan(got.as_double(i))) continue;
-    if (std::memcmp(g, e, w) != 0) return cat("element ", i, ": got ", got.as_double(i), ", want ", want.as_double(i));
-  }
-  return "";
-}
+// Bitwise equal, NaN matching NaN (lower_group_test_util.h).
+const auto exact = kiln::testing::bit_exact;
 
 // Within `ulps` units in the last place (float32; NaN matches NaN). For the compiled softmax: its
 // exp is the prelude's kiln_expf (within 2 ulp of std::exp, which the reference keeps), so only
@@ -163,7 +157,12 @@ TEST(LowerReductionRows, LongRowsMatchTheReferenceExactly) {
     FusionPlan plan = partition(*g, {});
     ASSERT_EQ(plan.groups.size(), 1u);
     const FusionGroup& grp = plan.groups[0];
-    LoweredGroup lg = lower_group(grp, "rows_" + c.name);  // unique names: one module
+    // The float sums in the reference's row order (reduction_lanes = 0): what this test checks
+    // (jam, staging, hoisting, Max/Min and integer lanes) must not change a bit.
+    // tests/unit/lower_reduction_lanes_test.cc covers the partial sums.
+    Schedule sched;
+    sched.reduction_lanes = 0;
+    LoweredGroup lg = loop::detail::lower_reduction_group(grp, "rows_" + c.name, true, sched);  // unique names: one module
     ASSERT_TRUE(lg.kernel) << lg.reason;
     const std::string text = print_kernel(*lg.kernel);
     EXPECT_EQ(text.find("_r7") != std::string::npos, c.jam) << text;
