@@ -597,6 +597,18 @@ class ContractionLowering {
     return padded ? (n + nr - 1) / nr * nr : n;
   }
 
+  // Rows per block of the tiled rows: every block reads all of B, so blocks are as large as the
+  // accumulator budget allows (Schedule::rows_block_bytes) while leaving one block per thread;
+  // a multiple of the micro-kernel's mr.
+  int64_t rows_per_block(int64_t m, int64_t ld) const {
+    const int64_t mr = sched_.contraction.mr;
+    const int64_t threads = std::max(1, sched_.threads);
+    const int64_t by_budget = (m * ld * 4 + sched_.rows_block_bytes - 1) / std::max<int64_t>(sched_.rows_block_bytes, 1);
+    const int64_t blocks = std::max<int64_t>({threads, by_budget, 1});
+    const int64_t per = (m + blocks - 1) / blocks;
+    return std::max<int64_t>(mr, (per + mr - 1) / mr * mr);
+  }
+
   // The block loops around the per-row statements `per_row` (which read row kiln_tr_row of kiln_acc and
   // use the outer loop variables `outer`, decoded here from the row index).
   std::vector<Stmt> tiled_row_blocks(const std::vector<std::pair<std::string, int64_t>>& outer, const BufferPtr& acc,
@@ -609,7 +621,8 @@ class ContractionLowering {
     const int64_t nb = conv ? c_->input(0)->shape()[0] : 1, m = rows / nb, n = shape_numel(out_shape_) / rows;
     int64_t k = k_extents_[0];
     for (size_t i = 1; i < k_extents_.size(); ++i) k *= k_extents_[i];
-    const int64_t mblocks = (m + mr - 1) / mr;
+    const int64_t ld = rows_ld(n), mb = rows_per_block(m, ld);
+    const int64_t mblocks = (m + mb - 1) / mb;
     std::vector<Stmt> row_body;
     {
       Expr r = add(add(mul(var("kiln_tr_img"), int_imm(m)), var("kiln_tr_first")), var("kiln_tr_row"));
@@ -625,25 +638,33 @@ class ContractionLowering {
     // (and the accumulator rows) are padded to whole column tiles of zeros so that every
     // micro-kernel call is a full tile.
     const bool pointwise = !conv || conv_in_place();
-    const int64_t ld = rows_ld(n);
     BufferPtr b = pointwise ? L_.input_buffers_.at(c_->input(conv ? 0 : 1))
                             : std::make_shared<Buffer>(Buffer{"kiln_bpack", DType::Float32, {k * ld}, Scope::Local});
     const Expr b_base = pointwise && conv ? mul(var("kiln_tr_img"), int_imm(k * n)) : int_imm(0);
-    auto mk = [&](Expr rows_e, Expr cols, Expr j0) {
+    // The micro-kernel on rows [r, r + rows_e) of the block and columns [j0, j0 + cols).
+    auto mk = [&](Expr rows_e, Expr cols, Expr j0, Expr r) {
       return call_stmt(kernels::kMicroKernelF32,
-                       {std::move(rows_e), std::move(cols), int_imm(k), address(a, mul(var("kiln_tr_first"), int_imm(k))),
-                        int_imm(k), int_imm(1), address(b, add(b_base, j0)), int_imm(ld), address(acc, j0), int_imm(ld)});
+                       {std::move(rows_e), std::move(cols), int_imm(k),
+                        address(a, mul(add(var("kiln_tr_first"), r), int_imm(k))), int_imm(k), int_imm(1),
+                        address(b, add(b_base, j0)), int_imm(ld), address(acc, add(mul(r, int_imm(ld)), j0)), int_imm(ld)});
     };
     std::vector<Stmt> in_acc;
-    in_acc.push_back(for_loop("kiln_tr_z", int_imm(mr * ld), {store(acc, var("kiln_tr_z"), float_imm(0))}, ForKind::Vectorized));
-    const Expr j0 = mul(var("kiln_tr_jt"), int_imm(nr));
-    in_acc.push_back(if_then(binary(BinOp::Eq, var("kiln_tr_count"), int_imm(mr)),
-                             {for_loop("kiln_tr_jt", int_imm(ld / nr), {mk(int_imm(mr), int_imm(nr), j0)})},
-                             {for_loop("kiln_tr_jt", int_imm(ld / nr), {mk(var("kiln_tr_count"), int_imm(nr), j0)})}));
-    if (ld % nr) in_acc.push_back(mk(var("kiln_tr_count"), int_imm(ld % nr), int_imm(ld / nr * nr)));
+    in_acc.push_back(for_loop("kiln_tr_z", int_imm(mb * ld), {store(acc, var("kiln_tr_z"), float_imm(0))}, ForKind::Vectorized));
+    // Column panels outside, row tiles inside: one panel of B (k x nr) serves the whole block
+    // from cache.
+    const Expr j0 = mul(var("kiln_tr_jt"), int_imm(nr)), r0 = mul(var("kiln_tr_rt"), int_imm(mr));
+    const Expr full = div_floor(var("kiln_tr_count"), int_imm(mr)), rest = mul(full, int_imm(mr));
+    auto panel = [&](Expr cols, Expr jj) {
+      return std::vector<Stmt>{
+          for_loop("kiln_tr_rt", full, {mk(int_imm(mr), cols, jj, r0)}),
+          if_then(binary(BinOp::Lt, rest, var("kiln_tr_count")), {mk(sub(var("kiln_tr_count"), rest), cols, jj, rest)})};
+    };
+    in_acc.push_back(for_loop("kiln_tr_jt", int_imm(ld / nr), panel(int_imm(nr), j0)));
+    if (ld % nr)
+      for (auto& st : panel(int_imm(ld % nr), int_imm(ld / nr * nr))) in_acc.push_back(st);
     in_acc.push_back(for_loop("kiln_tr_row", var("kiln_tr_count"), std::move(row_body)));
-    std::vector<Stmt> blk = {let("kiln_tr_first", mul(var("kiln_tr_blk"), int_imm(mr))),
-                             let("kiln_tr_count", binary(BinOp::Min, int_imm(mr), sub(int_imm(m), var("kiln_tr_first")))),
+    std::vector<Stmt> blk = {let("kiln_tr_first", mul(var("kiln_tr_blk"), int_imm(mb))),
+                             let("kiln_tr_count", binary(BinOp::Min, int_imm(mb), sub(int_imm(m), var("kiln_tr_first")))),
                              allocate(acc, std::move(in_acc))};
     // One image's blocks run in parallel when there is one image (the emitter forks only at the
     // outermost loop); several images are a serial loop around them.
@@ -685,7 +706,7 @@ class ContractionLowering {
     if (!pointwise) per_batch = {allocate(b, std::move(per_batch))};
     Stmt body = nb == 1 ? block(std::move(per_batch)) : for_loop("kiln_tr_img", int_imm(nb), std::move(per_batch));
     if (nb == 1) body = block({let("kiln_tr_img", int_imm(0)), body});
-    return {comment(cat("tiled rows: ", nb, " x [", m, " x ", k, "] * [", k, " x ", n, "], ", mr,
+    return {comment(cat("tiled rows: ", nb, " x [", m, " x ", k, "] * [", k, " x ", n, "], ", mb,
                         " rows per block, micro-kernel ", mr, "x", nr, pointwise ? "" : ", B packed per batch")),
             body};
   }
@@ -818,8 +839,15 @@ class ContractionLowering {
     // rows_tiled); the untiled nest computes each element's K loop in place.
     const bool tiled_rows = rows_tiled(plan, lead);
     const int64_t row_len = tiled_rows ? rows_ld(plan.row) : plan.row;
-    auto acc_rows = std::make_shared<Buffer>(
-        Buffer{"kiln_acc", DType::Float32, {int64_t(std::max(1, sched_.contraction.mr)) * row_len}, Scope::Local});
+    int64_t acc_rows_n = 1;
+    if (tiled_rows) {
+      int64_t rows = 1;
+      for (size_t d = 0; d < out_shape_.size(); ++d)
+        if (d + lead < plan.r0) rows *= out_shape_[d];
+      const int64_t nb = c_->op_type() == "Conv" ? c_->input(0)->shape()[0] : 1;
+      acc_rows_n = rows_per_block(rows / nb, row_len);
+    }
+    auto acc_rows = std::make_shared<Buffer>(Buffer{"kiln_acc", DType::Float32, {acc_rows_n * row_len}, Scope::Local});
     Stmt kloop = tiled_rows ? comment("products from the micro-kernel")
                             : k_loop_nest(out, acc_t, [](size_t j) { return "kiln_k" + std::to_string(j); }, next_let);
 

@@ -40,6 +40,9 @@ struct Schedule {
   int64_t parallel_min_work = int64_t(1) << 19;
   ContractionTile contraction;
   ChainTile chain;
+  // Accumulator budget of a block of rows computed whole before their row passes (MatMul +
+  // LayerNorm): every block reads all of B, so blocks are as large as this allows.
+  int64_t rows_block_bytes = 256 * 1024;
   bool tile_contractions = true;      // false: the naive dot-product nest (a reference for tests)
   bool default_transforms = true;     // apply_default_schedule after lowering (loop_transforms.h)
 
