@@ -47,7 +47,6 @@ namespace kiln::loop::detail {
 namespace {
 
 constexpr const char* kAcc = "acc";
-constexpr int64_t kMaxRowBytes = 64 * 1024;
 
 bool is_reduction(const Node* n) {
   const auto k = op_kind_of_type(n->op_type());
@@ -527,14 +526,14 @@ class RowPipeline {
     const int64_t rows = shape_numel(Shape(o0.begin(), o0.end() - 1));
     if (m_ % mr_ == 0)
       for (int64_t f = sched_.chain.max_row_blocks; f > 1; --f)
-        if (m_ % (mr_ * f) == 0 && local_bytes(mr_ * f) <= kMaxRowBytes && rows / (mr_ * f) >= sched_.chain.min_tiles) {
+        if (m_ % (mr_ * f) == 0 && local_bytes(mr_ * f) <= sched_.chain.max_local_bytes && rows / (mr_ * f) >= sched_.chain.min_tiles) {
           tile_ = mr_ * f;
           break;
         }
-    while (tile_ > 1 && local_bytes(tile_) > kMaxRowBytes) mr_ = tile_ = tile_ - 1;
+    while (tile_ > 1 && local_bytes(tile_) > sched_.chain.max_local_bytes) mr_ = tile_ = tile_ - 1;
     // OpenMP workers have small stacks (the emitter would heap-allocate bigger buffers per tile).
-    if (local_bytes(tile_) > kMaxRowBytes)
-      refuse(cat("the rows of a chain of contractions take ", local_bytes(tile_), " bytes, more than the ", kMaxRowBytes,
+    if (local_bytes(tile_) > sched_.chain.max_local_bytes)
+      refuse(cat("the rows of a chain of contractions take ", local_bytes(tile_), " bytes, more than the ", sched_.chain.max_local_bytes,
                  " of local rows (not lowered to loops yet)"));
     const int64_t per_batch = (m_ + tile_ - 1) / tile_;
     const int64_t tiles = shape_numel(Shape(o0.begin(), o0.begin() + ptrdiff_t(batch_))) * per_batch;

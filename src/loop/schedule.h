@@ -13,7 +13,7 @@ namespace kiln::loop {
 // The register tile of a contraction's micro-kernel: mr rows × nr columns of accumulators, nr a
 // multiple of the vector width; kc the K block over which a packed operand tile is reused.
 struct ContractionTile {
-  int mr = 6;
+  int mr = 8;
   int nr = 32;
   int64_t kc = 256;
 };
@@ -21,8 +21,10 @@ struct ContractionTile {
 // Row pipelines (chains of MatMuls such as attention and MLPs, lower_contraction_chain.cc).
 struct ChainTile {
   int64_t max_pack_bytes = 32 * 1024;  // pack a stage's right operand per tile up to this size
-  int64_t max_row_blocks = 8;          // micro-kernel row blocks (of mr rows) per tile
-  int64_t min_tiles = 16;              // tiles to share among threads before making them bigger
+  int64_t max_row_blocks = 16;         // micro-kernel row blocks (of mr rows) per tile
+  int64_t min_tiles = 2;               // tiles to share among threads before making them bigger
+  // Local rows of one tile (the stages' rows): bigger tiles read each stage's B fewer times.
+  int64_t max_local_bytes = 512 * 1024;
 };
 
 struct Schedule {

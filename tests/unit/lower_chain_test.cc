@@ -315,12 +315,24 @@ TEST(LowerChain, JitMatchesReference) {
   std::filesystem::remove_all(dir);
 }
 
+// The nest-shape tests below pin the tile parameters they were written for (6-row micro-kernel
+// tiles, at least 16 tiles, 64 KiB of local rows), so a change of the defaults does not move them.
+loop::Schedule shape_schedule() {
+  loop::Schedule s;
+  s.contraction.mr = 6;
+  s.chain.min_tiles = 16;
+  s.chain.max_row_blocks = 8;
+  s.chain.max_local_bytes = 64 * 1024;
+  s.parallel_min_work = 32768;
+  return s;
+}
+
 std::string lowered(const Case& c) {
   auto g = make_graph(c);
   FusionPlan plan = plan_of(*g, c);
   auto multi = multi_groups(plan);
   if (multi.size() != 1) return "no multi-contraction group";
-  auto lg = loop::lower_group(*multi[0], multi[0]->name);
+  auto lg = loop::lower_group(*multi[0], multi[0]->name, shape_schedule());
   return lg.kernel ? loop::print_kernel(*lg.kernel) : "refused: " + lg.reason;
 }
 
@@ -531,7 +543,7 @@ TEST(LowerChain, Refusals) {
     SCOPED_TRACE(c.name);
     auto g = make_graph(c);
     FusionPlan plan = plan_of(*g, c);
-    auto lg = loop::lower_group(plan.groups[0], c.name);
+    auto lg = loop::lower_group(plan.groups[0], c.name, shape_schedule());  // its 64 KiB of local rows
     EXPECT_FALSE(lg.kernel);
     EXPECT_NE(lg.reason.find(why), std::string::npos) << lg.reason;
     const TensorMap inputs = random_inputs(*g, 9, {}, c.edge_values);

@@ -210,12 +210,12 @@ TEST(LowerContractionRows, TiledRowBlocks) {
   auto g = make_graph(cases()[5]);
   loop::Schedule sched;
   sched.parallel_min_work = 32768;
-  sched.threads = 2;  // 64 rows: two blocks of 36 (a multiple of mr = 6), one per thread
+  sched.threads = 2;  // 64 rows: two blocks of 32 (a multiple of mr = 8), one per thread
   auto ks = lower_contractions(*g, "", nullptr, sched);
   ASSERT_EQ(ks.size(), 1u);
   const std::string s = loop::print_kernel(ks[0]);
   SCOPED_TRACE(s);
-  const size_t blk = s.find("for kiln_tr_blk in [0, 2) parallel"), mk = s.find("kiln_mk_f32(6, 32"),
+  const size_t blk = s.find("for kiln_tr_blk in [0, 2) parallel"), mk = s.find("kiln_mk_f32(8, 32"),
                rr = s.find("for kiln_tr_row in"), row = s.find("allocate kiln_crow0");
   for (size_t p : {blk, mk, rr, row}) ASSERT_NE(p, std::string::npos);
   EXPECT_LT(blk, mk);

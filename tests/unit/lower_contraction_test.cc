@@ -212,7 +212,7 @@ TEST(LowerContraction, TiledNestShape) {
 )", "%x: f32[64,48], %w: f32[48,32]", "%y"};
   const std::string s = lowered_nest(c);
   SCOPED_TRACE(s);
-  const size_t t = s.find("for kiln_t in [0, 1)"), acc = s.find("allocate kiln_acc"), mk = s.find("kiln_mk_f32(6, 32"),
+  const size_t t = s.find("for kiln_t in [0, 1)"), acc = s.find("allocate kiln_acc"), mk = s.find("kiln_mk_f32(8, 32"),
                st = s.find("y[");
   ASSERT_NE(t, std::string::npos);
   ASSERT_NE(acc, std::string::npos);
