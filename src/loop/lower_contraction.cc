@@ -31,6 +31,7 @@
 #include <functional>
 
 #include "kernels/microkernel.h"
+#include "loop/affine.h"
 #include "loop/lower_contraction_tiled.h"
 #include "loop/lower_internal.h"
 #include "reference/kernel_util.h"
@@ -405,10 +406,50 @@ class ContractionLowering {
       if (shape_numel(v->shape()) != numel)
         refuse(cat("group output '", v->name(), "' has another size than the ", c_->op_type(), " output"));
     GemmView g = c_->op_type() == "MatMul" ? matmul_view() : conv_view();
+    read_in_place_when_affine(g.a, g.batch.size(), false);
+    if (!g.b.packer) read_in_place_when_affine(g.b, g.batch.size(), true);
     int next_let = 0;
     std::vector<Stmt> body = build_tiled_gemm(g, sched_, next_let);
     k_.body = block(std::move(body));
     return std::move(k_);
+  }
+
+  // An operand computed in the group whose value is still a plain load of a kernel input at an
+  // index affine in (row, column) — a Reshape or Squeeze of an input — is read in place too
+  // instead of packed (the encoder's QKV projection reads its input through a Reshape). B needs
+  // contiguous columns.
+  void read_in_place_when_affine(GemmOperand& op, size_t batch_rank, bool unit_columns) {
+    if (op.buffer) return;
+    std::vector<Expr> bt;
+    AffineScope scope;
+    for (size_t d = 0; d < batch_rank; ++d) {
+      bt.push_back(var("kiln_probe_b" + std::to_string(d)));
+      scope.varying.insert("kiln_probe_b" + std::to_string(d));
+    }
+    scope.varying.insert({"kiln_probe_r", "kiln_probe_c"});
+    Expr v;
+    try {
+      v = op.value(bt, var("kiln_probe_r"), var("kiln_probe_c"));
+    } catch (const Refusal&) {
+      return;
+    }
+    if (v->kind != ExprKind::Load || v->type != DType::Float32 || v->buffer->scope != Scope::Global ||
+        std::find(k_.inputs.begin(), k_.inputs.end(), v->buffer) == k_.inputs.end())
+      return;
+    auto form = affine_form(v->args[0], scope);
+    if (!form) return;
+    const int64_t sr = form->coef_of("kiln_probe_r"), sc = form->coef_of("kiln_probe_c");
+    if (sr < 0 || sc < 0 || (unit_columns && sc != 1)) return;
+    op.buffer = v->buffer;
+    op.stride_r = sr;
+    op.stride_c = sc;
+    auto value = op.value;
+    const BufferPtr buf = v->buffer;
+    op.base = [value, buf](const std::vector<Expr>& b) {
+      Expr at = value(b, int_imm(0), int_imm(0));
+      KILN_CHECK(at->kind == ExprKind::Load && at->buffer == buf, "operand read in place changed form at (0, 0)");
+      return at->args[0];
+    };
   }
 
   // The epilogue as the tiled nest needs it: the group's stores at `point` from the accumulator.
