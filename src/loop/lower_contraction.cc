@@ -535,8 +535,22 @@ class ContractionLowering {
       g.b.stride_r = n;
       g.b.stride_c = 1;
     }
-    g.epilogue = [this, n](const std::vector<Expr>&, Expr i, Expr j, Expr acc) {
-      return tile_stores(Index::from_flat(out_shape_, add(mul(i, int_imm(n)), j)), acc, nullptr);
+    // The output position as dims (row i unravelled over the batch dims and M, column j), so an
+    // epilogue broadcast such as the bias indexes by j instead of `flat % N` per element.
+    g.epilogue = [this](const std::vector<Expr>&, Expr i, Expr j, Expr acc) {
+      const Shape rows_shape(out_shape_.begin(), out_shape_.end() - 1);
+      std::vector<Expr> dims(rows_shape.size(), int_imm(0));
+      size_t non_unit = 0;
+      for (int64_t e : rows_shape) non_unit += e != 1;
+      Expr r = i;
+      for (size_t d = rows_shape.size(); d-- > 0;) {
+        if (rows_shape[d] == 1) continue;
+        --non_unit;
+        dims[d] = non_unit == 0 ? r : mod(r, int_imm(rows_shape[d]));
+        r = div_floor(r, int_imm(rows_shape[d]));
+      }
+      dims.push_back(j);
+      return tile_stores(Index::from_dims(out_shape_, dims), acc, nullptr);
     };
     return g;
   }
