@@ -7,6 +7,7 @@
 #include "transforms/decompose_softmax.h"
 #include "transforms/eliminate_common_subexpressions.h"
 #include "transforms/eliminate_dead_code.h"
+#include "transforms/expand_square.h"
 #include "transforms/fold_batchnorm.h"
 #include "transforms/lower_gemm.h"
 #include "transforms/transpose_to_reshape.h"
@@ -22,6 +23,7 @@ std::vector<std::unique_ptr<Pass>> lowering_pipeline() {
   p.push_back(std::make_unique<DecomposeNormalization>());
   p.push_back(std::make_unique<DecomposeSoftmax>());
   p.push_back(std::make_unique<DecomposeActivations>());
+  p.push_back(std::make_unique<ExpandSquare>());
   // After lower_gemm, whose Transposes of non-constant operands may turn out to be free.
   p.push_back(std::make_unique<TransposeToReshape>());
   // Every decomposition adds its own small constants (axes, epsilon, 0 and 1); CSE merges the equal
