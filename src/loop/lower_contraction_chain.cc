@@ -30,6 +30,7 @@
 // elementwise and layout ones, values needed at another position than computed, and tiles whose
 // local buffers exceed the budget even for one row.
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <set>
@@ -356,7 +357,17 @@ class RowPipeline {
       std::vector<Stmt> jb;
       Expr v = hoist(bkj, jb, "operand loads");
       jb.push_back(store(st.b_pack, add(mul(var(K), int_imm(st.n)), var(J)), v));
-      out.push_back(for_loop(K, int_imm(st.k), {for_loop(J, int_imm(st.n), std::move(jb))}));
+      // Read the source along its contiguous axis: a transposed operand (attention's K^T, whose
+      // k runs along memory) is packed column by column, others row by row.
+      bool k_contiguous = false;
+      if (bkj->kind == ExprKind::Load) {
+        AffineScope scope;
+        scope.varying = {K, J};
+        if (auto f = affine_form(bkj->args[0], scope))
+          k_contiguous = std::abs(f->coef_of(K)) < std::abs(f->coef_of(J));
+      }
+      out.push_back(k_contiguous ? for_loop(J, int_imm(st.n), {for_loop(K, int_imm(st.k), std::move(jb))})
+                                 : for_loop(K, int_imm(st.k), {for_loop(J, int_imm(st.n), std::move(jb))}));
       bkj = load(st.b_pack, add(mul(var(K), int_imm(st.n)), var(J)));
     }
     const Expr row_j = add(mul(var(t), int_imm(st.n)), var(J));  // (t, j) in a tile's rows

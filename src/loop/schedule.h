@@ -20,7 +20,7 @@ struct ContractionTile {
 
 // Row pipelines (chains of MatMuls such as attention and MLPs, lower_contraction_chain.cc).
 struct ChainTile {
-  int64_t max_pack_bytes = 32 * 1024;  // pack a stage's right operand per tile up to this size
+  int64_t max_pack_bytes = 512 * 1024;  // pack a stage's right operand per tile up to this size
   int64_t max_row_blocks = 16;         // micro-kernel row blocks (of mr rows) per tile
   int64_t min_tiles = 2;               // tiles to share among threads before making them bigger
   // Local rows of one tile (the stages' rows): bigger tiles read each stage's B fewer times.

@@ -323,6 +323,7 @@ loop::Schedule shape_schedule() {
   s.chain.min_tiles = 16;
   s.chain.max_row_blocks = 8;
   s.chain.max_local_bytes = 64 * 1024;
+  s.chain.max_pack_bytes = 32 * 1024;
   s.parallel_min_work = 32768;
   return s;
 }

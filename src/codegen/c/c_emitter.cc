@@ -326,7 +326,8 @@ std::string emit_expr(const Expr& ep, Ctx ctx) {
 
 // ---------------------------------------------------------------- statements
 
-// Local buffers above this size go to the heap: OpenMP worker threads have small stacks.
+// Local buffers above this size come from the per-thread scratch stack (kiln_scratch_push in the
+// prelude): OpenMP worker threads have small stacks.
 constexpr int64_t kMaxStackBytes = 64 * 1024;
 
 class StmtEmitter {
@@ -426,12 +427,12 @@ class StmtEmitter {
     const bool heap = n * int64_t(dtype_size(b.dtype)) > kMaxStackBytes;
     os_ << pad << "{\n";
     if (heap)
-      os_ << pad << "  " << t << "* restrict " << name << " = (" << t << "*)malloc(sizeof(" << t << ") * " << n
+      os_ << pad << "  " << t << "* restrict " << name << " = (" << t << "*)kiln_scratch_push(sizeof(" << t << ") * " << n
           << ");\n";
     else
       os_ << pad << "  " << t << " " << name << "[" << n << "];\n";
     body(s.body, indent + 1);
-    if (heap) os_ << pad << "  free(" << name << ");\n";
+    if (heap) os_ << pad << "  kiln_scratch_pop(" << name << ", sizeof(" << t << ") * " << n << ");\n";
     os_ << pad << "}\n";
     live_.erase(name);
   }

@@ -173,7 +173,30 @@ std::string c_prelude() {
      // The runtime sets the thread count of the module's parallel loops through this entry point,
      // so kiln itself need not link OpenMP.
      << "#ifdef _OPENMP\n#include <omp.h>\n#endif\n"
-     << "void kiln_set_num_threads(int n) {\n#ifdef _OPENMP\n  omp_set_num_threads(n);\n#else\n  (void)n;\n#endif\n}\n\n";
+     << "void kiln_set_num_threads(int n) {\n#ifdef _OPENMP\n  omp_set_num_threads(n);\n#else\n  (void)n;\n#endif\n}\n\n"
+     // Local buffers too big for a worker's stack come from a per-thread scratch stack: one
+     // reservation per thread on first use, then a bump pointer (buffers are scoped, so they are
+     // released in reverse order). Steady-state runs allocate nothing, and no buffer pays for
+     // fresh pages (a malloc above glibc's mmap threshold would, on every call). Past the
+     // reservation a buffer falls back to malloc.
+     << "#define KILN_SCRATCH_BYTES ((size_t)256 << 20)\n"
+     << "static _Thread_local unsigned char* kiln_scratch_base_;\n"
+     << "static _Thread_local size_t kiln_scratch_top_;\n"
+     << "static void* kiln_scratch_push(size_t bytes) {\n"
+     << "  bytes = (bytes + 63) & ~(size_t)63;\n"
+     << "  if (!kiln_scratch_base_) kiln_scratch_base_ = (unsigned char*)aligned_alloc(64, KILN_SCRATCH_BYTES);\n"
+     << "  if (!kiln_scratch_base_ || kiln_scratch_top_ + bytes > KILN_SCRATCH_BYTES) return malloc(bytes);\n"
+     << "  void* p = kiln_scratch_base_ + kiln_scratch_top_;\n"
+     << "  kiln_scratch_top_ += bytes;\n"
+     << "  return p;\n"
+     << "}\n"
+     << "static void kiln_scratch_pop(void* p, size_t bytes) {\n"
+     << "  unsigned char* q = (unsigned char*)p;\n"
+     << "  if (kiln_scratch_base_ && q >= kiln_scratch_base_ && q < kiln_scratch_base_ + KILN_SCRATCH_BYTES)\n"
+     << "    kiln_scratch_top_ -= (bytes + 63) & ~(size_t)63;\n"
+     << "  else\n"
+     << "    free(p);\n"
+     << "}\n\n";
   return os.str();
 }
 
