@@ -721,9 +721,10 @@ class ContractionLowering {
     std::vector<Stmt> blk = {let("kiln_tr_first", mul(var("kiln_tr_blk"), int_imm(mb))),
                              let("kiln_tr_count", binary(BinOp::Min, int_imm(mb), sub(int_imm(m), var("kiln_tr_first")))),
                              allocate(acc, std::move(in_acc))};
-    // One image's blocks run in parallel when there is one image (the emitter forks only at the
-    // outermost loop); several images are a serial loop around them.
-    const bool parallel = nb == 1 && mblocks > 1 && rows * n * k >= sched_.parallel_min_work;
+    // One image's blocks run in parallel when there is one image; several images run in parallel
+    // over the images, each image's loops serial (the emitter forks only at the outermost loop).
+    const bool big = rows * n * k >= sched_.parallel_min_work;
+    const bool parallel = nb == 1 && mblocks > 1 && big;
     std::vector<Stmt> per_batch;
     if (!pointwise && is_group_input(c_->input(0))) {
       // The im2col panel of image kiln_tr_img, nr columns at a time through the offset tables.
@@ -759,7 +760,8 @@ class ContractionLowering {
     per_batch.push_back(
         for_loop("kiln_tr_blk", int_imm(mblocks), std::move(blk), parallel ? ForKind::Parallel : ForKind::Serial));
     if (!pointwise) per_batch = {allocate(b, std::move(per_batch))};
-    Stmt body = nb == 1 ? block(std::move(per_batch)) : for_loop("kiln_tr_img", int_imm(nb), std::move(per_batch));
+    Stmt body = nb == 1 ? block(std::move(per_batch))
+                        : for_loop("kiln_tr_img", int_imm(nb), std::move(per_batch), big ? ForKind::Parallel : ForKind::Serial);
     if (nb == 1) body = block({let("kiln_tr_img", int_imm(0)), body});
     return {comment(cat("tiled rows: ", nb, " x [", m, " x ", k, "] * [", k, " x ", n, "], ", mb,
                         " rows per block, micro-kernel ", mr, "x", nr, pointwise ? "" : ", B packed per batch")),
