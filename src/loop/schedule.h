@@ -24,7 +24,7 @@ struct ChainTile {
   int64_t max_row_blocks = 16;         // micro-kernel row blocks (of mr rows) per tile
   int64_t min_tiles = 2;               // tiles to share among threads before making them bigger
   // Local rows of one tile (the stages' rows): bigger tiles read each stage's B fewer times.
-  int64_t max_local_bytes = 512 * 1024;
+  int64_t max_local_bytes = 2 * 1024 * 1024;
 };
 
 struct Schedule {
