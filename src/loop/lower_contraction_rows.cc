@@ -20,6 +20,8 @@
 #include <unordered_set>
 
 #include "fusion/op_kind.h"
+#include "kernels/microkernel.h"
+#include "loop/contraction_lowering.h"
 #include "loop/lower_internal.h"
 #include "support/error.h"
 
@@ -259,6 +261,294 @@ std::vector<Stmt> contraction_row_passes(const ContractionRows& plan, const Shap
   rb.row_base = base;
   for (auto& s : body) s = rb.stmt(s);
   return body;
+}
+
+// ---- ContractionLowering: the rows nest (tiled or not) around the passes above
+
+// Row kernels whose rows are the columns of one GEMM per batch: a MatMul's last axis (LayerNorm,
+// softmax; A and B read in place, B a plain [K, N] matrix, so all output rows form one GEMM) or
+// an ungrouped Conv's spatial axes (a global pool after the conv; per image, W [M, K] times the
+// im2col panel [K, P], read in place for a 1x1 conv, else packed once per image). The rows are
+// computed a block of mr at a time into kiln_acc; the per-row passes then read it.
+bool ContractionLowering::rows_tiled(const ContractionRows& plan, size_t lead) const {
+  if (!sched_.tile_contractions || dtype_ != DType::Float32 || out_shape_.back() < 1) return false;
+  if (sched_.contraction.mr < 1 || sched_.contraction.nr < 1) return false;
+  if (c_->op_type() == "MatMul") {
+    if (a_vec_ || b_vec_ || plan.r0 != plan.shape.size() - 1 || lead > plan.r0) return false;
+    const Value* b = c_->input(1);
+    return is_group_input(c_->input(0)) && is_group_input(b) && b->shape().size() == 2 && a_batch_ == batch_ &&
+           out_shape_.back() >= 4;
+  }
+  return group_ == 1 && plan.r0 == lead + 2 && is_group_input(c_->input(1)) &&
+         c_->input(1)->shape()[0] >= sched_.contraction.mr;
+}
+
+// A 1x1, stride-1, unpadded conv whose input is a plain buffer: B is the input image itself.
+bool ContractionLowering::conv_in_place() const {
+  bool in_place = is_group_input(c_->input(0));
+  for (size_t d = 0; d < size_t(geo_.rank()); ++d)
+    in_place = in_place && geo_.kernel[d] == 1 && geo_.stride[d] == 1 && geo_.pad_begin[d] == 0 &&
+               geo_.out[d] == geo_.in[d];
+  return in_place;
+}
+
+// The row stride of the tiled rows' accumulator (and packed panel): n, or n rounded up to whole
+// column tiles when the conv's im2col panel is packed through the offset tables.
+int64_t ContractionLowering::rows_ld(int64_t n) const {
+  const int64_t nr = sched_.contraction.nr;
+  const bool padded = c_->op_type() == "Conv" && !conv_in_place() && is_group_input(c_->input(0));
+  return padded ? (n + nr - 1) / nr * nr : n;
+}
+
+// Rows per block of the tiled rows: every block reads all of B, so blocks are as large as the
+// accumulator budget allows (Schedule::rows_block_bytes) while leaving one block per thread;
+// a multiple of the micro-kernel's mr.
+int64_t ContractionLowering::rows_per_block(int64_t m, int64_t ld) const {
+  const int64_t mr = sched_.contraction.mr;
+  const int64_t threads = std::max(1, sched_.threads);
+  const int64_t by_budget = (m * ld * 4 + sched_.rows_block_bytes - 1) / std::max<int64_t>(sched_.rows_block_bytes, 1);
+  const int64_t blocks = std::max<int64_t>({threads, by_budget, 1});
+  const int64_t per = (m + blocks - 1) / blocks;
+  return std::max<int64_t>(mr, (per + mr - 1) / mr * mr);
+}
+
+// The block loops around the per-row statements `per_row` (which read row kiln_tr_row of kiln_acc and
+// use the outer loop variables `outer`, decoded here from the row index).
+std::vector<Stmt> ContractionLowering::tiled_row_blocks(const std::vector<std::pair<std::string, int64_t>>& outer,
+                                                        const BufferPtr& acc, std::vector<Stmt> per_row) {
+  const int64_t mr = sched_.contraction.mr, nr = sched_.contraction.nr;
+  const bool conv = c_->op_type() == "Conv";
+  int64_t rows = 1;
+  for (const auto& o : outer) rows *= o.second;
+  // Per batch (an image for a conv; everything for a MatMul): m rows of n columns, K deep.
+  const int64_t nb = conv ? c_->input(0)->shape()[0] : 1, m = rows / nb, n = shape_numel(out_shape_) / rows;
+  int64_t k = k_extents_[0];
+  for (size_t i = 1; i < k_extents_.size(); ++i) k *= k_extents_[i];
+  const int64_t ld = rows_ld(n), mb = rows_per_block(m, ld);
+  const int64_t mblocks = (m + mb - 1) / mb;
+  std::vector<Stmt> row_body;
+  {
+    Expr r = add(add(mul(var("kiln_tr_img"), int_imm(m)), var("kiln_tr_first")), var("kiln_tr_row"));
+    int64_t stride = rows;
+    for (const auto& [name, extent] : outer) {
+      stride /= extent;
+      row_body.push_back(let(name, mod(div_floor(r, int_imm(stride)), int_imm(extent))));
+    }
+    for (auto& st : per_row) row_body.push_back(st);
+  }
+  const BufferPtr a = L_.input_buffers_.at(c_->input(conv ? 1 : 0));
+  // B: in place (MatMul weights; a 1x1 conv's input image) or the packed im2col panel, whose rows
+  // (and the accumulator rows) are padded to whole column tiles of zeros so that every
+  // micro-kernel call is a full tile.
+  const bool pointwise = !conv || conv_in_place();
+  BufferPtr b = pointwise ? L_.input_buffers_.at(c_->input(conv ? 0 : 1))
+                          : std::make_shared<Buffer>(Buffer{"kiln_bpack", DType::Float32, {k * ld}, Scope::Local});
+  const Expr b_base = pointwise && conv ? mul(var("kiln_tr_img"), int_imm(k * n)) : int_imm(0);
+  // The micro-kernel on rows [r, r + rows_e) of the block and columns [j0, j0 + cols).
+  auto mk = [&](Expr rows_e, Expr cols, Expr j0, Expr r) {
+    return call_stmt(kernels::kMicroKernelF32,
+                     {std::move(rows_e), std::move(cols), int_imm(k),
+                      address(a, mul(add(var("kiln_tr_first"), r), int_imm(k))), int_imm(k), int_imm(1),
+                      address(b, add(b_base, j0)), int_imm(ld), address(acc, add(mul(r, int_imm(ld)), j0)), int_imm(ld)});
+  };
+  std::vector<Stmt> in_acc;
+  in_acc.push_back(for_loop("kiln_tr_z", int_imm(mb * ld), {store(acc, var("kiln_tr_z"), float_imm(0))}, ForKind::Vectorized));
+  // Column panels outside, row tiles inside: one panel of B (k x nr) serves the whole block
+  // from cache.
+  const Expr j0 = mul(var("kiln_tr_jt"), int_imm(nr)), r0 = mul(var("kiln_tr_rt"), int_imm(mr));
+  const Expr full = div_floor(var("kiln_tr_count"), int_imm(mr)), rest = mul(full, int_imm(mr));
+  auto panel = [&](Expr cols, Expr jj) {
+    return std::vector<Stmt>{
+        for_loop("kiln_tr_rt", full, {mk(int_imm(mr), cols, jj, r0)}),
+        if_then(binary(BinOp::Lt, rest, var("kiln_tr_count")), {mk(sub(var("kiln_tr_count"), rest), cols, jj, rest)})};
+  };
+  in_acc.push_back(for_loop("kiln_tr_jt", int_imm(ld / nr), panel(int_imm(nr), j0)));
+  if (ld % nr)
+    for (auto& st : panel(int_imm(ld % nr), int_imm(ld / nr * nr))) in_acc.push_back(st);
+  in_acc.push_back(for_loop("kiln_tr_row", var("kiln_tr_count"), std::move(row_body)));
+  std::vector<Stmt> blk = {let("kiln_tr_first", mul(var("kiln_tr_blk"), int_imm(mb))),
+                           let("kiln_tr_count", binary(BinOp::Min, int_imm(mb), sub(int_imm(m), var("kiln_tr_first")))),
+                           allocate(acc, std::move(in_acc))};
+  // One image's blocks run in parallel when there is one image; several images run in parallel
+  // over the images, each image's loops serial (the emitter forks only at the outermost loop).
+  const bool big = rows * n * k >= sched_.parallel_min_work;
+  const bool parallel = nb == 1 && mblocks > 1 && big;
+  std::vector<Stmt> per_batch;
+  if (!pointwise && is_group_input(c_->input(0))) {
+    // The im2col panel of image kiln_tr_img, nr columns at a time through the offset tables.
+    GemmOperand::Packer pk = im2col_packer(n, m, k_extents_[0]);
+    const std::vector<Expr> bt = {var("kiln_tr_img"), int_imm(0)};
+    const Expr j0 = mul(var("kiln_tr_pj"), int_imm(nr));
+    std::vector<Stmt> chunk = {let("kiln_tr_pnc", binary(BinOp::Min, int_imm(nr), sub(int_imm(n), j0)))};
+    for (auto& st : pk.setup(bt, j0, var("kiln_tr_pnc"))) chunk.push_back(st);
+    for (auto& st : pk.pack(bt, int_imm(0), int_imm(k), b, ld, j0, int_imm(nr))) chunk.push_back(st);
+    for (size_t i = pk.locals.size(); i-- > 0;) chunk = {allocate(pk.locals[i], std::move(chunk))};
+    per_batch.push_back(for_loop("kiln_tr_pj", int_imm(ld / nr), std::move(chunk),
+                                 parallel ? ForKind::Parallel : ForKind::Serial));
+  } else if (!pointwise) {
+    // The im2col panel of image kiln_tr_img: bpack[kk * n + p] for every (input channel, kernel
+    // position) kk and output position p.
+    std::vector<int64_t> k_ext(k_extents_.begin(), k_extents_.end());
+    std::vector<Expr> kd(k_ext.size()), od(geo_.out.size());
+    Expr kf = var("kiln_tr_pk"), pf = var("kiln_tr_pp");
+    for (size_t i = k_ext.size(); i-- > 0;) {
+      kd[i] = i == 0 ? kf : mod(kf, int_imm(k_ext[i]));
+      kf = div_floor(kf, int_imm(k_ext[i]));
+    }
+    for (size_t i = geo_.out.size(); i-- > 0;) {
+      od[i] = i == 0 ? pf : mod(pf, int_imm(geo_.out[i]));
+      pf = div_floor(pf, int_imm(geo_.out[i]));
+    }
+    Expr x = conv_input(var("kiln_tr_img"), kd[0], od, std::vector<Expr>(kd.begin() + 1, kd.end()));
+    per_batch.push_back(for_loop(
+        "kiln_tr_pk", int_imm(k),
+        {for_loop("kiln_tr_pp", int_imm(n), {store(b, add(mul(var("kiln_tr_pk"), int_imm(n)), var("kiln_tr_pp")), x)})},
+        parallel ? ForKind::Parallel : ForKind::Serial));
+  }
+  per_batch.push_back(
+      for_loop("kiln_tr_blk", int_imm(mblocks), std::move(blk), parallel ? ForKind::Parallel : ForKind::Serial));
+  if (!pointwise) per_batch = {allocate(b, std::move(per_batch))};
+  Stmt body = nb == 1 ? block(std::move(per_batch))
+                      : for_loop("kiln_tr_img", int_imm(nb), std::move(per_batch), big ? ForKind::Parallel : ForKind::Serial);
+  if (nb == 1) body = block({let("kiln_tr_img", int_imm(0)), body});
+  return {comment(cat("tiled rows: ", nb, " x [", m, " x ", k, "] * [", k, " x ", n, "], ", mb,
+                      " rows per block, micro-kernel ", mr, "x", nr, pointwise ? "" : ", B packed per batch")),
+          body};
+}
+
+// ---- row reductions over trailing axes (lower_contraction_rows.cc has the plan and the passes)
+
+LoopKernel ContractionLowering::build_rows() {
+  ContractionRows plan = plan_contraction_rows(grp_, c_, out_shape_);
+  const Value* y = c_->output(0);
+  const int64_t numel = shape_numel(out_shape_);
+  const DType acc_t = compute_type(dtype_);
+  std::unordered_map<const Value*, BufferPtr> buffers;
+  for (size_t i = 0; i < grp_.inputs.size(); ++i) buffers[grp_.inputs[i]] = k_.inputs[i];
+  for (size_t i = 0; i < grp_.outputs.size(); ++i) buffers[grp_.outputs[i]] = k_.outputs[i];
+  const Shape row_shape(plan.shape.begin() + ptrdiff_t(plan.r0), plan.shape.end());
+  // plan.shape is the output with `lead` leading 1s (a residual broadcast it to a higher rank).
+  const size_t lead = plan.shape.size() - out_shape_.size();
+  std::vector<BufferPtr> rows;
+  int64_t bytes = 0;
+  for (size_t i = 0; i < plan.staged.size(); ++i) {
+    const Value* v = plan.staged[i];
+    rows.push_back(std::make_shared<Buffer>(Buffer{"kiln_crow" + std::to_string(i), v->dtype(), row_shape, Scope::Local}));
+    buffers[v] = rows.back();
+    bytes += plan.row * int64_t(dtype_size(v->dtype()));
+  }
+  // OpenMP workers have small stacks (the emitter would heap-allocate; keep it bounded anyway).
+  if (bytes > 64 * 1024)
+    refuse(cat("a row of ", bytes, " bytes after a contraction exceeds the 64 KiB local row (not lowered to loops yet)"));
+
+  // Outer loops i<d> (the row kernel's names), row loops kiln_c<d>, K loops kiln_k<j>.
+  struct Loop {
+    std::string var;
+    int64_t extent;
+  };
+  std::vector<Loop> outer_loops, row_loops;
+  std::vector<Expr> out;
+  Expr row_flat = int_imm(0);
+  for (size_t d = 0; d < out_shape_.size(); ++d) {
+    const int64_t e = out_shape_[d];
+    const bool outer = d + lead < plan.r0;
+    std::string v = (outer ? "i" : "kiln_c") + std::to_string(d + lead);
+    Expr x = e == 1 ? int_imm(0) : var(v);
+    if (e != 1) (outer ? outer_loops : row_loops).push_back({v, e});
+    out.push_back(x);
+    if (!outer) row_flat = add(mul(row_flat, int_imm(e)), x);
+  }
+  Index point = Index::from_dims(out_shape_, out);
+  const Expr point_flat = L_.flat(point);
+  int next_let = 0;
+  // Tiled: the products of a block of rows come from the micro-kernel into kiln_acc (see
+  // rows_tiled); the untiled nest computes each element's K loop in place.
+  const bool tiled_rows = rows_tiled(plan, lead);
+  const int64_t row_len = tiled_rows ? rows_ld(plan.row) : plan.row;
+  int64_t acc_rows_n = 1;
+  if (tiled_rows) {
+    int64_t rows = 1;
+    for (size_t d = 0; d < out_shape_.size(); ++d)
+      if (d + lead < plan.r0) rows *= out_shape_[d];
+    const int64_t nb = c_->op_type() == "Conv" ? c_->input(0)->shape()[0] : 1;
+    acc_rows_n = rows_per_block(rows / nb, row_len);
+  }
+  auto acc_rows = std::make_shared<Buffer>(Buffer{"kiln_acc", DType::Float32, {acc_rows_n * row_len}, Scope::Local});
+  Stmt kloop = tiled_rows ? comment("products from the micro-kernel")
+                          : k_loop_nest(out, acc_t, [](size_t j) { return "kiln_k" + std::to_string(j); }, next_let);
+
+  // The first loop over the row: the staged values into the local rows, the pre-reduction
+  // outputs into memory.
+  struct St {
+    BufferPtr buf;
+    Expr index, value;
+  };
+  std::vector<St> stores;
+  {
+    Expr with = result(out, acc_t);
+    const std::string at = print_expr(point_flat);
+    std::unordered_map<const ExprNode*, Expr> memo;
+    auto value = [&](const Value* v, Index& idx) { return v == y ? with : substitute(L_.value_at(v, idx), at, with, memo); };
+    std::vector<Expr> lead_out(lead, int_imm(0));
+    lead_out.insert(lead_out.end(), out.begin(), out.end());
+    Index lead_point = Index::from_dims(plan.shape, lead_out);
+    for (size_t i = 0; i < plan.staged.size(); ++i)
+      stores.push_back({rows[i], row_flat, value(plan.staged[i], plan.staged[i]->shape() == out_shape_ ? point : lead_point)});
+    for (const Value* v : plan.first_outputs) {
+      if (shape_numel(v->shape()) != numel)
+        refuse(cat("group output '", v->name(), "' has another size than the ", c_->op_type(), " output"));
+      Index idx = v->shape() == out_shape_   ? point
+                  : v->shape() == plan.shape ? lead_point
+                                             : Index::from_flat(v->shape(), point_flat);
+      Expr e = value(v, idx);
+      const size_t o = size_t(std::find(grp_.outputs.begin(), grp_.outputs.end(), v) - grp_.outputs.begin());
+      stores.push_back({k_.outputs.at(o), L_.flat(idx), e});
+    }
+  }
+  std::vector<Stmt> body = {let(kAcc, tiled_rows ? load(acc_rows, add(mul(var("kiln_tr_row"), int_imm(row_len)), row_flat))
+                                                  : imm(0, acc_t)),
+                            kloop};
+  SharedExprHoister h(next_let);
+  for (auto& s : stores) {
+    h.count(s.value);
+    h.count(s.index);
+  }
+  if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused epilogue has ", h.dag_size(), " nodes"));
+  for (auto& s : stores) {
+    s.value = h.rewrite(s.value, body);
+    s.index = h.rewrite(s.index, body);
+  }
+  if (stores.size() > 1)
+    for (auto& s : stores)
+      if (s.value->kind != ExprKind::Var && s.value->kind != ExprKind::IntImm && s.value->kind != ExprKind::FloatImm) {
+        std::string name = "t" + std::to_string(next_let++);
+        body.push_back(let(name, s.value));
+        s.value = var(name, s.value->type);
+      }
+  for (auto& s : stores) body.push_back(store(s.buf, s.index, s.value));
+  for (size_t i = row_loops.size(); i-- > 0;)
+    body = {for_loop(row_loops[i].var, int_imm(row_loops[i].extent), std::move(body))};
+
+  // The reductions' passes over the local rows, then everything inside the outer loops.
+  std::vector<Expr> outer(lead, int_imm(0));
+  outer.insert(outer.end(), out.begin(), out.begin() + ptrdiff_t(plan.r0 - lead));
+  for (auto& s : contraction_row_passes(plan, plan.shape, buffers, outer, name_ + "_rows", sched_)) body.push_back(s);
+  for (size_t i = rows.size(); i-- > 0;) body = {allocate(rows[i], std::move(body))};
+  if (tiled_rows) {
+    std::vector<std::pair<std::string, int64_t>> outer_vars;
+    for (const Loop& l : outer_loops) outer_vars.push_back({l.var, l.extent});
+    k_.body = block(tiled_row_blocks(outer_vars, acc_rows, std::move(body)));
+    return std::move(k_);
+  }
+  int64_t k_total = 1;
+  for (int64_t e : k_extents_) k_total *= e;
+  for (size_t i = outer_loops.size(); i-- > 0;) {
+    const bool parallel = i == 0 && outer_loops[0].extent > 1 && numel * std::max<int64_t>(k_total, 1) >= sched_.parallel_min_work;
+    body = {for_loop(outer_loops[i].var, int_imm(outer_loops[i].extent), std::move(body),
+                     parallel ? ForKind::Parallel : ForKind::Serial)};
+  }
+  k_.body = body.size() == 1 ? body[0] : block(std::move(body));
+  return std::move(k_);
 }
 
 }  // namespace kiln::loop::detail

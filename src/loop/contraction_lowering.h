@@ -1,0 +1,170 @@
+// ContractionLowering: the lowering of a contraction-anchored group, shared by three files —
+// lower_contraction.cc (analysis, geometry, the untiled nest, the epilogue), lower_contraction_gemm.cc
+// (the GEMM views and the tiled nest through the micro-kernel) and lower_contraction_rows.cc (row
+// reductions after the contraction). Internal to src/loop; see lower_contraction.cc for the nests.
+#pragma once
+#include <algorithm>
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "loop/lower_contraction_tiled.h"
+#include "loop/lower_internal.h"
+#include "reference/ops/nn_internal.h"
+
+namespace kiln::loop::detail {
+
+inline constexpr const char* kAcc = "acc";
+
+inline const std::initializer_list<DType> kMatMulTypes = {DType::Float32, DType::Float64, DType::Float16,
+                                                          DType::BFloat16, DType::Int32,  DType::Int64,
+                                                          DType::UInt32,  DType::UInt64};
+inline const std::initializer_list<DType> kConvTypes = {DType::Float32, DType::Float64, DType::Float16};
+
+inline bool type_in(DType t, std::initializer_list<DType> set) {
+  return std::find(set.begin(), set.end(), t) != set.end();
+}
+
+class ContractionLowering {
+ public:
+  ContractionLowering(const FusionGroup& grp, const std::string& name, const Schedule& sched)
+      : grp_(grp), name_(name), sched_(sched), L_(grp, false) {}
+
+  LoopKernel lower();
+
+ private:
+  // ---- analysis
+
+  void find_contraction();
+
+  void bind();
+
+  // ---- geometry (the reference kernels' checks: what they would reject is refused)
+
+  void matmul_geometry();
+
+  void conv_geometry();
+
+  // ---- the product at one (output, K) position
+
+  // Operand position of a MatMul operand with batch dims `ob` (before promotion of a vector).
+  std::vector<Expr> matmul_index(const Shape& ob, bool vec, Expr row, Expr col, const std::vector<Expr>& out);
+
+  Expr product(const std::vector<Expr>& out, const std::vector<Expr>& kv);
+
+  // The Conv input at output position `o` (spatial) and kernel position `kp` of input channel
+  // `cin`, 0 in the padding: the load is clamped in range and its value replaced by 0, which the
+  // caller still multiplies by the weight (0 * inf is NaN, as in the reference's im2col).
+  Expr conv_input(Expr n, Expr cin, const std::vector<Expr>& o, const std::vector<Expr>& kp);
+
+  // The untiled K loop nest (types other than float32, or Schedule::tile_contractions off):
+  // `acc = acc + A·B` over the reduction extents (size-1 extents fold to index 0), shared parts of
+  // the operand loads in Lets inside the loop.
+  Stmt k_loop_nest(const std::vector<Expr>& out, DType acc_t, const std::function<std::string(size_t)>& name,
+                   int& next_let);
+
+  // The contraction's output at the loop point, from the accumulator.
+  Expr result(const std::vector<Expr>& out, DType acc_t);
+  // The accumulated value plus Conv's bias at output channel `channel`, in the output type.
+  Expr result(Expr acc, Expr channel);
+
+  // The stores of the group's outputs at `point` (the contraction's output position) when the
+  // contraction's value there is `with`.
+  std::vector<std::pair<Expr, Expr>> epilogue_stores(Index& point, const Expr& with);
+
+  // e with every placeholder load replaced by `with`; refuses a load at another position.
+  Expr substitute(const Expr& e, const std::string& at, const Expr& with, std::unordered_map<const ExprNode*, Expr>& memo);
+
+  // ---- the nest
+
+  LoopKernel build();
+
+  // ---- the tiled nest (lower_contraction_tiled.h)
+
+  bool is_group_input(const Value* v) const;
+
+  // Float32 contractions wide enough to fill a vector of columns go through the micro-kernel.
+  bool tiled() const;
+
+  // A MatMul whose right operand is one matrix (no batch dims): the left operand's batch dims and
+  // rows form the rows of one GEMM ([128, 1, 768] x [768, 2304] is one 128-row GEMM, not 128
+  // one-row GEMMs).
+  bool fold_matmul_batch() const;
+
+  LoopKernel build_tiled();
+
+  // An operand computed in the group whose value is still a plain load of a kernel input at an
+  // index affine in (row, column) — a Reshape or Squeeze of an input — is read in place too
+  // instead of packed (the encoder's QKV projection reads its input through a Reshape). B needs
+  // contiguous columns.
+  void read_in_place_when_affine(GemmOperand& op, size_t batch_rank, bool unit_columns);
+
+  // The epilogue as the tiled nest needs it: the group's stores at `point` from the accumulator.
+  std::vector<TileStore> tile_stores(Index point, const Expr& acc, const Expr& channel);
+
+  GemmView matmul_view();
+
+  // fold_matmul_batch(): A is [rows, K] and the output [rows, N] in row-major order.
+  GemmView folded_matmul_view();
+
+  GemmView conv_view();
+
+  // Row kernels whose rows are the columns of one GEMM per batch: a MatMul's last axis (LayerNorm,
+  // softmax; A and B read in place, B a plain [K, N] matrix, so all output rows form one GEMM) or
+  // an ungrouped Conv's spatial axes (a global pool after the conv; per image, W [M, K] times the
+  // im2col panel [K, P], read in place for a 1x1 conv, else packed once per image). The rows are
+  // computed a block of mr at a time into kiln_acc; the per-row passes then read it.
+  bool rows_tiled(const ContractionRows& plan, size_t lead) const;
+
+  // A 1x1, stride-1, unpadded conv whose input is a plain buffer: B is the input image itself.
+  bool conv_in_place() const;
+
+  // The row stride of the tiled rows' accumulator (and packed panel): n, or n rounded up to whole
+  // column tiles when the conv's im2col panel is packed through the offset tables.
+  int64_t rows_ld(int64_t n) const;
+
+  // Rows per block of the tiled rows: every block reads all of B, so blocks are as large as the
+  // accumulator budget allows (Schedule::rows_block_bytes) while leaving one block per thread;
+  // a multiple of the micro-kernel's mr.
+  int64_t rows_per_block(int64_t m, int64_t ld) const;
+
+  // The block loops around the per-row statements `per_row` (which read row kiln_tr_row of kiln_acc and
+  // use the outer loop variables `outer`, decoded here from the row index).
+  std::vector<Stmt> tiled_row_blocks(const std::vector<std::pair<std::string, int64_t>>& outer, const BufferPtr& acc,
+                                     std::vector<Stmt> per_row);
+
+  // The im2col panel of a conv whose input is a plain buffer, without per-element div/mod: per
+  // tile, each column's input window origin (pos<d> = o_d * stride - pad) and its flat offset go
+  // into small tables; per K row (channel, kernel position) the panel row is then
+  // valid ? x[base + off[jj]] : 0, a vectorisable gather. (The generic `value` path unravels the
+  // column and the K index per element, which cost five times the micro-kernel's time on
+  // ResNet-18's 3x3 convs.)
+  GemmOperand::Packer im2col_packer(int64_t ncols, int64_t mg, int64_t cg);
+
+  // ---- row reductions over trailing axes (lower_contraction_rows.cc has the plan and the passes)
+
+  LoopKernel build_rows();
+
+  const FusionGroup& grp_;
+  std::string name_;
+  Schedule sched_;
+  Lowerer L_;
+  bool has_reductions_ = false;
+  LoopKernel k_;
+  const Node* c_ = nullptr;
+  BufferPtr placeholder_;
+  DType dtype_ = DType::Float32;
+  Shape out_shape_;
+  std::vector<int64_t> k_extents_;
+  // MatMul
+  bool a_vec_ = false, b_vec_ = false;
+  Shape a_batch_, b_batch_, batch_;
+  // Conv
+  const Value* bias_ = nullptr;
+  int64_t group_ = 1;
+  nn::WindowGeometry geo_;
+};
+
+}  // namespace kiln::loop::detail

@@ -1,0 +1,344 @@
+// The tiled nest of a contraction group (lower_contraction_tiled.h has the nest): the group seen
+// as a batch of GEMMs — MatMul directly, with batch dims folded into the rows when B is one matrix;
+// Conv per image and group with the im2col panel packed through column offset tables — operands
+// read in place when they are plain (or affine) loads of kernel inputs, and the epilogue built by
+// the same machinery as the untiled nest.
+#include <algorithm>
+#include <cstdlib>
+
+#include "kernels/microkernel.h"
+#include "loop/affine.h"
+#include "loop/contraction_lowering.h"
+#include "support/error.h"
+
+namespace kiln::loop::detail {
+
+// ---- the tiled nest (lower_contraction_tiled.h)
+
+bool ContractionLowering::is_group_input(const Value* v) const {
+  return std::find(grp_.inputs.begin(), grp_.inputs.end(), v) != grp_.inputs.end();
+}
+
+// Float32 contractions wide enough to fill a vector of columns go through the micro-kernel.
+bool ContractionLowering::tiled() const {
+  if (!sched_.tile_contractions || dtype_ != DType::Float32) return false;
+  // Fewer rows than a micro-kernel tile (a depthwise conv has one per group): packing costs
+  // more than it saves, the direct nest with its short K loop per element is faster (10x on
+  // MobileNetV2's depthwise convs). With B read in place there is no packing: a matrix-vector
+  // product still gains from the micro-kernel's contiguous rows of B (MobileNetV2's classifier
+  // 0.8 -> 0.2 ms).
+  int64_t n = 1, m = 1;
+  if (c_->op_type() == "MatMul") {
+    n = b_vec_ ? 1 : c_->input(1)->shape().back();
+    m = a_vec_ ? 1 : c_->input(0)->shape()[c_->input(0)->shape().size() - 2];
+    if (fold_matmul_batch()) m *= shape_numel(batch_);
+  } else {
+    for (int64_t e : geo_.out) n *= e;
+    m = c_->input(1)->shape()[0] / group_;
+  }
+  const bool b_in_place = c_->op_type() == "MatMul" ? is_group_input(c_->input(1)) && !b_vec_ : conv_in_place();
+  return n >= 4 && (m >= sched_.contraction.mr || b_in_place);
+}
+
+// A MatMul whose right operand is one matrix (no batch dims): the left operand's batch dims and
+// rows form the rows of one GEMM ([128, 1, 768] x [768, 2304] is one 128-row GEMM, not 128
+// one-row GEMMs).
+bool ContractionLowering::fold_matmul_batch() const { return b_batch_.empty() && !a_vec_ && !b_vec_ && !batch_.empty(); }
+
+LoopKernel ContractionLowering::build_tiled() {
+  const int64_t numel = shape_numel(out_shape_);
+  for (const Value* v : grp_.outputs)
+    if (shape_numel(v->shape()) != numel)
+      refuse(cat("group output '", v->name(), "' has another size than the ", c_->op_type(), " output"));
+  GemmView g = c_->op_type() == "MatMul" ? matmul_view() : conv_view();
+  read_in_place_when_affine(g.a, g.batch.size(), false);
+  if (!g.b.packer) read_in_place_when_affine(g.b, g.batch.size(), true);
+  int next_let = 0;
+  std::vector<Stmt> body = build_tiled_gemm(g, sched_, next_let);
+  k_.body = block(std::move(body));
+  return std::move(k_);
+}
+
+// An operand computed in the group whose value is still a plain load of a kernel input at an
+// index affine in (row, column) — a Reshape or Squeeze of an input — is read in place too
+// instead of packed (the encoder's QKV projection reads its input through a Reshape). B needs
+// contiguous columns.
+void ContractionLowering::read_in_place_when_affine(GemmOperand& op, size_t batch_rank, bool unit_columns) {
+  if (op.buffer) return;
+  std::vector<Expr> bt;
+  AffineScope scope;
+  for (size_t d = 0; d < batch_rank; ++d) {
+    bt.push_back(var("kiln_probe_b" + std::to_string(d)));
+    scope.varying.insert("kiln_probe_b" + std::to_string(d));
+  }
+  scope.varying.insert({"kiln_probe_r", "kiln_probe_c"});
+  Expr v;
+  try {
+    v = op.value(bt, var("kiln_probe_r"), var("kiln_probe_c"));
+  } catch (const Refusal&) {
+    return;
+  }
+  if (v->kind != ExprKind::Load || v->type != DType::Float32 || v->buffer->scope != Scope::Global ||
+      std::find(k_.inputs.begin(), k_.inputs.end(), v->buffer) == k_.inputs.end())
+    return;
+  auto form = affine_form(v->args[0], scope);
+  if (!form) return;
+  const int64_t sr = form->coef_of("kiln_probe_r"), sc = form->coef_of("kiln_probe_c");
+  if (sr < 0 || sc < 0 || (unit_columns && sc != 1)) return;
+  op.buffer = v->buffer;
+  op.stride_r = sr;
+  op.stride_c = sc;
+  auto value = op.value;
+  const BufferPtr buf = v->buffer;
+  op.base = [value, buf](const std::vector<Expr>& b) {
+    Expr at = value(b, int_imm(0), int_imm(0));
+    KILN_CHECK(at->kind == ExprKind::Load && at->buffer == buf, "operand read in place changed form at (0, 0)");
+    return at->args[0];
+  };
+}
+
+// The epilogue as the tiled nest needs it: the group's stores at `point` from the accumulator.
+std::vector<TileStore> ContractionLowering::tile_stores(Index point, const Expr& acc, const Expr& channel) {
+  std::vector<TileStore> r;
+  auto stores = epilogue_stores(point, result(acc, channel));
+  for (size_t i = 0; i < stores.size(); ++i) r.push_back({k_.outputs[i], stores[i].first, stores[i].second});
+  return r;
+}
+
+GemmView ContractionLowering::matmul_view() {
+  if (fold_matmul_batch()) return folded_matmul_view();
+  const Value* a = c_->input(0);
+  const Value* b = c_->input(1);
+  GemmView g;
+  g.batch = batch_;
+  g.m = a_vec_ ? 1 : a->shape()[a->shape().size() - 2];
+  g.n = b->shape().back();
+  g.k = k_extents_[0];
+  auto a_index = [this, a](const std::vector<Expr>& bt, Expr i, Expr k) {
+    return Index::from_dims(a->shape(), matmul_index(a_batch_, a_vec_, std::move(i), std::move(k), bt));
+  };
+  auto b_index = [this, b](const std::vector<Expr>& bt, Expr k, Expr j) {
+    return Index::from_dims(b->shape(), matmul_index(b_batch_, false, std::move(k), std::move(j), bt));
+  };
+  g.a.value = [this, a, a_index](const std::vector<Expr>& bt, Expr i, Expr k) {
+    return to_compute(L_.value_at(a, a_index(bt, std::move(i), std::move(k))));
+  };
+  g.b.value = [this, b, b_index](const std::vector<Expr>& bt, Expr k, Expr j) {
+    return to_compute(L_.value_at(b, b_index(bt, std::move(k), std::move(j))));
+  };
+  if (is_group_input(a)) {
+    g.a.buffer = L_.input_buffers_.at(a);
+    g.a.base = [this, a_index](const std::vector<Expr>& bt) {
+      Index idx = a_index(bt, int_imm(0), int_imm(0));
+      return L_.flat(idx);
+    };
+    g.a.stride_r = a_vec_ ? 0 : g.k;
+    g.a.stride_c = 1;
+  }
+  if (is_group_input(b)) {
+    g.b.buffer = L_.input_buffers_.at(b);
+    g.b.base = [this, b_index](const std::vector<Expr>& bt) {
+      Index idx = b_index(bt, int_imm(0), int_imm(0));
+      return L_.flat(idx);
+    };
+    g.b.stride_r = g.n;
+    g.b.stride_c = 1;
+  }
+  g.epilogue = [this](const std::vector<Expr>& bt, Expr i, Expr j, Expr acc) {
+    std::vector<Expr> out = bt;
+    if (!a_vec_) out.push_back(i);
+    out.push_back(j);
+    return tile_stores(Index::from_dims(out_shape_, out), acc, nullptr);
+  };
+  return g;
+}
+
+// fold_matmul_batch(): A is [rows, K] and the output [rows, N] in row-major order.
+GemmView ContractionLowering::folded_matmul_view() {
+  const Value* a = c_->input(0);
+  const Value* b = c_->input(1);
+  GemmView g;
+  g.k = k_extents_[0];
+  g.n = b->shape().back();
+  g.m = shape_numel(a->shape()) / g.k;
+  const int64_t k = g.k, n = g.n;
+  g.a.value = [this, a, k](const std::vector<Expr>&, Expr i, Expr kk) {
+    return to_compute(L_.value_at(a, Index::from_flat(a->shape(), add(mul(i, int_imm(k)), kk))));
+  };
+  g.b.value = [this, b](const std::vector<Expr>&, Expr kk, Expr j) {
+    return to_compute(L_.value_at(b, Index::from_dims(b->shape(), {kk, j})));
+  };
+  if (is_group_input(a)) {
+    g.a.buffer = L_.input_buffers_.at(a);
+    g.a.base = [](const std::vector<Expr>&) { return int_imm(0); };
+    g.a.stride_r = k;
+    g.a.stride_c = 1;
+  }
+  if (is_group_input(b)) {
+    g.b.buffer = L_.input_buffers_.at(b);
+    g.b.base = [](const std::vector<Expr>&) { return int_imm(0); };
+    g.b.stride_r = n;
+    g.b.stride_c = 1;
+  }
+  // The output position as dims (row i unravelled over the batch dims and M, column j), so an
+  // epilogue broadcast such as the bias indexes by j instead of `flat % N` per element.
+  g.epilogue = [this](const std::vector<Expr>&, Expr i, Expr j, Expr acc) {
+    const Shape rows_shape(out_shape_.begin(), out_shape_.end() - 1);
+    std::vector<Expr> dims(rows_shape.size(), int_imm(0));
+    size_t non_unit = 0;
+    for (int64_t e : rows_shape) non_unit += e != 1;
+    Expr r = i;
+    for (size_t d = rows_shape.size(); d-- > 0;) {
+      if (rows_shape[d] == 1) continue;
+      --non_unit;
+      dims[d] = non_unit == 0 ? r : mod(r, int_imm(rows_shape[d]));
+      r = div_floor(r, int_imm(rows_shape[d]));
+    }
+    dims.push_back(j);
+    return tile_stores(Index::from_dims(out_shape_, dims), acc, nullptr);
+  };
+  return g;
+}
+
+GemmView ContractionLowering::conv_view() {
+  const Value* x = c_->input(0);
+  const Value* w = c_->input(1);
+  const Shape& xs = x->shape();
+  const Shape& ws = w->shape();
+  const int64_t mg = ws[0] / group_, cg = xs[1] / group_;
+  int64_t ks = 1, p = 1;
+  for (int64_t e : geo_.kernel) ks *= e;
+  for (int64_t e : geo_.out) p *= e;
+  GemmView g;
+  g.batch = {xs[0], group_};
+  g.m = mg;
+  g.n = p;
+  g.k = cg * ks;
+  // Unravels a flat offset over `extents` (row-major).
+  auto unravel = [](Expr flat, const std::vector<int64_t>& extents) {
+    std::vector<Expr> d(extents.size());
+    for (size_t i = extents.size(); i-- > 0;) {
+      d[i] = extents[i] == 1 ? int_imm(0) : (i == 0 ? flat : mod(flat, int_imm(extents[i])));
+      flat = div_floor(flat, int_imm(extents[i]));
+    }
+    return d;
+  };
+  std::vector<int64_t> k_ext = {cg};
+  k_ext.insert(k_ext.end(), geo_.kernel.begin(), geo_.kernel.end());
+  g.a.value = [this, w, ws, mg, unravel, k_ext](const std::vector<Expr>& bt, Expr i, Expr k) {
+    std::vector<Expr> wi = {add(mul(bt[1], int_imm(mg)), i)};
+    for (auto& e : unravel(k, k_ext)) wi.push_back(e);
+    return to_compute(L_.value_at(w, Index::from_dims(ws, std::move(wi))));
+  };
+  g.b.value = [this, cg, unravel, k_ext](const std::vector<Expr>& bt, Expr k, Expr j) {
+    std::vector<Expr> kd = unravel(k, k_ext);
+    Expr cin = add(mul(bt[1], int_imm(cg)), kd[0]);
+    std::vector<int64_t> out_ext(geo_.out.begin(), geo_.out.end());
+    return conv_input(bt[0], cin, unravel(j, out_ext), std::vector<Expr>(kd.begin() + 1, kd.end()));
+  };
+  if (is_group_input(x)) g.b.packer = im2col_packer(g.n, mg, cg);
+  if (is_group_input(w)) {
+    g.a.buffer = L_.input_buffers_.at(w);
+    const int64_t kk = g.k;
+    g.a.base = [mg, kk](const std::vector<Expr>& bt) { return mul(bt[1], int_imm(mg * kk)); };
+    g.a.stride_r = g.k;
+    g.a.stride_c = 1;
+  }
+  if (conv_in_place()) {
+    g.b.buffer = L_.input_buffers_.at(x);
+    const int64_t c = xs[1];
+    g.b.base = [c, cg, p](const std::vector<Expr>& bt) {
+      return mul(add(mul(bt[0], int_imm(c)), mul(bt[1], int_imm(cg))), int_imm(p));
+    };
+    g.b.stride_r = p;
+    g.b.stride_c = 1;
+  }
+  const int64_t mtot = ws[0];
+  g.epilogue = [this, mg, mtot, p](const std::vector<Expr>& bt, Expr i, Expr j, Expr acc) {
+    Expr channel = add(mul(bt[1], int_imm(mg)), i);
+    Expr flat = add(mul(add(mul(bt[0], int_imm(mtot)), channel), int_imm(p)), j);
+    return tile_stores(Index::from_flat(out_shape_, flat), acc, channel);
+  };
+  return g;
+}
+
+// The im2col panel of a conv whose input is a plain buffer, without per-element div/mod: per
+// tile, each column's input window origin (pos<d> = o_d * stride - pad) and its flat offset go
+// into small tables; per K row (channel, kernel position) the panel row is then
+// valid ? x[base + off[jj]] : 0, a vectorisable gather. (The generic `value` path unravels the
+// column and the K index per element, which cost five times the micro-kernel's time on
+// ResNet-18's 3x3 convs.)
+GemmOperand::Packer ContractionLowering::im2col_packer(int64_t ncols, int64_t mg, int64_t cg) {
+  const Value* x = c_->input(0);
+  const Shape& xs = x->shape();
+  const BufferPtr xb = L_.input_buffers_.at(x);
+  const size_t rank = size_t(geo_.rank());
+  const int64_t nr = sched_.contraction.nr;
+  std::vector<int64_t> in_stride(rank, 1);
+  for (size_t d = rank; d-- > 1;) in_stride[d - 1] = in_stride[d] * geo_.in[d];
+  const int64_t plane = rank ? in_stride[0] * geo_.in[0] : 1, x_numel = shape_numel(xs);
+  GemmOperand::Packer p;
+  for (size_t d = 0; d < rank; ++d)
+    p.locals.push_back(std::make_shared<Buffer>(Buffer{"kiln_cpos" + std::to_string(d), DType::Int64, {nr}, Scope::Local}));
+  p.locals.push_back(std::make_shared<Buffer>(Buffer{"kiln_coff", DType::Int64, {nr}, Scope::Local}));
+  const auto locals = p.locals;
+  const auto geo = geo_;
+  p.setup = [=](const std::vector<Expr>&, Expr j0, Expr nc) {
+    // Column jj's output position (clamped to the last column: columns past nc are never
+    // stored, their panel values are set to 0 below).
+    const Expr jj = var("kiln_cj");
+    Expr col = binary(BinOp::Min, add(j0, jj), int_imm(ncols - 1));
+    std::vector<Expr> o(rank);
+    for (size_t d = rank; d-- > 0;) {
+      o[d] = d == 0 ? col : mod(col, int_imm(geo.out[d]));
+      col = div_floor(col, int_imm(geo.out[d]));
+    }
+    std::vector<Stmt> body;
+    Expr off = int_imm(0);
+    for (size_t d = 0; d < rank; ++d) {
+      Expr pos = sub(mul(o[d], int_imm(geo.stride[d])), int_imm(geo.pad_begin[d]));
+      // A column past nc gets a position no kernel offset brings in range: its value is 0.
+      if (d == 0) pos = select(binary(BinOp::Lt, jj, nc), pos, int_imm(-(int64_t(1) << 40)));
+      body.push_back(store(locals[d], jj, pos));
+      off = add(off, mul(load(locals[d], jj), int_imm(in_stride[d])));
+    }
+    body.push_back(store(locals[rank], jj, off));
+    return std::vector<Stmt>{for_loop("kiln_cj", int_imm(nr), std::move(body))};
+  };
+  std::vector<int64_t> k_ext(k_extents_.begin(), k_extents_.end());
+  p.pack = [=](const std::vector<Expr>& bt, Expr k0, Expr kc, const BufferPtr& bpack, int64_t ld, Expr col0,
+               Expr width) {
+    const Expr kk = var("kiln_ck"), jj = var("kiln_cj");
+    Expr kf = add(k0, kk);
+    std::vector<Expr> kd(k_ext.size());
+    for (size_t i = k_ext.size(); i-- > 0;) {
+      kd[i] = i == 0 ? kf : mod(kf, int_imm(k_ext[i]));
+      kf = div_floor(kf, int_imm(k_ext[i]));
+    }
+    // Row kk: input channel kd[0], kernel position kd[1..]; the flat offset of the window origin
+    // (0, 0, ..) of channel c, shifted by the kernel position.
+    std::vector<Stmt> row;
+    Expr base = mul(add(mul(bt[0], int_imm(xs[1])), add(mul(bt[1], int_imm(cg)), kd[0])), int_imm(plane));
+    for (size_t d = 0; d < rank; ++d) {
+      row.push_back(let("kiln_cd" + std::to_string(d), mul(kd[1 + d], int_imm(geo.dilation[d]))));
+      base = add(base, mul(var("kiln_cd" + std::to_string(d)), int_imm(in_stride[d])));
+    }
+    row.push_back(let("kiln_cbase", base));
+    Expr valid;
+    for (size_t d = 0; d < rank; ++d) {
+      Expr p = add(load(locals[d], jj), var("kiln_cd" + std::to_string(d)));
+      Expr ok = binary(BinOp::And, binary(BinOp::Ge, p, int_imm(0)), binary(BinOp::Lt, p, int_imm(geo.in[d])));
+      valid = valid ? binary(BinOp::And, valid, ok) : ok;
+    }
+    Expr idx = clamp(add(var("kiln_cbase"), load(locals[rank], jj)), 0, x_numel - 1);
+    Expr val = to_compute(load(xb, idx));
+    if (valid) val = select(valid, val, float_imm(0));
+    row.push_back(
+        for_loop("kiln_cj", width, {store(bpack, add(add(mul(kk, int_imm(ld)), col0), jj), val)}, ForKind::Vectorized));
+    return std::vector<Stmt>{for_loop("kiln_ck", kc, std::move(row))};
+  };
+  (void)mg;
+  return p;
+}
+
+}  // namespace kiln::loop::detail
