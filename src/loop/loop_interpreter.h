@@ -3,9 +3,9 @@
 //
 // The interpreter *defines* what each loop-IR operation means; an emitter must produce the same
 // values up to float rounding of its math library: the interpreter calls std:: functions, the C
-// emitter libm's except for Exp computed in float (float32, float16, bfloat16), which is the
-// prelude's vectorisable kiln_expf: within 2 ulp of the correctly rounded exp (measured ≤ 1),
-// not std::exp's bits (docs/codegen.md "Numerics contract").
+// emitter libm's except for Exp and Erf computed in float (float32, float16, bfloat16), which are
+// the prelude's vectorisable kiln_expf and kiln_erff: within 2 ulp of the correctly rounded exp
+// and erf (measured ≤ 1), not std::exp's and std::erf's bits (docs/codegen.md "Numerics contract").
 //
 //  - Integers are two's complement: Add, Sub, Mul, Neg and Abs wrap (abs(INT_MIN) == INT_MIN).
 //    Div truncates toward zero and Mod is C's `%`; both require a nonzero divisor and not

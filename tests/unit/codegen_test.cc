@@ -333,10 +333,10 @@ TEST_F(CodegenJit, LocalBufferIfAndLibm) {
   call("local_ops", {x.data(), o.data(), m.data()});
   for (int i = 0; i < 8; ++i) {
     EXPECT_EQ(o[i], i < 4 ? x[7 - i] * x[7 - i] : -(x[i] * x[i])) << i;
-    // float32 exp is the prelude's vectorisable kiln_expf: within 2 ulp of libm, not its bits
-    // (tests/unit/c_expf_test.cc checks the whole range).
+    // float32 exp and erf are the prelude's vectorisable kiln_expf and kiln_erff: within 2 ulp of
+    // libm, not its bits (tests/unit/c_expf_test.cc and c_erff_test.cc check the whole range).
     EXPECT_LE(std::abs(int64_t(bits(m[i])) - int64_t(bits(std::exp(x[i])))), 2) << i;
-    EXPECT_EQ(bits(m[8 + i]), bits(std::erf(x[i]))) << i;
+    EXPECT_LE(std::abs(int64_t(bits(m[8 + i])) - int64_t(bits(std::erf(x[i])))), 2) << i;
     EXPECT_EQ(bits(m[16 + i]), bits(std::tanh(x[i]))) << i;
   }
   // Round half to even; -0.5 rounds to -0.

@@ -3,8 +3,9 @@
 // LayerNorm: the row pipeline of lower_contraction_chain.cc). Small IR graphs run lowered through
 // the loop-IR interpreter and (all cases in one module) through emit_c + JitModule, and must match
 // the unfused reference (floats within 1e-5 relative; the kernels keep the reference's summation
-// order: bit-identical on finite inputs; compiled kernels with a float exp, which is kiln_expf,
-// within 2 ulp of std::exp: within 1e-5 of the tensor's largest magnitude). Cases the partitioner
+// order: bit-identical on finite inputs; compiled kernels with a float exp or erf, which are
+// kiln_expf and kiln_erff, within 2 ulp of std::exp and std::erf: within 1e-5 of the tensor's
+// largest magnitude). Cases the partitioner
 // forms itself (siblings, attention, the MLP) are partitioned; the others (an intermediate also
 // needed outside, three chained MatMuls, a chain next to a sibling, odd tile shapes) are hand-made
 // groups of the whole graph.
@@ -232,16 +233,17 @@ TEST(LowerChain, InterpretedMatchesReference) {
 // The same kernels compiled as one C module, run on the group's inputs as the reference computed
 // them: within tolerance with NaN/inf among the inputs, and bit-identical on finite inputs (the
 // micro-kernel, packed and in-place operands and the row passes keep the reference's order).
-// Except the kernels whose C calls kiln_expf (float exp: softmax, Exp): the reference keeps
-// std::exp, kiln_expf is within 2 ulp of it, and a contraction after the exp can cancel terms
-// and so magnify that relative to one element; they are compared within 1e-5 of the tensor's
-// largest magnitude instead (the numerics contract's form, docs/codegen.md).
-bool calls_kiln_expf(const std::string& source, const std::string& kernel) {
+// Except the kernels whose C calls kiln_expf or kiln_erff (float exp: softmax, Exp; float erf:
+// GELU): the reference keeps std::exp and std::erf, the prelude's are within 2 ulp of them, and a
+// contraction after them can cancel terms and so magnify that relative to one element; they are
+// compared within 1e-5 of the tensor's largest magnitude instead (the numerics contract's form,
+// docs/codegen.md).
+bool calls_prelude_math(const std::string& source, const std::string& kernel) {
   const size_t begin = source.find("void " + kernel + "(void* const* args)");
   EXPECT_NE(begin, std::string::npos) << kernel;
   const size_t end = source.find("\nvoid ", begin + 1);
-  return source.substr(begin, end == std::string::npos ? std::string::npos : end - begin).find("kiln_expf(") !=
-         std::string::npos;
+  const std::string body = source.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+  return body.find("kiln_expf(") != std::string::npos || body.find("kiln_erff(") != std::string::npos;
 }
 
 // "" when got matches want within tol × the largest finite |want| (NaN matches NaN, infinities
@@ -302,7 +304,7 @@ TEST(LowerChain, JitMatchesReference) {
     for (const auto& w : r.want) got.emplace_back(w.dtype(), w.shape());
     for (auto& t : got) args.push_back(t.raw());
     module->get(r.name)(args.data());
-    const bool expf = calls_kiln_expf(source, r.name);
+    const bool expf = calls_prelude_math(source, r.name);
     for (size_t i = 0; i < got.size(); ++i) {
       EXPECT_EQ(expf ? within_max_magnitude(got[i], r.want[i], 1e-5) : compare_tensors(got[i], r.want[i]), "")
           << "output " << i;

@@ -232,6 +232,10 @@ std::string emit_unary(const ExprNode& e, Ctx ctx) {
       // float64 keeps libm.
       if (computes_in_float(t)) return "kiln_expf(" + a + ")";
       break;
+    case UnOp::Erf:
+      // Likewise kiln_erff (GELU's erf): within 2 ulp of the correctly rounded erf; float64 keeps libm.
+      if (computes_in_float(t)) return "kiln_erff(" + a + ")";
+      break;
     default: break;
   }
   // The remaining ops are libm functions of the same name as the IR's.

@@ -8,7 +8,7 @@ namespace {
 // The helpers reproduce the reference executor's semantics exactly (src/ir/dtype.cc for the
 // float16/bfloat16 conversions, src/reference/ops/elementwise_* for min/max, integer division,
 // pow and float→integer casts), so a compiled kernel can be compared with the oracle bit for bit
-// — except kiln_expf, which trades libm's bits (within 2 ulp) for vectorisation.
+// — except kiln_expf and kiln_erff, which trade libm's bits (within 2 ulp) for vectorisation.
 
 const char* kConversions = R"(/* float16 / bfloat16 storage: arithmetic happens in float; stores round to nearest even. */
 static inline float kiln_bits_to_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
@@ -75,6 +75,41 @@ static inline float kiln_expf(float x) {
   const int32_t k = (int32_t)(kiln_f32_to_bits(t) - 0x4b400000u);
   const int32_t k1 = k >> 1, k2 = k - k1;
   return y * kiln_bits_to_f32((uint32_t)(k1 + 127) << 23) * kiln_bits_to_f32((uint32_t)(k2 + 127) << 23);
+}
+)";
+
+// erf for float32 (and float16/bfloat16), for the same reason as kiln_expf: glibc's erff is a
+// scalar call, and GELU's erf was the most expensive part of the encoder's FFN epilogue. Branch-free
+// (both halves are computed and selected), only + - * /, selects, bit manipulation and kiln_expf.
+// Measured over all 2^32 inputs: at most 1 ulp from the correctly rounded erf, with and without FMA
+// contraction (tests/unit/c_erff_test.cc checks <= 2 ulp on a dense sample). Derivation in
+// docs/codegen.md ("Numerics contract"); both polynomials are near-minimax fits (Lawson iterations
+// on Chebyshev nodes), the second weighted by e^-x^2 since only erfc's absolute error matters there.
+const char* kErff = R"(/* erf(x) = sign(x) * (|x| < 1 ? |x| + |x| P(x^2) : 1 - e^-x^2 Q(1/|x|)), 1 from the first float
+   whose correctly rounded erf is 1 (float32; <= 1 ulp, see docs/codegen.md). */
+static inline float kiln_erff(float x) {
+  const uint32_t sign = kiln_f32_to_bits(x) & 0x80000000u;
+  const float a = kiln_bits_to_f32(kiln_f32_to_bits(x) ^ sign);
+  const float u = a * a;
+  /* erf(a) / a - 1 as a polynomial in a^2 on [0, 1]: the leading a is exact, so small inputs
+     (subnormals included) keep their relative accuracy. */
+  const float p = 0.128379166f + u * (-0.37612626f + u * (0.112835854f + u * (-0.0268538129f
+                  + u * (0.00518832775f + u * (-0.000801019312f + u * 7.85385782e-05f)))));
+  const float lo = a + a * p;
+  /* Above 1, erfc(a) <= 0.16: e^(a^2) erfc(a) as a polynomial in 1/a on [1, 3.92], and its
+     rounding errors shrink with erfc. e^-u with u rounded costs at most u * 2^-24 relative, which
+     e^-u outweighs. For a = inf or NaN this half is NaN or 1 and the selects below decide. */
+  const float t = 1.0f / a;
+  const float q = -0.0016613194f + t * (0.577875137f + t * (-0.0339424461f + t * (-0.3099702f
+                  + t * (0.308655858f + t * (-0.138751745f + t * 0.0253783371f)))));
+  float c = kiln_expf(-u) * q;
+  /* 3.91920567 is the last float whose erf rounds below 1: erfc(a) = 2^-25, where 1 - erfc rounds
+     (ties to even) to 1, lies between it and the next float. Up to it erfc(a) > 2^-25, so c may be
+     raised to the next float above 2^-25: 1 - c is then 1 - 2^-24 however c's error falls. */
+  c = c < 0x1.000002p-25f ? 0x1.000002p-25f : c;
+  float r = a < 1.0f ? lo : 1.0f - c;  /* NaN takes the second half, which keeps it NaN */
+  r = a > 3.91920567f ? 1.0f : r;
+  return kiln_bits_to_f32(kiln_f32_to_bits(r) | sign);
 }
 )";
 
@@ -161,6 +196,7 @@ std::string c_prelude() {
      << "#include <string.h>\n\n"
      << kConversions << "\n"
      << kExpf << "\n"
+     << kErff << "\n"
      << "/* Floating point min/max (NaN-propagating) and classification. */\n";
   float_helpers(os, "float", "f32");
   float_helpers(os, "double", "f64");

@@ -14,6 +14,7 @@ namespace kiln::codegen::detail {
 //   kiln_sat_S(double)          float → integer: NaN → 0, out-of-range saturates
 //   kiln_isnan_S / kiln_isinf_S f32 f64, returning bool
 //   kiln_expf(float)            vectorisable exp for float32/float16/bfloat16, ≤ 1 ulp (not libm's bits)
+//   kiln_erff(float)            vectorisable erf for float32/float16/bfloat16, ≤ 1 ulp (not libm's bits)
 std::string c_prelude();
 
 }  // namespace kiln::codegen::detail
