@@ -15,6 +15,7 @@
 #include <variant>
 
 #include "analysis/machine_probe.h"
+#include "support/json.h"
 #include "runtime/jit.h"
 #include "support/error.h"
 
@@ -72,18 +73,6 @@ const std::vector<NumField>& num_fields() {
   return fields;
 }
 
-std::string quote(const std::string& s) {
-  std::string r = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') r += '\\', r += char(c);
-    else if (c < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      r += b;
-    } else r += char(c);
-  }
-  return r + "\"";
-}
 
 // Reads a flat JSON object {"key": string | number | true | false | null, ...}; nullopt on
 // anything else (nesting included: this format has none).
@@ -156,8 +145,8 @@ std::optional<std::map<std::string, JsonScalar>> parse_flat_object(const std::st
 
 std::string to_json(const MachineModel& m) {
   std::ostringstream os;
-  os << "{\n  \"format\": " << kFormat << ",\n  \"cpu_model\": " << quote(m.cpu_model) << ",\n  \"isa\": " << quote(m.isa)
-     << ",\n  \"probed_at\": " << quote(m.probed_at) << ",\n  \"quick\": " << (m.quick ? "true" : "false");
+  os << "{\n  \"format\": " << kFormat << ",\n  \"cpu_model\": " << json_quote(m.cpu_model) << ",\n  \"isa\": " << json_quote(m.isa)
+     << ",\n  \"probed_at\": " << json_quote(m.probed_at) << ",\n  \"quick\": " << (m.quick ? "true" : "false");
   for (const auto& f : num_fields()) {
     char b[64];
     if (f.integer) std::snprintf(b, sizeof b, "%lld", (long long)f.get(m));

@@ -4,6 +4,8 @@
 #include <map>
 #include <sstream>
 
+#include "support/json.h"
+
 namespace kiln {
 
 namespace {
@@ -20,18 +22,6 @@ std::string human_bytes(int64_t b) {
   return std::to_string(b) + " B";
 }
 
-std::string json_escape(const std::string& s) {
-  std::string r;
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') r += '\\', r += char(c);
-    else if (c < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      r += b;
-    } else r += char(c);
-  }
-  return "\"" + r + "\"";
-}
 
 std::string dot_escape(const std::string& s) {
   std::string r;
@@ -83,7 +73,7 @@ std::string explain_text(const Graph& g, const FusionPlan& plan, const ExplainEx
 
 std::string explain_json(const Graph& g, const FusionPlan& plan, const ExplainExtras& extras) {
   std::ostringstream os;
-  os << "{\"target\": " << json_escape(plan.target.name) << ", \"kernel_count\": " << plan.kernel_count()
+  os << "{\"target\": " << json_quote(plan.target.name) << ", \"kernel_count\": " << plan.kernel_count()
      << ", \"op_count\": " << g.num_nodes() << ", \"accepted_fusions\": " << plan.accepted_fusions
      << ", \"intermediate_bytes_unfused\": " << plan.intermediate_bytes_unfused
      << ", \"intermediate_bytes_fused\": " << plan.intermediate_bytes_fused
@@ -93,20 +83,20 @@ std::string explain_json(const Graph& g, const FusionPlan& plan, const ExplainEx
   bool first = true;
   for (const auto& grp : plan.groups) {
     if (!grp.counts_as_kernel()) continue;
-    os << (first ? "\n  " : ",\n  ") << "{\"name\": " << json_escape(grp.name) << ", \"kind\": "
-       << json_escape(group_kind_name(grp.kind)) << ", \"ops\": [";
+    os << (first ? "\n  " : ",\n  ") << "{\"name\": " << json_quote(grp.name) << ", \"kind\": "
+       << json_quote(group_kind_name(grp.kind)) << ", \"ops\": [";
     first = false;
-    for (size_t i = 0; i < grp.nodes.size(); ++i) os << (i ? ", " : "") << json_escape(grp.nodes[i]->op_type());
+    for (size_t i = 0; i < grp.nodes.size(); ++i) os << (i ? ", " : "") << json_quote(grp.nodes[i]->op_type());
     os << "], \"nodes\": [";
-    for (size_t i = 0; i < grp.nodes.size(); ++i) os << (i ? ", " : "") << json_escape(grp.nodes[i]->name());
+    for (size_t i = 0; i < grp.nodes.size(); ++i) os << (i ? ", " : "") << json_quote(grp.nodes[i]->name());
     os << "], \"flops\": " << fmt(grp.cost.flops, 0) << ", \"bytes_read\": " << grp.cost.bytes_read
        << ", \"bytes_written\": " << grp.cost.bytes_written << ", \"est_us\": " << fmt(grp.cost.total_us(), 3) << "}";
   }
   os << "],\n \"rejected\": [";
   for (size_t i = 0; i < plan.rejected.size(); ++i) {
     const auto& r = plan.rejected[i];
-    os << (i ? ",\n  " : "\n  ") << "{\"producer\": " << json_escape(r.producer)
-       << ", \"consumer\": " << json_escape(r.consumer) << ", \"reason\": " << json_escape(r.reason) << "}";
+    os << (i ? ",\n  " : "\n  ") << "{\"producer\": " << json_quote(r.producer)
+       << ", \"consumer\": " << json_quote(r.consumer) << ", \"reason\": " << json_quote(r.reason) << "}";
   }
   os << "]}\n";
   return os.str();

@@ -19,6 +19,7 @@
 #include "ir/dtype.h"
 #include "loop/loop_ir.h"
 #include "runtime/jit.h"
+#include "c_math_test_util.h"
 
 namespace kiln {
 namespace {
@@ -26,62 +27,21 @@ namespace {
 namespace fs = std::filesystem;
 using namespace loop;
 
-constexpr int64_t kChunk = int64_t(1) << 20;
-
-BufferPtr buf(const std::string& name, DType t, int64_t n) {
-  auto b = std::make_shared<Buffer>();
-  b->name = name;
-  b->dtype = t;
-  b->shape = {n};
-  return b;
-}
-
-// y[i] = erf(x[i]) over n elements of type t, in a vectorised loop (as the lowering marks them).
-LoopKernel erf_kernel(const std::string& name, DType t, int64_t n) {
-  auto x = buf("x", t, n), y = buf("y", t, n);
-  Expr i = var("i");
-  return {name, {}, {x}, {y}, for_loop("i", int_imm(n), {store(y, i, unary(UnOp::Erf, load(x, i)))}, ForKind::Vectorized)};
-}
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-uint64_t bits(double d) {
-  uint64_t u;
-  std::memcpy(&u, &d, 8);
-  return u;
-}
+using testing::bits;
+using testing::from_bits;
+constexpr int64_t kChunk = testing::kMathChunk;
 
 class CErff : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = fs::temp_directory_path() / ("kiln_c_erff_test_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    source_ = codegen::emit_c({erf_kernel("erf_f32", DType::Float32, kChunk),
-                               erf_kernel("erf_f16", DType::Float16, 65536), erf_kernel("erf_f64", DType::Float64, 64)});
-    runtime::CompileOptions o;
-    o.cache_dir = dir_.string();
-    module_ = runtime::JitModule::build(source_, o);
+    module_ = std::make_unique<testing::UnaryMathModule>("erf", UnOp::Erf);
+    source_ = module_->source();
   }
-  static void TearDownTestSuite() {
-    module_.reset();
-    fs::remove_all(dir_);
-  }
-  static void call(const char* name, void* x, void* y) {
-    void* args[] = {x, y};
-    module_->get(name)(args);
-  }
+  static void TearDownTestSuite() { module_.reset(); }
+  static void call(const char* name, void* x, void* y) { module_->call(name, x, y); }
 
-  static inline fs::path dir_;
   static inline std::string source_;
-  static inline std::unique_ptr<runtime::JitModule> module_;
+  static inline std::unique_ptr<testing::UnaryMathModule> module_;
 };
 
 // Checks each result of erf_f32 on `x` against the correctly rounded erf: NaN exactly, anything
