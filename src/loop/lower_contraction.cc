@@ -349,17 +349,7 @@ LoopKernel ContractionLowering::build() {
 }
 
 LoweredGroup lower_contraction_group(const FusionGroup& grp, const std::string& kernel_name, const Schedule& sched) {
-  LoweredGroup r;
-  try {
-    ContractionLowering cl(grp, kernel_name, sched);
-    r.kernel = cl.lower();
-  } catch (const Refusal& e) {
-    r.reason = e.reason;
-  } catch (const UserError& e) {
-    // An invalid attribute or shape the reference kernel would report at run time.
-    r.reason = e.what();
-  }
-  return r;
+  return lowered_or_refused([&] { return ContractionLowering(grp, kernel_name, sched).lower(); });
 }
 
 }  // namespace kiln::loop::detail

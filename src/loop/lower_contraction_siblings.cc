@@ -405,16 +405,7 @@ size_t contraction_count(const FusionGroup& grp) {
 
 LoweredGroup lower_multi_contraction_group(const FusionGroup& grp, const std::string& kernel_name,
                                            const Schedule& sched) {
-  LoweredGroup r;
-  try {
-    r.kernel = MultiContraction(grp, kernel_name, sched).lower();
-  } catch (const Refusal& e) {
-    r.reason = e.reason;
-  } catch (const UserError& e) {
-    // An invalid attribute or shape the reference kernel would report at run time.
-    r.reason = e.what();
-  }
-  return r;
+  return lowered_or_refused([&] { return MultiContraction(grp, kernel_name, sched).lower(); });
 }
 
 }  // namespace kiln::loop::detail

@@ -21,6 +21,7 @@
 #include "loop/loop_ir.h"
 #include "loop/lower_group.h"
 #include "loop/schedule.h"
+#include "support/error.h"
 
 namespace kiln::loop::detail {
 
@@ -29,6 +30,21 @@ struct Refusal {
   std::string reason;
 };
 [[noreturn]] void refuse(std::string reason);
+
+// Runs `build` (returning a LoopKernel) and turns a Refusal, or a UserError (an invalid attribute
+// or shape the reference kernel would report at run time), into LoweredGroup::reason.
+template <class Build>
+LoweredGroup lowered_or_refused(Build&& build) {
+  LoweredGroup r;
+  try {
+    r.kernel = build();
+  } catch (const Refusal& e) {
+    r.reason = e.reason;
+  } catch (const UserError& e) {
+    r.reason = e.what();
+  }
+  return r;
+}
 
 // A position in a tensor of `shape`: its flat row-major offset and/or its per-dimension indices
 // (Int64 expressions). Whichever is missing is derived on demand (Lowerer::flat / dims).

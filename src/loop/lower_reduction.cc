@@ -540,16 +540,7 @@ LoopKernel RowKernelBuilder::build(const std::string& name) {
 
 LoweredGroup lower_reduction_group(const FusionGroup& grp, const std::string& kernel_name, bool jam_rows,
                                    const Schedule& sched) {
-  LoweredGroup r;
-  try {
-    RowKernelBuilder b(grp, jam_rows, sched.reduction_lanes);
-    r.kernel = b.build(kernel_name);
-  } catch (const Refusal& e) {
-    r.reason = e.reason;
-  } catch (const UserError& e) {
-    r.reason = e.what();
-  }
-  return r;
+  return lowered_or_refused([&] { return RowKernelBuilder(grp, jam_rows, sched.reduction_lanes).build(kernel_name); });
 }
 
 }  // namespace kiln::loop::detail
