@@ -17,9 +17,11 @@ struct Target {
   std::string name;
   int vector_lanes_f32 = 16;      // float32 lanes per SIMD register
   int vector_registers = 32;      // architectural SIMD registers
-  // A contraction micro-kernel's registers: accumulators (an AVX-512 6x32 float tile is 12 zmm)
-  // and, during the K loop only, operand registers (2 B loads + 1 A broadcast). The epilogue runs
-  // after the K loop, when the operand registers are free again.
+  // The partitioner's register model of a contraction's micro-kernel: accumulators (12 zmm, a
+  // 6x32 float tile) and, during the K loop only, operand registers (2 B loads + 1 A broadcast);
+  // the epilogue runs after the K loop, when the operand registers are free again. A conservative
+  // budget for fusion decisions: code generation picks its own tile from the registers
+  // (loop::Schedule::for_target: 8x32 on AVX-512, 16 accumulators).
   int contraction_accumulators = 12;
   int contraction_operand_registers = 3;
   int64_t l1_bytes = 32 * 1024;
