@@ -21,8 +21,29 @@ int64_t value_bytes(const Value* v) { return shape_numel(v->shape()) * int64_t(d
 
 namespace {
 double numel(const Value* v) { return v ? double(shape_numel(v->shape())) : 0.0; }
+
+// Operations per input element of a reduction: the combine step (add, max, multiply...), plus the
+// map applied before it where there is one (square, abs, exp).
+double reduction_ops_per_element(const std::string& op) {
+  if (op == "ReduceSumSquare" || op == "ReduceL2" || op == "ReduceL1" || op == "ReduceLogSumExp") return 2;
+  return 1;
+}
+// Operations per output of a reduction, applied once to the combined value (a division for the
+// means, a square root, a logarithm).
+double reduction_ops_per_output(const std::string& op) {
+  if (op == "ReduceMean" || op == "GlobalAveragePool" || op == "ReduceL2" || op == "ReduceLogSum" ||
+      op == "ReduceLogSumExp")
+    return 1;
+  return 0;
+}
 }  // namespace
 
+// Conventions (docs/roofline.md): a multiply-add is 2 FLOPs; every other arithmetic operation on
+// one element is 1, transcendental ones included; a reduction combines every input element once
+// (kiln's loops start from the identity, so summing N values into M outputs is N adds); windowed
+// pools count every window position, padding included, as contractions count padded taps (the
+// loops visit them); pure data movement (views, injective ops, casts) and ops kiln cannot see into
+// (opaque) are 0.
 double node_flops(const Node& n) {
   const std::string& op = n.op_type();
   const Value* out = n.output(0);
@@ -35,7 +56,8 @@ double node_flops(const Node& n) {
     return f;
   }
   if (op == "Conv") {
-    // Each output element: Cin/group * prod(kernel) multiply-adds, plus the bias add.
+    // Each output element: Cin/group * prod(kernel) multiply-adds (W is [Cout, Cin/group, k...];
+    // strides and dilations show in the output's size), plus the bias add.
     const Shape& w = n.input(1)->shape();
     double per_out = 1;
     for (size_t i = 1; i < w.size(); ++i) per_out *= double(w[i]);
@@ -45,19 +67,25 @@ double node_flops(const Node& n) {
     const Shape& w = n.input(1)->shape();  // [Cin, Cout/group, k...]: every input element scatters
     double per_in = 1;
     for (size_t i = 1; i < w.size(); ++i) per_in *= double(w[i]);
-    return 2.0 * numel(n.input(0)) * per_in;
+    return 2.0 * numel(n.input(0)) * per_in + (n.input(2) ? numel(out) : 0.0);
   }
   if (op == "MaxPool" || op == "AveragePool") {
+    // Per output: one max or add per window position (an average's division stands in for the
+    // first position's add, which starts from the identity).
     double area = 1;
     for (int64_t k : n.attr_ints("kernel_shape")) area *= double(k);
     return numel(out) * area;
   }
+  if (op == "Cast" || op == "CastLike") return 0;  // a change of representation, not arithmetic
   OpKind k = op_kind(n);
-  if (k == OpKind::Reduction) return numel(n.input(0));
+  if (k == OpKind::Reduction)
+    return numel(n.input(0)) * reduction_ops_per_element(op) + numel(out) * reduction_ops_per_output(op);
   if (k == OpKind::ElementWise || k == OpKind::Broadcast) {
+    if (op == "Where") return numel(out);  // one select
     double inputs = 0;
     for (const Value* v : n.inputs()) inputs += v ? 1 : 0;
-    return numel(out) * std::max(1.0, inputs - 1);  // a binary op is one FLOP per element
+    // n-ary: n-1 binary ops (Sum, Max, Min; Clip's two bounds), plus Mean's division; unary: 1.
+    return numel(out) * (std::max(1.0, inputs - 1) + (op == "Mean" ? 1 : 0));
   }
   return 0;  // injective and opaque ops move data
 }

@@ -1,7 +1,8 @@
 // The one cost struct shared by fusion, (later) the tuner and `kiln roofline` (after XLA's
 // EstimateRunTimeData): FLOPs, bytes moved, and the roofline time estimate
 //     time = max(flops / peak, bytes / bandwidth) + launch overhead.
-// FLOP convention: a multiply-add is 2 FLOPs; every other arithmetic op on one element is 1.
+// FLOP convention: a multiply-add is 2 FLOPs; every other arithmetic op on one element is 1
+// (node_flops in cost_model.cc has the rules per op kind; docs/roofline.md states them).
 #pragma once
 #include <cstdint>
 

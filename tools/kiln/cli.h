@@ -64,6 +64,7 @@ int cmd_explain(const std::vector<std::string>& argv);
 int cmd_bench(const std::vector<std::string>& argv);
 int cmd_compile(const std::vector<std::string>& argv);
 int cmd_probe(const std::vector<std::string>& argv);
+int cmd_roofline(const std::vector<std::string>& argv);
 
 // A one-line progress display for long steps (building kernels), shown only when stderr is a
 // terminal; the line is cleared by done() or when the object goes away.

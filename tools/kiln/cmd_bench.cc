@@ -4,7 +4,6 @@
 // --compare runs kiln fused, kiln --no-fusion and ONNX Runtime (bench/ort_runner.py, driven over a
 // pipe) interleaved in one loop on the same inputs and thread count, so machine noise hits all
 // three alike, and prints the ratios.
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,9 +13,9 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
-#include <random>
 #include <thread>
 
+#include "analysis/kernel_timing.h"
 #include "analysis/machine_probe.h"
 #include "cli.h"
 #include "runtime/executable.h"
@@ -28,27 +27,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Inputs and outputs as caller buffers allocated once: the timed runs go through run_into, so a
-// kernel is not timed faulting in and zeroing fresh output pages (run() allocates its outputs).
-struct CallerBuffers {
-  CallerBuffers(const runtime::Executable& ex, const TensorMap& inputs) {
-    for (const Tensor* t : check_inputs(ex.graph(), inputs)) in.push_back(t->raw());
-    for (const Value* o : ex.graph().outputs()) outs.emplace_back(o->dtype(), o->shape());
-    for (Tensor& t : outs) out.push_back(t.raw());
-  }
-  void run(runtime::Executable& ex) { ex.run_into(in, out); }
-  std::vector<const void*> in;
-  std::vector<Tensor> outs;
-  std::vector<void*> out;
-};
+using analysis::CallerBuffers;
 
 struct Stats {
   std::vector<double> ms;
-  double median() const {
-    auto v = ms;
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-  }
+  double median() const { return analysis::median(ms); }
   double min() const { return ms.empty() ? 0 : *std::min_element(ms.begin(), ms.end()); }
 };
 
@@ -56,32 +39,6 @@ double time_ms(const std::function<void()>& f) {
   auto t0 = std::chrono::steady_clock::now();
   f();
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Inputs for benchmarking: the given .npy files, otherwise fixed-seed values (uniform in [-1, 1)
-// for floats, small non-negative integers otherwise).
-TensorMap bench_inputs(const Graph& g, const Args& a) {
-  TensorMap in;
-  for (const auto& spec : a.all("input")) {
-    size_t eq = spec.find('=');
-    if (eq == std::string::npos) user_error("--input expects NAME=FILE.npy");
-    in[spec.substr(0, eq)] = read_npy(spec.substr(eq + 1));
-  }
-  std::mt19937 rng(1234);
-  for (Value* v : g.inputs()) {
-    if (in.count(v->name())) continue;
-    Tensor t(v->dtype(), v->shape());
-    if (v->dtype() == DType::Float32) {
-      std::uniform_real_distribution<float> u(-1, 1);
-      for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
-    } else if (is_integer(v->dtype())) {
-      Tensor r = Tensor(DType::Int64, v->shape());
-      for (int64_t i = 0; i < t.numel(); ++i) r.data<int64_t>()[i] = int64_t(rng() % 4);
-      t = r.cast(v->dtype());
-    }
-    in[v->name()] = t;
-  }
-  return in;
 }
 
 // ONNX Runtime driven over pipes (bench/ort_runner.py).
@@ -163,12 +120,6 @@ class OrtRunner {
   std::string version_;
 };
 
-long involuntary_switches() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_nivcsw;
-}
-
 // Per-kernel report of --kernels.
 //
 // Bytes are compulsory traffic: every group input (activations and weights alike) read once and
@@ -184,7 +135,7 @@ struct KernelRow {
   int64_t bytes = 0;
 };
 
-std::vector<KernelRow> kernel_rows(const runtime::Executable& ex, const std::vector<std::vector<double>>& ms,
+std::vector<KernelRow> kernel_rows(const runtime::Executable& ex, const std::vector<double>& median_ms,
                                    const analysis::MachineModel& m, int threads) {
   std::vector<KernelRow> rows;
   for (size_t k = 0; k < ex.plan().groups.size(); ++k) {
@@ -195,8 +146,7 @@ std::vector<KernelRow> kernel_rows(const runtime::Executable& ex, const std::vec
     r.kind = group_kind_name(grp.kind);
     r.generated = ex.kernels()[k].generated;
     r.contraction = grp.kind == GroupKind::Contraction;
-    Stats s{ms[k]};
-    r.median_ms = s.median();
+    r.median_ms = median_ms[k];
     int64_t out_bytes = 0;
     for (const Value* v : grp.inputs) r.bytes += value_bytes(v);
     for (const Value* v : grp.outputs) out_bytes += value_bytes(v);
@@ -269,7 +219,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   // this when the first kernel module loads, so it is set before any is built; a user's value wins.
   if (a.has("compare")) setenv("GOMP_SPINCOUNT", "100000", /*overwrite=*/0);
   auto g = load_model(model, a, pipeline_options(a), /*lower=*/true);
-  TensorMap inputs = bench_inputs(*g, a);
+  TensorMap inputs = analysis::fill_inputs(*g, analysis::read_input_specs(a.all("input")));
   runtime::BuildOptions bo = build_options(a);
   int threads = bo.threads > 0 ? bo.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   bo.threads = threads;
@@ -287,29 +237,11 @@ int cmd_bench(const std::vector<std::string>& argv) {
       po.threads = threads;
       machine = analysis::machine_model(false, po);
     }
-    fused->set_profiling(per_kernel);
-    CallerBuffers io(*fused, inputs);
-    auto run_once = [&] { io.run(*fused); };
-    for (int i = 0; i < warmup; ++i) run_once();
-    Stats s;
-    // Per kernel: the runs during which no thread of this process was preempted (no involuntary
-    // context switch), when at least 3 were; on a machine busy with other work the others time
-    // that work too. Every run when too few were clean (the report says how many were).
-    std::vector<std::vector<double>> kernel_ms(fused->plan().groups.size()), clean_ms = kernel_ms;
-    int clean_runs = 0;
-    for (int i = 0; i < runs; ++i) {
-      const long csw = involuntary_switches();
-      s.ms.push_back(time_ms(run_once));
-      if (!per_kernel) continue;
-      const bool clean = involuntary_switches() == csw;
-      clean_runs += clean;
-      for (size_t k = 0; k < kernel_ms.size(); ++k) {
-        kernel_ms[k].push_back(fused->kernel_times_ms()[k]);
-        if (clean) clean_ms[k].push_back(fused->kernel_times_ms()[k]);
-      }
-    }
+    analysis::TimedRuns t = analysis::time_runs(*fused, inputs, runs, warmup, per_kernel);
+    Stats s{t.run_ms};
+    const int clean_runs = t.undisturbed_runs;
     std::vector<KernelRow> rows;
-    if (per_kernel) rows = kernel_rows(*fused, clean_runs >= 3 ? clean_ms : kernel_ms, *machine, threads);
+    if (per_kernel) rows = kernel_rows(*fused, t.kernel_medians(), *machine, threads);
     if (a.has("json")) {
       std::printf("{\"median_ms\": %.4f, \"min_ms\": %.4f, \"runs\": %d, \"threads\": %d", s.median(), s.min(), runs,
                   threads);
@@ -321,7 +253,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
       if (per_kernel) {
         print_kernel_rows(rows, *machine, threads);
         std::printf("kernel times: medians over %s (%d of %d runs undisturbed by other processes)\n",
-                    clean_runs >= 3 ? "the undisturbed runs" : "all runs", clean_runs, runs);
+                    t.kernels_from_undisturbed ? "the undisturbed runs" : "all runs", clean_runs, runs);
       }
     }
     return 0;

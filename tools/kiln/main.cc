@@ -24,6 +24,9 @@ commands:
                                                  --no-fusion and ONNX Runtime, interleaved; --kernels
                                                  per-kernel GB/s against the probed bandwidth
   probe [--reprobe] [--json] [--threads N]       measured peak FLOP/s and cache/DRAM bandwidth (cached)
+  roofline MODEL.onnx [--threads N] [--runs N] [--json] [--svg FILE] [--html FILE] [--fused-only]
+                                                 each kernel's FLOPs, DRAM bytes, time and % of the
+                                                 roofline, fused and --no-fusion
   compile MODEL.onnx -o DIR [--input-shape NAME=DIMS] [--no-fusion] [--target T] [--threads N]
                                                  ahead of time: a C bundle (kiln_model.h/.c,
                                                  weights.bin, Makefile) that runs without kiln
@@ -57,6 +60,7 @@ int main(int argc, char** argv) {
     if (cmd == "bench") return kiln::cli::cmd_bench(args);
     if (cmd == "compile") return kiln::cli::cmd_compile(args);
     if (cmd == "probe") return kiln::cli::cmd_probe(args);
+    if (cmd == "roofline") return kiln::cli::cmd_roofline(args);
     std::cerr << "kiln: error: unknown command '" << cmd << "' (see kiln help)\n";
     return 2;
   } catch (const kiln::UserError& e) {
