@@ -67,6 +67,9 @@ RooflineReport roofline(const runtime::Executable& ex, const std::vector<double>
   r.label = std::move(label);
   r.roof = roof;
   r.total_flops = graph_flops(ex.graph());
+  Target machine = Target::default_target();
+  machine.peak_gflops = roof.peak_gflops;
+  machine.dram_gbps = roof.dram_gbps;
   for (size_t k = 0; k < ex.plan().groups.size(); ++k) {
     const FusionGroup& grp = ex.plan().groups[k];
     if (!grp.counts_as_kernel()) continue;
@@ -76,6 +79,8 @@ RooflineReport roofline(const runtime::Executable& ex, const std::vector<double>
     r.kernel_flops += kr.flops;
     r.total_dram_bytes += kr.dram_bytes;
     r.kernel_ms += kr.time_ms;
+    r.estimated_ms +=
+        estimate_time(grp.cost.flops, grp.cost.bytes_read, grp.cost.bytes_written, 1, machine).total_us() / 1000;
     r.kernels.push_back(std::move(kr));
   }
   std::stable_sort(r.kernels.begin(), r.kernels.end(),
@@ -106,7 +111,8 @@ std::string num(double v, const char* f = "%.6g") {
 std::string report_body_json(const RooflineReport& r) {
   std::string j = "\"total_flops\": " + num(r.total_flops, "%.0f") + ", \"kernel_flops\": " + num(r.kernel_flops, "%.0f") +
                   ", \"total_dram_bytes\": " + std::to_string(r.total_dram_bytes) + ", \"kernel_ms\": " +
-                  num(r.kernel_ms) + ", \"model_ms\": " + num(r.model_ms) + ", \"runs\": " + std::to_string(r.runs) +
+                  num(r.kernel_ms) + ", \"model_ms\": " + num(r.model_ms) + ", \"estimated_ms\": " + num(r.estimated_ms) +
+                  ", \"runs\": " + std::to_string(r.runs) +
                   ", \"undisturbed_runs\": " + std::to_string(r.undisturbed_runs) + ", \"kernel_count\": " +
                   std::to_string(r.kernels.size()) + ", \"summary\": {\"memory_time_share\": " +
                   num(r.memory_time_share) + ", \"compute_time_share\": " + num(r.compute_time_share) +
@@ -162,6 +168,9 @@ std::string roofline_table(const RooflineReport& r) {
                 "roof; time-weighted)\n",
                 100 * r.memory_time_share, r.memory_percent_of_roof, 100 * r.compute_time_share,
                 r.compute_percent_of_roof);
+  s += b;
+  std::snprintf(b, sizeof b, "cost model estimate on this roof: %.3f ms (measured kernels %.3f ms: %.2fx the estimate)\n",
+                r.estimated_ms, r.kernel_ms, r.estimated_ms > 0 ? r.kernel_ms / r.estimated_ms : 0.0);
   return s + b;
 }
 

@@ -70,6 +70,9 @@ struct RooflineReport {
   int64_t total_dram_bytes = 0;
   double kernel_ms = 0;         // kernel medians summed
   double model_ms = 0;          // median wall time of a whole run
+  // The fusion cost model's estimate of the kernels (estimate_time on this roof, one launch per
+  // kernel): how far the model the partitioner decides with is from the measurement.
+  double estimated_ms = 0;
   int runs = 0, undisturbed_runs = 0;
   std::vector<KernelRoofline> kernels;  // sorted by time, longest first
   // Share of kernel time in memory-/compute-bound kernels, and their time-weighted percent of

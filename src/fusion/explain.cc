@@ -41,7 +41,9 @@ std::string dot_escape(const std::string& s) {
 std::string explain_text(const Graph& g, const FusionPlan& plan, const ExplainExtras& extras) {
   std::ostringstream os;
   os << "target " << plan.target.name << " (" << plan.target.peak_gflops << " GFLOP/s, " << plan.target.dram_gbps
-     << " GB/s, " << plan.target.launch_overhead_us << " us per launch; a target description, not a measurement)\n\n";
+     << " GB/s, " << plan.target.launch_overhead_us << " us per launch; "
+     << (plan.target.name == "native" ? "peak and bandwidth measured by kiln probe" : "a target description, not a measurement")
+     << ")\n\n";
   int k = 0;
   for (const auto& grp : plan.groups) {
     if (!grp.counts_as_kernel()) continue;

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "analysis/machine_probe.h"
+#include "analysis/native_target.h"
 
 namespace kiln::analysis {
 namespace {
@@ -197,6 +198,34 @@ TEST(MachineProbe, QuickProbeIsSane) {
   EXPECT_GT(m.peak_gflops_nt, 0.1);
   EXPECT_GT(m.l1_nt.read_gbps, 0.1);
   EXPECT_GT(m.dram_nt.read_gbps, 0.1);
+}
+
+}  // namespace
+}  // namespace kiln::analysis
+
+namespace kiln::analysis {
+namespace {
+
+// The probed machine as a fusion target: measured peak (N threads), DRAM triad, caches and
+// threads; registers and vector width from the ISA's description.
+TEST(NativeTarget, TakesTheProbedFigures) {
+  MachineModel m;
+  m.isa = "avx2";
+  m.threads = 4;
+  m.peak_gflops_nt = 321.5;
+  m.dram_nt.triad_gbps = 33.25;
+  m.l1d_bytes = 48 * 1024;
+  m.l2_bytes = 2 * 1024 * 1024;
+  const Target t = native_target(m);
+  EXPECT_EQ(t.name, "native");
+  EXPECT_EQ(t.peak_gflops, 321.5);
+  EXPECT_EQ(t.dram_gbps, 33.25);
+  EXPECT_EQ(t.threads, 4);
+  EXPECT_EQ(t.l1_bytes, 48 * 1024);
+  EXPECT_EQ(t.l2_bytes, 2 * 1024 * 1024);
+  EXPECT_EQ(t.vector_lanes_f32, Target::by_name("x86-avx2")->vector_lanes_f32);
+  m.isa = "avx512";
+  EXPECT_EQ(native_target(m).vector_registers, Target::by_name("x86-avx512")->vector_registers);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <iostream>
 
 #include "cli.h"
+#include "analysis/native_target.h"
+#include "fusion/cost_model.h"
 #include "fusion/explain.h"
 #include "fusion/partitioner.h"
 #include "runtime/memory_plan.h"
@@ -27,11 +29,14 @@ void write_file(const std::string& path, const std::string& text) {
 
 FusionOptions fusion_options(const Args& a) {
   FusionOptions o;
-  if (a.has("target")) {
+  if (a.get("target") == "native") {
+    o.target = analysis::native_target(analysis::machine_model());
+  } else if (a.has("target")) {
     auto t = Target::by_name(a.get("target"));
     if (!t) {
       std::string names;
       for (const auto& n : Target::names()) names += (names.empty() ? "" : ", ") + n;
+      names += ", native (the probed machine)";
       user_error("unknown --target '", a.get("target"), "' (known: ", names, ")");
     }
     o.target = *t;
@@ -56,6 +61,24 @@ int cmd_explain(const std::vector<std::string>& argv) {
   runtime::MemoryPlan mp = runtime::plan_memory(*g, ordered);
   ExplainExtras extras{mp.arena_bytes, mp.naive_bytes};
   std::cout << (a.has("json") ? explain_json(*g, plan, extras) : explain_text(*g, plan, extras));
+  // The same plan's estimate on the probed machine, when one is cached (a description target
+  // keeps the plan the same on every machine; this line says what the measured machine predicts).
+  if (!a.has("json") && fo.target.name != "native")
+    if (auto m = analysis::load_cached_machine()) {
+      const Target native = analysis::native_target(*m);
+      FusionOptions unfused = fo;
+      unfused.enabled = false;
+      auto total = [&](const FusionPlan& p) {
+        double us = 0;
+        for (const auto& grp : p.groups)
+          us += estimate_time(grp.cost.flops, grp.cost.bytes_read, grp.cost.bytes_written, grp.counts_as_kernel() ? 1 : 0,
+                              native)
+                    .total_us();
+        return us;
+      };
+      std::printf("estimated on this machine (kiln probe %s: %.0f GFLOP/s, %.1f GB/s): %.1f us unfused -> %.1f us fused\n",
+                  m->probed_at.c_str(), native.peak_gflops, native.dram_gbps, total(partition(*g, unfused)), total(plan));
+    }
   if (a.has("dot")) write_file(a.get("dot"), explain_dot(*g, plan));
   if (a.has("svg")) {
     std::string dot_path = a.get("svg") + ".dot.kiln-tmp";
