@@ -74,6 +74,23 @@ Expr call(const std::string& fn, DType t, std::vector<Expr> args);
 // Undefined; never loaded, stored or computed with).
 Expr address(const BufferPtr& b, Expr index);
 
+// `e` with each operand replaced by f(operand): `e` itself when no operand changes (so rewrites
+// keep sharing), else a copy. The one way the rewriters of src/loop rebuild an expression.
+template <class F>
+Expr map_args(const Expr& e, F&& f) {
+  std::vector<Expr> args;
+  args.reserve(e->args.size());
+  bool changed = false;
+  for (const Expr& a : e->args) {
+    args.push_back(f(a));
+    changed = changed || args.back() != a;
+  }
+  if (!changed) return e;
+  auto copy = std::make_shared<ExprNode>(*e);
+  copy->args = std::move(args);
+  return copy;
+}
+
 // Index arithmetic with light folding (x*1, x+0, constant operands) so printed nests stay readable.
 Expr add(Expr a, Expr b);
 Expr mul(Expr a, Expr b);
@@ -125,6 +142,19 @@ struct LoopKernel {
   std::vector<BufferPtr> outputs;    // written global buffers, after the inputs
   Stmt body;
 };
+
+// A copy of statement `s` with every expression it holds (extent, index, value, cond, call
+// arguments; null ones stay null) replaced by fe(expr) and every child statement by fs(child).
+template <class FE, class FS>
+Stmt map_stmt(const Stmt& s, FE&& fe, FS&& fs) {
+  auto c = std::make_shared<StmtNode>(*s);
+  for (Expr* e : {&c->extent, &c->index, &c->value, &c->cond})
+    if (*e) *e = fe(*e);
+  for (auto& a : c->call_args) a = fe(a);
+  for (auto* list : {&c->body, &c->else_body})
+    for (auto& b : *list) b = fs(b);
+  return c;
+}
 
 std::string print_expr(const Expr& e);
 std::string print_stmt(const Stmt& s, int indent = 0);

@@ -28,28 +28,11 @@ class LoadRewriter {
     if (!e) return e;
     if (auto it = m_.find(e.get()); it != m_.end()) return it->second;
     if (auto it = memo_.find(e.get()); it != memo_.end()) return it->second;
-    Expr r = e;
-    std::vector<Expr> args;
-    bool changed = false;
-    for (const auto& a : e->args) {
-      args.push_back(expr(a));
-      changed |= args.back() != a;
-    }
-    if (changed) {
-      auto n = std::make_shared<ExprNode>(*e);
-      n->args = std::move(args);
-      r = n;
-    }
-    return memo_[e.get()] = r;
+    return memo_[e.get()] = map_args(e, [&](const Expr& a) { return expr(a); });
   }
 
   Stmt stmt(const Stmt& s) {
-    auto c = std::make_shared<StmtNode>(*s);
-    for (Expr* e : {&c->extent, &c->index, &c->value, &c->cond}) *e = expr(*e);
-    for (auto& a : c->call_args) a = expr(a);
-    for (auto* list : {&c->body, &c->else_body})
-      for (auto& b : *list) b = stmt(b);
-    return c;
+    return map_stmt(s, [&](const Expr& e) { return expr(e); }, [&](const Stmt& b) { return stmt(b); });
   }
 
  private:

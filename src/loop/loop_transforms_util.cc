@@ -63,29 +63,15 @@ Expr subst(const Expr& e, const std::map<std::string, Expr>& m, std::unordered_m
   if (e->kind == ExprKind::Var) {
     if (auto it = m.find(e->name); it != m.end()) r = it->second;
   } else if (!e->args.empty()) {
-    std::vector<Expr> args;
-    bool changed = false;
-    for (const auto& a : e->args) {
-      args.push_back(subst(a, m, memo));
-      changed |= args.back() != a;
-    }
-    if (changed) {
-      auto n = std::make_shared<ExprNode>(*e);
-      n->args = std::move(args);
-      r = n;
-    }
+    r = map_args(e, [&](const Expr& a) { return subst(a, m, memo); });
   }
   memo[e.get()] = r;
   return r;
 }
 
 Stmt subst(const Stmt& s, const std::map<std::string, Expr>& m, std::unordered_map<const ExprNode*, Expr>& memo) {
-  auto c = std::make_shared<StmtNode>(*s);
-  for (Expr* e : {&c->extent, &c->index, &c->value, &c->cond}) *e = subst(*e, m, memo);
-  for (auto& a : c->call_args) a = subst(a, m, memo);
-  for (auto* list : {&c->body, &c->else_body})
-    for (auto& b : *list) b = subst(b, m, memo);
-  return c;
+  return map_stmt(
+      s, [&](const Expr& e) { return subst(e, m, memo); }, [&](const Stmt& b) { return subst(b, m, memo); });
 }
 
 }  // namespace

@@ -279,14 +279,7 @@ Expr ContractionLowering::substitute(const Expr& e, const std::string& at, const
       refuse(cat("an epilogue op reads the ", c_->op_type(), " output at another position (not lowered to loops yet)"));
     r = with;
   } else if (!e->args.empty()) {
-    auto copy = std::make_shared<ExprNode>(*e);
-    bool changed = false;
-    for (auto& a : copy->args) {
-      Expr na = substitute(a, at, with, memo);
-      changed = changed || na != a;
-      a = na;
-    }
-    if (changed) r = copy;
+    r = map_args(e, [&](const Expr& a) { return substitute(a, at, with, memo); });
   }
   memo[e.get()] = r;
   return r;

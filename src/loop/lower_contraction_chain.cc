@@ -215,14 +215,7 @@ class RowPipeline {
         refuse(cat("an epilogue op reads '", u->name(), "' at another position (not lowered to loops yet)"));
       r = it->second.val;
     } else if (!e->args.empty()) {
-      auto copy = std::make_shared<ExprNode>(*e);
-      bool changed = false;
-      for (auto& a : copy->args) {
-        Expr na = substitute(cx, a, memo);
-        changed = changed || na != a;
-        a = na;
-      }
-      if (changed) r = copy;
+      r = map_args(e, [&](const Expr& a) { return substitute(cx, a, memo); });
     }
     memo[e.get()] = r;
     return r;

@@ -206,14 +206,7 @@ struct Rebind {
   Stmt stmt(const Stmt& s) {
     // A buffer the row kernel allocates itself (e.g. vector lanes of a reduction) stays as it is.
     if (s->kind == StmtKind::Allocate) global[s->buffer.get()] = s->buffer;
-    auto c = std::make_shared<StmtNode>(*s);
-    c->extent = expr(s->extent);
-    c->index = expr(s->index);
-    c->value = expr(s->value);
-    c->cond = expr(s->cond);
-    for (auto& a : c->call_args) a = expr(a);
-    for (auto& b : c->body) b = stmt(b);
-    for (auto& b : c->else_body) b = stmt(b);
+    auto c = map_stmt(s, [&](const Expr& e) { return expr(e); }, [&](const Stmt& b) { return stmt(b); });
     if (s->kind == StmtKind::Store) {
       auto it = global.find(s->buffer.get());
       KILN_CHECK(it != global.end() && !local.count(s->buffer.get()), "row pass stores to an unmapped buffer ",

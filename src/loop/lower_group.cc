@@ -217,14 +217,7 @@ class LetBuilder {
     if (auto it = done_.find(e.get()); it != done_.end()) return it->second;
     Expr r = e;
     if (!e->args.empty()) {
-      auto copy = std::make_shared<ExprNode>(*e);
-      bool changed = false;
-      for (auto& a : copy->args) {
-        Expr na = rewrite(a, lets);
-        changed = changed || na != a;
-        a = na;
-      }
-      if (changed) r = copy;
+      r = map_args(e, [&](const Expr& a) { return rewrite(a, lets); });
     }
     if (hoist(e)) {
       std::string name = "t" + std::to_string(next_++);

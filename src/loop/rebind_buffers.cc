@@ -35,14 +35,7 @@ Expr BufferRebinder::expr(const Expr& e) {
 
 Stmt BufferRebinder::stmt(const Stmt& s) {
   if (!s) return s;
-  auto c = std::make_shared<StmtNode>(*s);
-  c->extent = expr(s->extent);
-  c->index = expr(s->index);
-  c->value = expr(s->value);
-  c->cond = expr(s->cond);
-  for (auto& a : c->call_args) a = expr(a);
-  for (auto& b : c->body) b = stmt(b);
-  for (auto& b : c->else_body) b = stmt(b);
+  auto c = map_stmt(s, [&](const Expr& e) { return expr(e); }, [&](const Stmt& b) { return stmt(b); });
   if (s->buffer) {
     if (auto it = map_.find(s->buffer.get()); it != map_.end()) {
       KILN_CHECK(s->kind == StmtKind::Store, "cannot rebind the buffer an Allocate declares (", s->buffer->name, ")");

@@ -50,14 +50,7 @@ Expr RowKernelBuilder::subst(const Expr& e, std::unordered_map<const ExprNode*, 
     }
   }
   if (r == e && !e->args.empty()) {
-    auto copy = std::make_shared<ExprNode>(*e);
-    bool changed = false;
-    for (auto& a : copy->args) {
-      Expr na = subst(a, memo);
-      changed = changed || na != a;
-      a = na;
-    }
-    if (changed) r = copy;
+    r = map_args(e, [&](const Expr& a) { return subst(a, memo); });
   }
   memo[e.get()] = r;
   return r;
@@ -100,14 +93,7 @@ std::vector<Stmt> RowKernelBuilder::finish_in_loop(std::vector<Root> roots, cons
         r = var(name, e->type);
       }
     } else if (!e->args.empty()) {
-      auto copy = std::make_shared<ExprNode>(*e);
-      bool changed = false;
-      for (auto& a : copy->args) {
-        Expr na = hoist(a);
-        changed = changed || na != a;
-        a = na;
-      }
-      if (changed) r = copy;
+      r = map_args(e, [&](const Expr& a) { return hoist(a); });
     }
     hoisted[e.get()] = r;
     return r;

@@ -18,14 +18,7 @@ Expr SharedExprHoister::rewrite(const Expr& e, std::vector<Stmt>& lets) {
   if (auto it = done_.find(e.get()); it != done_.end()) return it->second;
   Expr r = e;
   if (!e->args.empty()) {
-    auto copy = std::make_shared<ExprNode>(*e);
-    bool changed = false;
-    for (auto& a : copy->args) {
-      Expr na = rewrite(a, lets);
-      changed = changed || na != a;
-      a = na;
-    }
-    if (changed) r = copy;
+    r = map_args(e, [&](const Expr& a) { return rewrite(a, lets); });
   }
   const bool leaf = e->kind == ExprKind::IntImm || e->kind == ExprKind::FloatImm || e->kind == ExprKind::Var;
   const bool pure_index = e->type == DType::Int64 && !has_load(e);

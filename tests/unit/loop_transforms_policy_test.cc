@@ -3,7 +3,7 @@
 // against the reference executor through the JIT) and, opt-in, on every group of the public models.
 //
 // Knobs: KILN_PRINT_NESTS=1 prints each lowered kernel before and after the policy;
-// KILN_LOWER_MODELS=1 runs the public models (bench/models/out).
+// KILN_LOWER_MODELS=1 runs the public models (testing::public_models).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -271,18 +271,11 @@ TEST(SchedDefault, LoweredGroups) {
 // nests are transformed) and compiled: outputs must match the reference executor. Opt-in (slow).
 TEST(SchedDefault, PublicModelsJit) {
   if (!std::getenv("KILN_LOWER_MODELS")) GTEST_SKIP() << "set KILN_LOWER_MODELS=1";
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::path(KILN_SOURCE_DIR) / "bench/models/out";
   Schedule sch;
   sch.vector_width = 8;
   sch.parallel_min_work = 256;
-  for (const char* m : {"demo", "mlp_ln", "resnet18", "mobilenet_v2", "encoder"}) {
-    const fs::path path = dir / (std::string(m) + ".onnx");
-    if (!fs::exists(path)) continue;
+  for (auto& [m, g] : testing::public_models(testing::public_model_names())) {
     SCOPED_TRACE(m);
-    auto g = import_onnx(path.string());
-    run_pipeline(*g);
-    run_lowering(*g);
     const TensorMap inputs = testing::random_inputs(*g, 13, {}, false);
     auto values = run_reference_values(*g, inputs);
     testing::KernelBatch batch;

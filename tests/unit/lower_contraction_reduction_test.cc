@@ -319,15 +319,9 @@ TEST(LowerContractionRows, HandBuiltGroupsAreRefused) {
 // and compared with the reference on the group's own inputs.
 TEST(LowerContractionRows, PublicModelsJit) {
   if (!std::getenv("KILN_LOWER_MODELS")) GTEST_SKIP() << "set KILN_LOWER_MODELS=1";
-  const fs::path dir = fs::path(KILN_SOURCE_DIR) / "bench/models/out";
   int checked = 0;
-  for (const char* m : {"demo", "resnet18", "mobilenet_v2", "encoder"}) {
-    const fs::path path = dir / (std::string(m) + ".onnx");
-    if (!fs::exists(path)) continue;
+  for (auto& [m, g] : testing::public_models({"demo", "resnet18", "mobilenet_v2", "encoder"})) {
     SCOPED_TRACE(m);
-    auto g = import_onnx(path.string());
-    run_pipeline(*g);
-    run_lowering(*g);
     const TensorMap inputs = random_inputs(*g, 13, {}, false);
     auto values = run_reference_values(*g, inputs);
     KernelBatch batch;

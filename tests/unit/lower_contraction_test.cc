@@ -359,18 +359,10 @@ TEST(LowerContraction, OnnxConformance) {
 // The public models' contraction groups: the small models run lowered on random inputs; with
 // KILN_LOWER_MODELS=1 resnet18, mobilenet_v2 and the encoder are lowered and counted only.
 TEST(LowerContraction, PublicModels) {
-  const fs::path dir = fs::path(KILN_SOURCE_DIR) / "bench/models/out";
-  std::vector<std::string> models = {"demo", "mlp_ln"};
-  if (std::getenv("KILN_LOWER_MODELS")) models.insert(models.end(), {"resnet18", "mobilenet_v2", "encoder"});
-  int found = 0;
-  for (const auto& m : models) {
-    const fs::path path = dir / (m + ".onnx");
-    if (!fs::exists(path)) continue;
-    ++found;
+  auto models = testing::public_models(testing::public_model_names());
+  if (models.empty()) GTEST_SKIP() << "no exported models (ctest's models_end_to_end exports them)";
+  for (auto& [m, g] : models) {
     SCOPED_TRACE(m);
-    auto g = import_onnx(path.string());
-    run_pipeline(*g);
-    run_lowering(*g);
     for (bool fused : {true, false}) {
       FusionOptions o;
       o.enabled = fused;
@@ -382,7 +374,6 @@ TEST(LowerContraction, PublicModels) {
       for (const auto& [r, n] : counts.reasons) EXPECT_NE(r.find("not lowered to loops yet"), std::string::npos) << r;
     }
   }
-  if (!found) GTEST_SKIP() << "no models in " << dir;
 }
 
 }  // namespace

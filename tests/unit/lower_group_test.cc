@@ -546,23 +546,15 @@ TEST(LowerGroup, OnnxConformanceSweep) {
   EXPECT_GT(core_stats.lowered, 50);
 }
 
-// The public models' fusion plans (bench/models/out, made by make_models.py; skipped when absent)
+// The public models' fusion plans (testing::public_models; skipped when none is exported)
 // on random inputs: every elementwise/injective kernel of the real plans lowers and agrees with the
 // reference. The small models always run; resnet18, mobilenet_v2 and the encoder (seconds in the
 // reference executor) with KILN_LOWER_MODELS=1.
 TEST(LowerGroup, PublicModels) {
-  const fs::path dir = fs::path(KILN_SOURCE_DIR) / "bench/models/out";
-  std::vector<std::string> models = {"demo", "mlp_ln"};
-  if (std::getenv("KILN_LOWER_MODELS")) models.insert(models.end(), {"resnet18", "mobilenet_v2", "encoder"});
-  int found = 0;
-  for (const auto& m : models) {
-    const fs::path path = dir / (m + ".onnx");
-    if (!fs::exists(path)) continue;
-    ++found;
+  auto models = testing::public_models(testing::public_model_names());
+  if (models.empty()) GTEST_SKIP() << "no exported models (ctest's models_end_to_end exports them)";
+  for (auto& [m, g] : models) {
     SCOPED_TRACE(m);
-    auto g = import_onnx(path.string());
-    run_pipeline(*g);
-    run_lowering(*g);
     // The fused plan, and the unfused one (one group per op: every elementwise op of the model
     // becomes a kernel of its own, so lowering sees the models' ops one by one).
     for (bool fused : {true, false}) {
@@ -577,7 +569,6 @@ TEST(LowerGroup, PublicModels) {
             << r;
     }
   }
-  if (!found) GTEST_SKIP() << "no models in " << dir;
 }
 
 }  // namespace

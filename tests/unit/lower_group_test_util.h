@@ -126,6 +126,33 @@ inline std::vector<Tensor> interpret_group(const loop::LoopKernel& k, const Fusi
   return out;
 }
 
+// The public models named in `names` that have been exported (by ctest's models_end_to_end into
+// the build's models/ folder, or by bench/models/make_models.py into bench/models/out), imported,
+// simplified and lowered, in the order given. Missing ones are left out.
+inline std::vector<std::pair<std::string, std::unique_ptr<Graph>>> public_models(const std::vector<std::string>& names) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<std::string, std::unique_ptr<Graph>>> out;
+  for (const auto& m : names)
+    for (const fs::path dir : {fs::path(KILN_BINARY_DIR) / "models", fs::path(KILN_SOURCE_DIR) / "bench/models/out"}) {
+      const fs::path path = dir / (m + ".onnx");
+      if (!fs::exists(path)) continue;
+      auto g = import_onnx(path.string());
+      run_pipeline(*g);
+      run_lowering(*g);
+      out.emplace_back(m, std::move(g));
+      break;
+    }
+  return out;
+}
+
+// demo and mlp_ln; with KILN_LOWER_MODELS=1 also resnet18, mobilenet_v2 and the encoder (minutes
+// in the loop interpreter).
+inline std::vector<std::string> public_model_names() {
+  std::vector<std::string> names = {"demo", "mlp_ln"};
+  if (std::getenv("KILN_LOWER_MODELS")) names.insert(names.end(), {"resnet18", "mobilenet_v2", "encoder"});
+  return names;
+}
+
 inline TensorMap random_inputs(const Graph& g, unsigned seed = 3, const TensorMap& fixed = {}, bool edge_values = true) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> u(-3, 3);
