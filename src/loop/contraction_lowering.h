@@ -120,6 +120,7 @@ class ContractionLowering {
 
   // A 1x1, stride-1, unpadded conv whose input is a plain buffer: B is the input image itself.
   bool conv_in_place() const;
+  bool computed_by_members(const Value* v) const;
 
   // The row stride of the tiled rows' accumulator (and packed panel): n, or n rounded up to whole
   // column tiles when the conv's im2col panel is packed through the offset tables.
