@@ -504,7 +504,7 @@ LoopKernel ContractionLowering::build_rows() {
   std::vector<St> stores;
   {
     Expr with = result(out, acc_t);
-    const std::string at = print_expr(point_flat);
+    const std::string at = position_key(point_flat);
     std::unordered_map<const ExprNode*, Expr> memo;
     auto value = [&](const Value* v, Index& idx) { return v == y ? with : substitute(L_.value_at(v, idx), at, with, memo); };
     std::vector<Expr> lead_out(lead, int_imm(0));
