@@ -90,10 +90,23 @@ std::string unsupported_injective(const Node& n) {
   static const std::set<std::string> ok = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout",
                                            "Transpose", "Concat", "Split", "Slice", "Gather", "GatherElements",
                                            "Expand", "Tile", "Pad", "DepthToSpace", "SpaceToDepth", "Trilu",
-                                           "EyeLike", "ConstantOfShape"};
+                                           "EyeLike", "ConstantOfShape", "GatherND", "OneHot", "Range"};
   if (!ok.count(op)) return cat(op, " is not lowered to loops yet");
   if (n.num_outputs() == 0) return cat(op, " has no outputs");
   if (op != "ConstantOfShape" && (n.num_inputs() == 0 || !n.input(0))) return cat(op, " has no input 0");
+  if (op == "GatherND" && (n.num_inputs() < 2 || !n.input(1) || !is_index_type(n.input(1)->dtype())))
+    return "GatherND indices must be int32 or int64";
+  if (op == "OneHot") {
+    if (n.num_inputs() < 3 || !n.input(2)) return "OneHot needs depth and values";
+    if (n.input(0)->dtype() == DType::Bool) return "OneHot indices must be numeric";
+    if (shape_numel(n.input(2)->shape()) != 2) return "OneHot values must hold [off, on]";
+  }
+  if (op == "Range") {
+    for (size_t i = 0; i < 3; ++i)
+      if (n.num_inputs() <= i || !n.input(i) || shape_numel(n.input(i)->shape()) != 1)
+        return "Range start, limit and delta must be scalars";
+    if (n.input(0)->dtype() == DType::Bool) return "Range does not support bool";
+  }
   if ((op == "Gather" || op == "GatherElements") && (n.num_inputs() < 2 || !n.input(1) || !is_index_type(n.input(1)->dtype())))
     return cat(op, " indices must be int32 or int64");
   if (op == "Dropout" && n.input(2)) {
@@ -119,6 +132,9 @@ Expr Lowerer::lower_injective(const Node& n, size_t slot, Index& idx) {
   if (op == "Gather") return lower_gather(n, idx);
   if (op == "GatherElements") return lower_gather_elements(n, idx);
   if (op == "DepthToSpace" || op == "SpaceToDepth") return lower_space_depth(n, idx);
+  if (op == "GatherND") return lower_gather_nd(n, idx);
+  if (op == "OneHot") return lower_one_hot(n, idx);
+  if (op == "Range") return lower_range(n, idx);
 
   if (op == "ConstantOfShape") {
     const Tensor* v = n.attr_tensor("value");
@@ -378,6 +394,99 @@ Expr Lowerer::lower_space_depth(const Node& n, Index& idx) {
     r[3] = add(mul(d[3], B), mod(blk, B));
   }
   return value_at(x, Index::from_dims(in, std::move(r)));
+}
+
+// GatherND: indices [..., m] (q dims) hold m-tuples indexing data dims [b, b+m) after b shared
+// batch dims; the output is indices.shape[:-1] ++ data.shape[b+m:]. Each tuple element is loaded at
+// (the output's first q-1 coordinates, j), wrapped and clamped like Gather's run-time indices;
+// constant indices are validated now, as the reference validates them at run time.
+Expr Lowerer::lower_gather_nd(const Node& n, Index& idx) {
+  const Value* data = n.input(0);
+  const Value* ind = n.input(1);
+  const Shape& ds = data->shape();
+  const Shape& is = ind->shape();
+  const int64_t r = int64_t(ds.size()), q = int64_t(is.size());
+  const int64_t b = n.attr_int("batch_dims", 0);
+  if (r < 1 || q < 1) refuse("GatherND data and indices must have rank >= 1");
+  if (b < 0 || b >= std::min(q, r)) refuse("GatherND batch_dims is out of range");
+  for (int64_t k = 0; k < b; ++k)
+    if (is[size_t(k)] != ds[size_t(k)]) refuse("GatherND batch dimensions differ");
+  const int64_t m = is[size_t(q - 1)];
+  if (m < 1 || m > r - b) refuse("GatherND indices.shape[-1] is out of range");
+  if (int64_t(idx.shape.size()) != q - 1 + r - b - m) refuse("GatherND output rank does not match");
+  if (ind->is_constant()) {
+    std::vector<int64_t> vals = ind->constant().to_int64_vector();
+    for (size_t p = 0; p < vals.size(); ++p) {
+      const int64_t dim = ds[size_t(b + int64_t(p) % m)];
+      if (vals[p] < -dim || vals[p] >= dim)
+        refuse(cat("GatherND index ", vals[p], " is out of range for a dimension of size ", dim));
+    }
+  }
+  const auto& d = dims(idx);
+  std::vector<Expr> di;
+  for (int64_t k = 0; k < b; ++k) di.push_back(d[size_t(k)]);
+  for (int64_t j = 0; j < m; ++j) {
+    const int64_t dim = ds[size_t(b + j)];
+    if (dim == 0) refuse("GatherND from an empty axis");
+    std::vector<Expr> at(d.begin(), d.begin() + (q - 1));
+    at.push_back(int_imm(j));
+    di.push_back(wrap_and_clamp(cast(DType::Int64, value_at(ind, Index::from_dims(is, std::move(at)))), dim));
+  }
+  for (int64_t k = b + m; k < r; ++k) di.push_back(d[size_t(q - 1 + k - (b + m))]);
+  return value_at(data, Index::from_dims(ds, std::move(di)));
+}
+
+// OneHot: output = indices.shape with depth inserted at `axis`; on_value where the index (negative
+// ones counted from depth) equals the position on that axis, off_value elsewhere, and off for an
+// index outside [-depth, depth) (the spec's rule; the reference's too). The comparisons avoid
+// overflow: position - depth instead of index + depth, and float indices are truncated and
+// compared as doubles instead of being converted to int64.
+Expr Lowerer::lower_one_hot(const Node& n, Index& idx) {
+  const Value* ind = n.input(0);
+  const Value* values = n.input(2);
+  const int64_t rank = int64_t(idx.shape.size());
+  const int64_t axis = normalize_axis(n.attr_int("axis", -1), rank);
+  const int64_t depth = idx.shape[size_t(axis)];
+  const auto& d = dims(idx);
+  std::vector<Expr> at;
+  for (int64_t k = 0; k < rank; ++k)
+    if (k != axis) at.push_back(d[size_t(k)]);
+  if (int64_t(at.size()) != int64_t(ind->shape().size())) refuse("OneHot output rank does not match its indices");
+  Expr i = value_at(ind, Index::from_dims(ind->shape(), std::move(at)));
+  const Expr pos = d[size_t(axis)];
+  Expr hit;
+  const DType it = ind->dtype();
+  if (is_float(it)) {
+    Expr x = cast(DType::Float64, i);
+    Expr tr = select(binary(BinOp::Lt, x, float_imm(0.0, DType::Float64)), unary(UnOp::Ceil, x), unary(UnOp::Floor, x));
+    Expr p = cast(DType::Float64, pos);
+    hit = binary(BinOp::Or, binary(BinOp::Eq, tr, p),
+                 binary(BinOp::Eq, tr, binary(BinOp::Sub, p, float_imm(double(depth), DType::Float64))));
+  } else if (it == DType::UInt64 || it == DType::UInt32 || it == DType::UInt16 || it == DType::UInt8) {
+    hit = binary(BinOp::Eq, cast(DType::UInt64, i), cast(DType::UInt64, pos));
+  } else {
+    Expr v = cast(DType::Int64, i);
+    hit = binary(BinOp::Or, binary(BinOp::Eq, v, pos), binary(BinOp::Eq, v, sub(pos, int_imm(depth))));
+  }
+  Expr off = value_at(values, Index::from_flat(values->shape(), int_imm(0)));
+  Expr on = value_at(values, Index::from_flat(values->shape(), int_imm(1)));
+  return select(hit, on, off);
+}
+
+// Range: element i is start + i * delta, computed as the reference does: in int64 for integer types
+// (the output is the wrapped value), in double rounded once to T for floats. The output length was
+// fixed at import from the constant bounds.
+Expr Lowerer::lower_range(const Node& n, Index& idx) {
+  const DType t = n.output(0)->dtype();
+  auto scalar = [&](size_t k) { return value_at(n.input(k), Index::zero(n.input(k)->shape())); };
+  const auto& d = dims(idx);
+  const Expr i = d.empty() ? int_imm(0) : d[0];
+  if (is_integer(t)) {
+    Expr s = cast(DType::Int64, scalar(0)), step = cast(DType::Int64, scalar(2));
+    return cast(t, add(s, mul(i, step)));
+  }
+  Expr s = cast(DType::Float64, scalar(0)), step = cast(DType::Float64, scalar(2));
+  return cast(t, binary(BinOp::Add, s, binary(BinOp::Mul, cast(DType::Float64, i), step)));
 }
 
 }  // namespace kiln::loop::detail

@@ -103,6 +103,9 @@ class Lowerer {
   Expr lower_gather(const Node& n, Index& idx);                     // lower_injective.cc
   Expr lower_gather_elements(const Node& n, Index& idx);            // lower_injective.cc
   Expr lower_space_depth(const Node& n, Index& idx);                // lower_injective.cc
+  Expr lower_gather_nd(const Node& n, Index& idx);                  // lower_injective.cc
+  Expr lower_one_hot(const Node& n, Index& idx);                    // lower_injective.cc
+  Expr lower_range(const Node& n, Index& idx);                      // lower_injective.cc
 
   // Row kernels (lower_reduction.cc) drive value_at pass by pass with their own loops.
   friend class RowKernelBuilder;
