@@ -11,25 +11,44 @@ namespace kiln {
 
 namespace {
 
-// The node's inputs as tensors (undefined for an omitted input and for X, which planning never
-// reads); nullopt when roi, scales or sizes is computed at run time.
-std::optional<std::vector<Tensor>> constant_inputs(const Node& n) {
+// The node's inputs as tensors for plan_resize (undefined for an omitted input and for X, which
+// planning never reads), or why the plan cannot be made at compile time. `sizes` computed at run
+// time must equal the output shape fixed at import, so that shape stands in for it; so it does for
+// run-time `scales` under align_corners and tf_crop_and_resize, whose coordinates depend on the
+// lengths only (the scale value decides nothing but the output size). roi matters only to
+// tf_crop_and_resize.
+std::optional<std::vector<Tensor>> constant_inputs(const Node& n, std::string* why) {
   std::vector<Tensor> in(4);
-  for (size_t i = 1; i < 4 && i < n.num_inputs(); ++i) {
-    const Value* v = n.input(i);
-    if (!v) continue;
-    if (!v->is_constant()) return std::nullopt;
-    in[i] = v->constant();
+  auto at = [&](size_t i) -> const Value* { return i < n.num_inputs() ? n.input(i) : nullptr; };
+  auto present = [&](size_t i) { return at(i) && (!at(i)->is_constant() || at(i)->constant().numel() > 0); };
+  const std::string coord = n.attr_string("coordinate_transformation_mode", "half_pixel");
+  const bool lengths_only = coord == "align_corners" || coord == "tf_crop_and_resize";
+  const Shape& out = n.output(0)->shape();
+  const Tensor out_sizes = Tensor::from_vector<int64_t>(out, {int64_t(out.size())});
+  if (present(1) && coord == "tf_crop_and_resize") {
+    if (!at(1)->is_constant()) {
+      *why = "roi is computed at run time";
+      return std::nullopt;
+    }
+    in[1] = at(1)->constant();
   }
+  if (present(2)) {
+    if (at(2)->is_constant()) {
+      in[2] = at(2)->constant();
+    } else if (lengths_only) {
+      in[3] = out_sizes;
+    } else {
+      *why = "scales are computed at run time (and decide the sampling positions)";
+      return std::nullopt;
+    }
+  }
+  if (present(3)) in[3] = at(3)->is_constant() ? at(3)->constant() : out_sizes;
   return in;
 }
 
 std::optional<ResizePlan> plan_of(const Node& n, std::string* why) {
-  auto in = constant_inputs(n);
-  if (!in) {
-    *why = "roi, scales or sizes is computed at run time";
-    return std::nullopt;
-  }
+  auto in = constant_inputs(n, why);
+  if (!in) return std::nullopt;
   try {
     return plan_resize(n, n.input(0)->shape(), *in);
   } catch (const UserError& e) {

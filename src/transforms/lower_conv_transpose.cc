@@ -119,6 +119,32 @@ Value* int_list(NodeRewriter& rw, const std::string& suffix, const std::vector<i
   return rw.constant(suffix, Tensor::from_vector<int64_t>(v, {int64_t(v.size())}));
 }
 
+// The same for weights computed at run time, as graph ops (a small kernel of its own before the
+// Conv): Reshape [g, C/g, M/g, K...] -> Transpose [g, M/g, C/g, K...] -> Reshape [M, C/g, K...],
+// then a Slice with step -1 on every spatial axis.
+Value* transposed_flipped_weights(NodeRewriter& rw, Value* w, int64_t group) {
+  const Shape& ws = w->shape();
+  const int64_t c = ws[0], mg = ws[1], cg = c / group;
+  const int64_t nd = int64_t(ws.size()) - 2;
+  Shape grouped{group, cg, mg}, swapped{group, mg, cg}, out{mg * group, cg};
+  std::vector<int64_t> perm{0, 2, 1};
+  for (int64_t d = 0; d < nd; ++d) {
+    grouped.push_back(ws[size_t(d + 2)]);
+    swapped.push_back(ws[size_t(d + 2)]);
+    out.push_back(ws[size_t(d + 2)]);
+    perm.push_back(d + 3);
+  }
+  Value* g = rw.reshape(w, grouped, "weights_grouped");
+  Value* t = rw.emit("Transpose", {g}, {w->dtype(), swapped}, "weights_swapped", {{"perm", perm}});
+  Value* r = rw.reshape(t, out, "weights_transposed");
+  std::vector<int64_t> starts(size_t(nd), -1), ends(size_t(nd), std::numeric_limits<int64_t>::min()), axes, steps(size_t(nd), -1);
+  for (int64_t d = 0; d < nd; ++d) axes.push_back(d + 2);
+  return rw.emit("Slice",
+                 {r, int_list(rw, "flip_starts", starts), int_list(rw, "flip_ends", ends), int_list(rw, "flip_axes", axes),
+                  int_list(rw, "flip_steps", steps)},
+                 {w->dtype(), out}, "weights");
+}
+
 void lower(Graph& g, Node* n) {
   std::string why;
   const Geometry geo = *geometry(*n, &why);
@@ -129,7 +155,9 @@ void lower(Graph& g, Node* n) {
   Value* y = rw.output(0);
   const DType dt = x->dtype();
   const int64_t batch = x->shape()[0], channels = x->shape()[1];
-  Value* w = rw.constant("weights", transposed_flipped_weights(rw.input(1)->constant(), geo.group));
+  Value* w = rw.input(1)->is_constant()
+                 ? rw.constant("weights", transposed_flipped_weights(rw.input(1)->constant(), geo.group))
+                 : transposed_flipped_weights(rw, rw.input(1), geo.group);
 
   Value* z = x;
   bool strided = false;
@@ -182,7 +210,6 @@ std::string LowerConvTranspose::refusal(const Node& n) {
   if (!n.input(0) || !n.input(1) || n.num_outputs() != 1) return "expects X and W and one output";
   const Value* x = n.input(0);
   const Value* w = n.input(1);
-  if (!w->is_constant()) return "W is computed at run time";
   if (!is_float(x->dtype()) || w->dtype() != x->dtype()) return "X is not floating-point or W has another type";
   std::string why;
   auto geo = geometry(n, &why);

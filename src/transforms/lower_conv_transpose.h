@@ -2,7 +2,7 @@
 // generates (tiled through the micro-kernel, with its epilogue fused) instead of a reference kernel.
 //
 // In:  ConvTranspose(X, W, B?) {strides, dilations, pads, output_padding, output_shape, auto_pad,
-//      group} with W constant, X [N, C, D1..Dn] floating-point, W [C, M/group, K1..Kn].
+//      group} with X [N, C, D1..Dn] floating-point, W [C, M/group, K1..Kn].
 // Out: Y = Conv(Z, W', B) {dilations, group, pads, strides 1}, where
 //      - ConvTranspose scatters x[i] * w[k] to y[i*s + k*dil - pad_begin]; that is a Conv with
 //        stride 1 over Z, the input with s-1 zeros inserted after each element (along each dim
@@ -10,7 +10,8 @@
 //        requested length after (dil*(K-1) - pad_end + output_padding in the plain case; from
 //        output_shape or auto_pad otherwise, with the spec's split of the odd element);
 //      - W' [M, C/group, K...] is W with input and output channels swapped within each group and
-//        every spatial axis flipped: a new constant, computed at compile time;
+//        every spatial axis flipped: a new constant, computed at compile time; for W computed at
+//        run time, Reshape -> Transpose -> Reshape -> Slice (step -1 on the spatial axes);
 //      - the zero insertion is Reshape(X, [N, C, D1, 1, D2, 1, ...]) -> Pad(0 before, s-1 after
 //        on the new unit axes) -> Reshape([N, C, D1*s1, D2*s2, ...]): injective ops the Conv reads
 //        through its prologue (the one trailing run of s-1 zeros per dim this adds beyond the last
@@ -18,7 +19,7 @@
 //      - non-negative padding goes into the Conv's pads; negative padding (pads larger than the
 //        kernel's reach) is a cropping Pad (negative pads) before the Conv.
 //      Numerics: the same products summed in another order (a Conv's, over channels and taps).
-// Not rewritten: W computed at run time, integer X, invalid attributes (the reference reports them).
+// Not rewritten: integer X, invalid attributes (the reference reports them).
 #pragma once
 #include "transforms/pass.h"
 

@@ -101,12 +101,25 @@ TEST(LowerConvTranspose, MatchesTheReferenceOnEveryGeometry) {
   }
 }
 
-TEST(LowerConvTranspose, RefusesRunTimeWeightsAndIntegers) {
+// Weights computed at run time (as in the ONNX node tests, where W is a graph input): transposed
+// and flipped by graph ops before the Conv, every group generated.
+TEST(LowerConvTranspose, RunTimeWeights) {
+  for (const std::string text :
+       {"graph main opset 17 (%x: f32[1,2,3,3], %w: f32[2,3,3,2]) -> (%y) {\n"
+        "  %y: f32[1,3,7,5] = ConvTranspose(%x, %w) {strides=[2, 2], pads=[0, 1, 0, 0]}\n}\n",
+        "graph main opset 17 (%x: f32[1,4,5], %w: f32[4,1,3], %b: f32[2]) -> (%y) {\n"
+        "  %y: f32[1,2,5] = ConvTranspose(%x, %w, %b) {group=2, pads=[1, 1]}\n}\n"}) {
+    auto g = check_pass_equivalence(text, "lower_conv_transpose", rel(1e-5));
+    EXPECT_FALSE(op_types(*g).count("ConvTranspose"));
+    check_generated(text, 1e-5);
+  }
+}
+
+TEST(LowerConvTranspose, LeavesIntegers) {
   auto g = parse_graph(
-      "graph main opset 17 (%x: f32[1,1,3], %w: f32[1,1,2]) -> (%y) {\n"
-      "  %y: f32[1,1,4] = ConvTranspose(%x, %w)\n}\n");
-  EXPECT_EQ(create_pass("lower_conv_transpose")->run(*g), false);
-  EXPECT_NE(create_pass("lower_conv_transpose")->name(), "");
+      "graph main opset 17 (%x: i32[1,1,3], %w: i32[1,1,2]) -> (%y) {\n"
+      "  %y: i32[1,1,4] = ConvTranspose(%x, %w)\n}\n");
+  EXPECT_FALSE(create_pass("lower_conv_transpose")->run(*g));
 }
 
 // ---------------------------------------------------------------- Einsum
@@ -229,10 +242,32 @@ TEST(DecomposeResize, EveryModeMatchesTheReference) {
   }
 }
 
-TEST(DecomposeResize, LeavesIntegerInterpolationAndRunTimeSizes) {
+// sizes (and align_corners' scales) computed at run time: planned from the output shape. The
+// reference kernel reads the run-time values, which the test supplies consistently.
+TEST(DecomposeResize, RunTimeSizesAndLengthOnlyScales) {
+  const std::string text =
+      "graph main opset 17 (%x: f32[1,2,3,4], %s: i64[4], %sc: f32[4]) -> (%y, %z) {\n"
+      "  %y: f32[1,2,5,3] = Resize(%x, _, _, %s) {mode=\"cubic\"}\n"
+      "  %z: f32[1,2,6,2] = Resize(%x, _, %sc) {mode=\"linear\", coordinate_transformation_mode=\"align_corners\"}\n}\n";
+  auto original = parse_graph(text);
+  TensorMap inputs = testing::random_inputs(*original, 5, {}, false);
+  inputs["s"] = Tensor::from_vector<int64_t>({1, 2, 5, 3}, {4});
+  inputs["sc"] = Tensor::from_vector<float>({1, 1, 2, 0.6f}, {4});
+  const TensorMap want = run_reference(*original, inputs);
+  auto g = parse_graph(text);
+  run_lowering(*g, PipelineOptions{});
+  EXPECT_FALSE(op_types(*g).count("Resize"));
+  const testing::LoweredRun run = testing::run_lowered(*g, partition(*g, {}), inputs);
+  EXPECT_EQ(run.refused, 0);
+  for (const auto& [name, w] : want) EXPECT_EQ(testing::compare_tensors(run.outputs.at(name), w), "") << name;
+}
+
+TEST(DecomposeResize, LeavesIntegerInterpolationAndRunTimeScales) {
   for (const std::string text :
        {"graph main opset 17 (%x: u8[1,1,2,2]) -> (%y) {\n  %s = constant i64[4] [1, 1, 4, 4]\n"
-        "  %y: u8[1,1,4,4] = Resize(%x, _, _, %s) {mode=\"linear\"}\n}\n"}) {
+        "  %y: u8[1,1,4,4] = Resize(%x, _, _, %s) {mode=\"linear\"}\n}\n",
+        "graph main opset 17 (%x: f32[1,1,2,2], %s: f32[4]) -> (%y) {\n"
+        "  %y: f32[1,1,4,4] = Resize(%x, _, %s) {mode=\"nearest\"}\n}\n"}) {
     auto g = parse_graph(text);
     EXPECT_FALSE(create_pass("decompose_resize")->run(*g));
   }

@@ -13,14 +13,19 @@
 // exclude_outside drops them and renormalises the weights. Zero-weight taps are skipped, so an output
 // depends only on inputs that actually contribute to it.
 //
-// Output size with `scales`: floor(in * scale), computed in float64 from the float32 scale as the
-// reference does (and, for tf_crop_and_resize, times roi_end - roi_start as the spec says). The
+// Output size with `scales`: floor(in * scale), computed in float64 from the float32 scale, for
+// every coordinate_transformation_mode: tf_crop_and_resize does not multiply by the roi's extent
+// either, as ONNX shape inference (which typed the output at import) and ONNX Runtime do. The
 // length_resized of align_corners, pytorch_half_pixel and tf_crop_and_resize is then that output
 // size, an integer: the spec defines it as "the length of the resized tensor", and ONNX Runtime
 // and PyTorch (F.interpolate with scale_factor, align_corners=True) use it, so 5 x 1.5 -> 7 maps
 // x to x * 4 / 6. The ONNX 1.12 numpy reference (and the conformance data generated from it, e.g.
 // resize_downsample_scales_linear_align_corners: 4 x 0.6 -> 2, x_original = x * 3 / 1.4) uses the
 // unrounded product instead; kiln follows the spec and ONNX Runtime and fails those two tests.
+// x_original is computed in float32, with ONNX Runtime's formulas and operation order: where it
+// lands on a whole number in exact arithmetic (x = 1 of 4 -> 2 by scale 0.6 under half_pixel:
+// 1.5 / 0.6 - 0.5 = 2), float32 and float64 round to either side of it, and nearest's floor/ceil
+// (and linear's taps) follow ONNX Runtime's side. With `sizes` the scale is out / in in float32.
 // pytorch_half_pixel with length_resized 1 samples x_original = 0 as the spec (and ONNX Runtime)
 // say; the numpy reference uses -0.5, which differs for cubic only.
 //
@@ -124,8 +129,7 @@ Geometry compute_geometry(const ResizeAttrs& a, const Shape& x, const std::vecto
     for (size_t d = 0; d < r; ++d) {
       const double sc = s.as_double(int64_t(d));
       if (!(sc > 0) || !std::isfinite(sc)) user_error("scales must be positive and finite, got ", sc);
-      const double crop = a.coord == CoordMode::TfCropAndResize ? g.roi_end[d] - g.roi_start[d] : 1.0;
-      const double len = double(x[d]) * sc * crop;
+      const double len = double(x[d]) * sc;
       if (!(len < double(int64_t(1) << 40))) user_error("scales ", sc, " make the output too large");
       g.out[d] = int64_t(std::max(0.0, std::floor(len)));
       g.scale[d] = sc;
@@ -140,7 +144,7 @@ Geometry compute_geometry(const ResizeAttrs& a, const Shape& x, const std::vecto
       if (o < 0) user_error("sizes must be non-negative, got ", o);
       if (i == 0 && o != 0) user_error("cannot resize an empty dimension to size ", o);
       g.out[d] = o;
-      g.scale[d] = i == 0 ? 1.0 : double(o) / double(i);
+      g.scale[d] = i == 0 ? 1.0 : double(float(o) / float(i));
       g.length_resized[d] = double(o);
     }
   }
@@ -148,18 +152,18 @@ Geometry compute_geometry(const ResizeAttrs& a, const Shape& x, const std::vecto
 }
 
 // x_original for output coordinate x along one axis (formulas from the ONNX spec).
-double source_coordinate(const ResizeAttrs& a, int64_t x, int64_t in_len, double scale, double len_resized,
-                         double roi_start, double roi_end) {
-  const double xr = double(x), lo = double(in_len);
+double source_coordinate(const ResizeAttrs& a, int64_t x, int64_t in_len, double scale_d, double len_resized_d,
+                         double roi_start_d, double roi_end_d) {
+  const float xr = float(x), lo = float(in_len), scale = float(scale_d), lr = float(len_resized_d);
+  const float rs = float(roi_start_d), re = float(roi_end_d);
   switch (a.coord) {
-    case CoordMode::HalfPixel: return (xr + 0.5) / scale - 0.5;
-    case CoordMode::PytorchHalfPixel: return len_resized > 1 ? (xr + 0.5) / scale - 0.5 : 0.0;
-    case CoordMode::AlignCorners: return len_resized == 1 ? 0.0 : xr * (lo - 1) / (len_resized - 1);
+    case CoordMode::HalfPixel: return (xr + 0.5f) / scale - 0.5f;
+    case CoordMode::PytorchHalfPixel: return lr > 1 ? (xr + 0.5f) / scale - 0.5f : 0.0f;
+    case CoordMode::AlignCorners: return lr == 1 ? 0.0f : xr * (lo - 1) / (lr - 1);
     case CoordMode::Asymmetric: return xr / scale;
-    case CoordMode::TfHalfPixelForNN: return (xr + 0.5) / scale;
+    case CoordMode::TfHalfPixelForNN: return (xr + 0.5f) / scale;
     case CoordMode::TfCropAndResize:
-      return len_resized > 1 ? roi_start * (lo - 1) + xr * (roi_end - roi_start) * (lo - 1) / (len_resized - 1)
-                             : 0.5 * (roi_start + roi_end) * (lo - 1);
+      return lr > 1 ? rs * (lo - 1) + (xr * (re - rs) * (lo - 1)) / (lr - 1) : float(0.5 * (rs + re) * (lo - 1));
   }
   return 0.0;
 }
