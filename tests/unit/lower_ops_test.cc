@@ -262,12 +262,59 @@ TEST(DecomposeResize, RunTimeSizesAndLengthOnlyScales) {
   for (const auto& [name, w] : want) EXPECT_EQ(testing::compare_tensors(run.outputs.at(name), w), "") << name;
 }
 
+// Scales computed at run time under the modes whose sampling positions depend on them: the taps
+// are computed by graph ops from the scale (every axis, since floor(4 * 1.2) = 4 moves samples
+// without changing the length). Checked against the reference with the run-time scales.
+TEST(DecomposeResize, RunTimeScales) {
+  struct Case {
+    std::string attrs;
+    std::vector<float> scales;
+  };
+  const std::vector<Case> cases = {
+      {"{mode=\"nearest\"}", {1, 1, 2, 0.6f}},
+      {"{mode=\"nearest\", coordinate_transformation_mode=\"asymmetric\", nearest_mode=\"ceil\"}", {1, 1, 2.5f, 0.5f}},
+      {"{mode=\"nearest\", coordinate_transformation_mode=\"tf_half_pixel_for_nn\", nearest_mode=\"round_prefer_ceil\"}", {1, 1, 2, 0.6f}},
+      {"{mode=\"nearest\", nearest_mode=\"floor\"}", {1, 1.2f, 2, 0.6f}},
+      {"{mode=\"linear\"}", {1, 1, 2, 0.6f}},
+      {"{mode=\"linear\", coordinate_transformation_mode=\"pytorch_half_pixel\"}", {1, 1.2f, 2.5f, 0.25f}},
+      {"{mode=\"cubic\"}", {1, 1, 2, 0.6f}},
+      {"{mode=\"cubic\", cubic_coeff_a=-0.5, exclude_outside=1}", {1, 1, 2, 0.6f}},
+      {"{mode=\"cubic\", coordinate_transformation_mode=\"asymmetric\"}", {1, 1, 2.5f, 0.5f}},
+  };
+  for (const Case& c : cases) {
+    const Shape in{1, 2, 3, 5};
+    Shape out;
+    for (size_t d = 0; d < 4; ++d) out.push_back(int64_t(std::floor(double(in[d]) * double(c.scales[d]))));
+    const std::string text = "graph main opset 17 (%x: f32" + shape_str(in) + ", %s: f32[4]) -> (%y) {\n  %y: f32" +
+                             shape_str(out) + " = Resize(%x, _, %s) " + c.attrs + "\n}\n";
+    SCOPED_TRACE(text);
+    auto original = parse_graph(text);
+    TensorMap inputs = testing::random_inputs(*original, 5, {}, false);
+    inputs["s"] = Tensor::from_vector<float>(c.scales, {4});
+    const TensorMap want = run_reference(*original, inputs);
+    auto g = parse_graph(text);
+    run_lowering(*g, PipelineOptions{});
+    EXPECT_FALSE(op_types(*g).count("Resize"));
+    const testing::LoweredRun run = testing::run_lowered(*g, partition(*g, {}), inputs);
+    EXPECT_EQ(run.refused, 0);
+    for (const auto& [r, k] : run.reasons) ADD_FAILURE() << r;
+    const Tensor& got = run.outputs.at("y");
+    const Tensor& w = want.at("y");
+    double mx = 0, diff = 0;
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      mx = std::max(mx, std::fabs(w.as_double(i)));
+      diff = std::max(diff, std::fabs(got.as_double(i) - w.as_double(i)));
+    }
+    EXPECT_LE(diff, 1e-5 * mx);
+  }
+}
+
 TEST(DecomposeResize, LeavesIntegerInterpolationAndRunTimeScales) {
   for (const std::string text :
        {"graph main opset 17 (%x: u8[1,1,2,2]) -> (%y) {\n  %s = constant i64[4] [1, 1, 4, 4]\n"
         "  %y: u8[1,1,4,4] = Resize(%x, _, _, %s) {mode=\"linear\"}\n}\n",
-        "graph main opset 17 (%x: f32[1,1,2,2], %s: f32[4]) -> (%y) {\n"
-        "  %y: f32[1,1,4,4] = Resize(%x, _, %s) {mode=\"nearest\"}\n}\n"}) {
+        "graph main opset 17 (%x: i32[1,1,2,2], %s: f32[4]) -> (%y) {\n"
+        "  %y: i32[1,1,4,4] = Resize(%x, _, %s) {mode=\"linear\"}\n}\n"}) {
     auto g = parse_graph(text);
     EXPECT_FALSE(create_pass("decompose_resize")->run(*g));
   }
