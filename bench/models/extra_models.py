@@ -100,6 +100,61 @@ class BertEncoder(nn.Module):
         return x
 
 
+class GptBlock(nn.Module):
+    """One GPT-2 decoder block (pre-norm): causal self-attention with a fused QKV projection split
+    into heads, a tanh-GELU MLP, residuals. Dropout omitted (eval)."""
+
+    def __init__(self, d, heads, seq):
+        super().__init__()
+        self.heads = heads
+        self.ln_1 = nn.LayerNorm(d)
+        self.c_attn = nn.Linear(d, 3 * d)
+        self.c_proj = nn.Linear(d, d)
+        self.ln_2 = nn.LayerNorm(d)
+        self.c_fc = nn.Linear(d, 4 * d)
+        self.mlp_proj = nn.Linear(4 * d, d)
+        self.register_buffer("bias", torch.tril(torch.ones(seq, seq)).view(1, 1, seq, seq))
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(d, dim=2)
+        hd = d // self.heads
+        q = q.view(b, s, self.heads, hd).transpose(1, 2)
+        k = k.view(b, s, self.heads, hd).transpose(1, 2)
+        v = v.view(b, s, self.heads, hd).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+        att = att.masked_fill(self.bias[:, :, :s, :s] == 0, float("-inf"))
+        att = torch.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, s, d)
+        x = x + self.c_proj(y)
+        return x + self.mlp_proj(gelu_tanh(self.c_fc(self.ln_2(x))))
+
+
+class Gpt(nn.Module):
+    """A small GPT-2 style decoder: 3 blocks, d 384, 6 heads, seq 128, final LayerNorm."""
+
+    def __init__(self, d=384, heads=6, layers=3, seq=128):
+        super().__init__()
+        self.blocks = nn.ModuleList([GptBlock(d, heads, seq) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(d)
+
+    def forward(self, x):
+        for blk in self.blocks:
+            x = blk(x)
+        return self.ln_f(x)
+
+
+def vit_small():
+    """A ViT-S/16 shape (d 384, 6 heads, MLP 1536) with 4 layers: the ViT pattern (patch conv,
+    class token, position embedding, pre-norm blocks, GELU MLP) at a quarter of the depth."""
+    m = tv.VisionTransformer(image_size=224, patch_size=16, num_layers=4, num_heads=6, hidden_dim=384,
+                             mlp_dim=1536)
+    # torchvision zero-initialises the classifier (fine-tuning practice): give it weights, so the
+    # output says something about the network.
+    nn.init.normal_(m.heads.head.weight, std=0.02)
+    return m
+
+
 IMG = (1, 3, 224, 224)
 tv = torchvision.models
 # name -> (seed, constructor, input shape, description), as in make_models.MODELS
@@ -117,6 +172,13 @@ EXTRA_MODELS = {
                   "torchvision googlenet, aux_logits=False, init_weights=True"),
     "bert": (208, BertEncoder, (1, 64, 256),
              "hand-written HF-BERT encoder: 2 layers, d 256, 4 heads, ff 1024, seq 64, tanh GELU, mask"),
+    "vit_s4": (209, vit_small, IMG, "torchvision VisionTransformer: ViT-S/16 widths, 4 layers"),
+    "convnext_tiny": (210, lambda: tv.convnext_tiny(weights=None), IMG, "torchvision convnext_tiny"),
+    "regnet_y_400mf": (211, lambda: tv.regnet_y_400mf(weights=None), IMG,
+                       "torchvision regnet_y_400mf (grouped convs, squeeze-excitation)"),
+    "gpt": (212, Gpt, (1, 128, 384), "hand-written GPT-2 decoder: 3 blocks, d 384, 6 heads, causal mask"),
+    "swin_t": (213, lambda: tv.swin_t(weights=None), IMG, "torchvision swin_t (shifted windows)"),
+    "mnasnet0_5": (214, lambda: tv.mnasnet0_5(weights=None), IMG, "torchvision mnasnet0_5"),
 }
 
 

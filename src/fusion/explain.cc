@@ -47,11 +47,16 @@ std::string explain_text(const Graph& g, const FusionPlan& plan, const ExplainEx
   int k = 0;
   for (const auto& grp : plan.groups) {
     if (!grp.counts_as_kernel()) continue;
-    os << "kernel " << ++k << ": " << grp.name << "  [" << group_kind_name(grp.kind) << "]\n";
+    os << "kernel " << ++k << ": " << grp.name << "  [" << group_kind_name(grp.kind) << "; "
+       << (grp.is_library() ? "LIBRARY KERNEL (slow path): " + grp.library_reason : "emitter " + grp.emitter) << "]\n";
     os << "  ops:    ";
     for (size_t i = 0; i < grp.nodes.size(); ++i) os << (i ? ", " : "") << grp.nodes[i]->op_type();
     os << "\n  nodes:  ";
     for (size_t i = 0; i < grp.nodes.size(); ++i) os << (i ? ", " : "") << grp.nodes[i]->name();
+    if (grp.placements.size() == grp.nodes.size() && grp.nodes.size() > 1) {
+      os << "\n  placed: ";
+      for (size_t i = 0; i < grp.nodes.size(); ++i) os << (i ? ", " : "") << grp.nodes[i]->op_type() << "@" << grp.placements[i];
+    }
     os << "\n  flops " << fmt(grp.cost.flops / 1e6, 2) << " M, read " << human_bytes(grp.cost.bytes_read)
        << ", write " << human_bytes(grp.cost.bytes_written) << ", est " << fmt(grp.cost.total_us(), 1) << " us ("
        << (grp.cost.compute_us > grp.cost.memory_us ? "compute" : "memory") << "-bound)\n";
@@ -63,7 +68,9 @@ std::string explain_text(const Graph& g, const FusionPlan& plan, const ExplainEx
   int views = 0;
   for (const auto& grp : plan.groups) views += grp.counts_as_kernel() ? 0 : 1;
   os << "\nkernels: " << plan.kernel_count() << " (" << g.num_nodes() << " ops; " << views
-     << " pure views count as none)\n";
+     << " pure views count as none); " << plan.library_kernel_count() << " library kernel(s)\n";
+  os << "fusion analysis: " << plan.analysis_calls << " questions to code generation, "
+     << plan.analysis_calls - plan.analysis_cache_hits << " lowered (" << fmt(plan.analysis_ms, 1) << " ms)\n";
   os << "intermediate bytes to DRAM: " << human_bytes(plan.intermediate_bytes_unfused) << " unfused -> "
      << human_bytes(plan.intermediate_bytes_fused) << " fused\n";
   os << "estimated time: " << fmt(plan.est_us_unfused) << " us unfused -> " << fmt(plan.est_us_fused) << " us fused\n";
@@ -77,6 +84,9 @@ std::string explain_json(const Graph& g, const FusionPlan& plan, const ExplainEx
   std::ostringstream os;
   os << "{\"target\": " << json_quote(plan.target.name) << ", \"kernel_count\": " << plan.kernel_count()
      << ", \"op_count\": " << g.num_nodes() << ", \"accepted_fusions\": " << plan.accepted_fusions
+     << ", \"library_kernel_count\": " << plan.library_kernel_count()
+     << ", \"analysis_calls\": " << plan.analysis_calls << ", \"analysis_lowered\": "
+     << plan.analysis_calls - plan.analysis_cache_hits << ", \"analysis_ms\": " << fmt(plan.analysis_ms, 3)
      << ", \"intermediate_bytes_unfused\": " << plan.intermediate_bytes_unfused
      << ", \"intermediate_bytes_fused\": " << plan.intermediate_bytes_fused
      << ", \"est_us_unfused\": " << fmt(plan.est_us_unfused, 3) << ", \"est_us_fused\": " << fmt(plan.est_us_fused, 3)
@@ -86,11 +96,15 @@ std::string explain_json(const Graph& g, const FusionPlan& plan, const ExplainEx
   for (const auto& grp : plan.groups) {
     if (!grp.counts_as_kernel()) continue;
     os << (first ? "\n  " : ",\n  ") << "{\"name\": " << json_quote(grp.name) << ", \"kind\": "
-       << json_quote(group_kind_name(grp.kind)) << ", \"ops\": [";
+       << json_quote(group_kind_name(grp.kind)) << ", \"emitter\": " << json_quote(grp.is_library() ? "library" : grp.emitter);
+    if (grp.is_library()) os << ", \"library_reason\": " << json_quote(grp.library_reason);
+    os << ", \"ops\": [";
     first = false;
     for (size_t i = 0; i < grp.nodes.size(); ++i) os << (i ? ", " : "") << json_quote(grp.nodes[i]->op_type());
     os << "], \"nodes\": [";
     for (size_t i = 0; i < grp.nodes.size(); ++i) os << (i ? ", " : "") << json_quote(grp.nodes[i]->name());
+    os << "], \"placements\": [";
+    for (size_t i = 0; i < grp.placements.size(); ++i) os << (i ? ", " : "") << json_quote(grp.placements[i]);
     os << "], \"flops\": " << fmt(grp.cost.flops, 0) << ", \"bytes_read\": " << grp.cost.bytes_read
        << ", \"bytes_written\": " << grp.cost.bytes_written << ", \"est_us\": " << fmt(grp.cost.total_us(), 3) << "}";
   }
@@ -132,7 +146,8 @@ std::string plan_structure(const FusionPlan& plan) {
   std::ostringstream os;
   for (const auto& grp : plan.groups) {
     os << (grp.counts_as_kernel() ? "kernel " : "view ") << grp.name;
-    if (grp.counts_as_kernel()) os << " [" << group_kind_name(grp.kind) << "]";
+    if (grp.counts_as_kernel())
+      os << " [" << group_kind_name(grp.kind) << "; " << (grp.is_library() ? "library" : grp.emitter) << "]";
     os << ":";
     for (size_t i = 0; i < grp.nodes.size(); ++i) os << (i ? ", " : " ") << grp.nodes[i]->name();
     os << "\n";

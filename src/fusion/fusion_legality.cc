@@ -4,39 +4,12 @@
 #include <set>
 
 #include "fusion/op_kind.h"
-#include "reference/kernel_util.h"
 
 namespace kiln {
 
 namespace {
 
 std::string node_label(const Node* n) { return n->op_type() + " '" + n->name() + "'"; }
-
-int64_t numel(const Value* v) { return shape_numel(v->shape()); }
-
-// Rows of a tensor normalised along its last axis: numel / last dim.
-int64_t rows(const Value* v) {
-  const Shape& s = v->shape();
-  return s.empty() || s.back() == 0 ? numel(v) : numel(v) / s.back();
-}
-
-// Reduced axes of a reduction node (sorted, normalised); its data input is input 0.
-std::vector<int64_t> reduced_axes(const Node* n) {
-  int64_t r = int64_t(n->input(0)->shape().size());
-  std::vector<int64_t> axes;
-  const std::string& op = n->op_type();
-  if (op == "GlobalAveragePool" || op == "GlobalMaxPool") {
-    for (int64_t a = 2; a < r; ++a) axes.push_back(a);
-  } else if (op == "ArgMax" || op == "ArgMin") {
-    axes.push_back(normalize_axis(n->attr_int("axis", 0), r));
-  } else if (n->input(1) && n->input(1)->is_constant() && n->input(1)->constant().numel() > 0) {
-    for (int64_t a : n->input(1)->constant().to_int64_vector()) axes.push_back(normalize_axis(a, r));
-  } else {
-    for (int64_t a = 0; a < r; ++a) axes.push_back(a);  // all axes (noop_with_empty_axes=0)
-  }
-  std::sort(axes.begin(), axes.end());
-  return axes;
-}
 
 bool windows_overlap(const Node* pool) {
   auto k = pool->attr_ints("kernel_shape");
@@ -74,191 +47,24 @@ class Within {
   const Members& m_;
 };
 
-FusionDecision check_reduction_group(const GroupGraph& gg, const Members& m, const std::vector<const Node*>& reds,
-                                     const Within& within) {
-  const Node* first = reds.front();
-  for (const Node* r : reds)
-    if (is_windowed_reduction(*r)) {
-      if (reds.size() > 1)
-        return FusionDecision::no(node_label(r) + " reduces sliding windows; it cannot share a loop nest with " +
-                                  node_label(reds[0] == r ? reds[1] : reds[0]));
-      for (int i : m) {
-        const Node* n = gg.nodes()[size_t(i)];
-        if (n == r) continue;
-        if (within.depends(r, n) && windows_overlap(r))
-          return FusionDecision::no(node_label(r) + " windows overlap (stride < kernel): fusing producer " +
-                                    node_label(n) + " would recompute it for every window");
-        if (within.depends(n, r) && numel(n->output(0)) != numel(r->output(0)))
-          return FusionDecision::no(node_label(n) + " iterates over " + shape_str(n->output(0)->shape()) +
-                                    ", not over the pool's output " + shape_str(r->output(0)->shape()));
-      }
-      return FusionDecision::yes();
-    }
-  // Row kernel: every reduction reduces the same axes of same-shaped inputs; every other member
-  // lives either on whole rows (the reductions' input domain) or on one value per row.
-  const Shape& in = first->input(0)->shape();
-  auto axes = reduced_axes(first);
-  int64_t full = shape_numel(in), row = 1;
-  for (int64_t a : axes) row *= in[size_t(a)];
-  int64_t outer = row ? full / row : 0;
-  for (const Node* r : reds)
-    if (r->input(0)->shape() != in || reduced_axes(r) != axes)
-      return FusionDecision::no(node_label(r) + " reduces " + shape_str(r->input(0)->shape()) +
-                                " over different axes than " + node_label(first) + " (" + shape_str(in) +
-                                "); reductions share a kernel only over the same rows");
-  for (int i : m) {
-    const Node* n = gg.nodes()[size_t(i)];
-    for (const Value* o : n->outputs()) {
-      int64_t k = numel(o);
-      if (k != full && k != outer)
-        return FusionDecision::no(node_label(n) + " produces " + shape_str(o->shape()) +
-                                  ", which is neither the reduced rows " + shape_str(in) + " nor one value per row");
-    }
-  }
-  return FusionDecision::yes();
-}
-
-FusionDecision check_contraction_group(const GroupGraph& gg, const Members& m,
-                                       const std::vector<const Node*>& contractions,
-                                       const std::vector<const Node*>& reds, const std::vector<const Value*>& outs,
-                                       const Within& within, const Target& t) {
-  const Node* a1 = contractions.front();
-  const Node* last = contractions.back();
-  std::vector<const Node*> dependents;
-  for (const Node* c : contractions)
-    for (const Node* d : contractions)
-      if (within.depends(c, d)) {
-        dependents.push_back(c);
-        break;
-      }
-  bool chained = !dependents.empty();
-  if (chained) {
-    for (const Node* d : dependents)
-      for (const Node* c : contractions)
-        if (within.depends(d, c) && (c->op_type() != "MatMul" || d->op_type() != "MatMul"))
-          return FusionDecision::no("only MatMul→MatMul chains (attention) fuse; " + node_label(c) + " → " +
-                                    node_label(d) + " is not one");
-  }
-  if (chained && contractions.size() > 2)
-    return FusionDecision::no("a kernel holds at most two chained contractions; this would hold " +
-                              std::to_string(contractions.size()));
-  if (!chained) {
-    // Siblings: one tile loop can feed several contractions only if they read the same input the
-    // same way and produce the same output domain (rows for MatMul, positions for Conv).
-    for (const Node* a2 : contractions) {
-      if (a2 == a1) continue;
-      if (a1->op_type() != a2->op_type() || a1->input(0) != a2->input(0))
-        return FusionDecision::no("independent contractions " + node_label(a1) + " and " + node_label(a2) +
-                                  " read different inputs; one kernel streams one input");
-      const Shape &o1 = a1->output(0)->shape(), &o2 = a2->output(0)->shape();
-      bool same_domain =
-          o1.size() == o2.size() && o1.size() >= 2 &&
-          (a1->op_type() == "Conv" ? (o1[0] == o2[0] && std::equal(o1.begin() + 2, o1.end(), o2.begin() + 2))
-                                   : std::equal(o1.begin(), o1.end() - 1, o2.begin()));
-      if (!same_domain)
-        return FusionDecision::no("sibling contractions " + node_label(a1) + " and " + node_label(a2) +
-                                  " produce different output domains " + shape_str(o1) + " and " + shape_str(o2));
-    }
-  }
-  if (chained) {
-    if (a1->op_type() != "MatMul" || last->op_type() != "MatMul")
-      return FusionDecision::no("only MatMul→MatMul chains (attention) fuse; " + node_label(a1) + " → " +
-                                node_label(last) + " is not one");
-    const Value* lhs = last->input(0);
-    if (!lhs->producer() || !(lhs->producer() == a1 || within.depends(lhs->producer(), a1)))
-      return FusionDecision::no(node_label(last) + " reads " + node_label(a1) +
-                                "'s result as its right operand; only the left operand can stream rows");
-    if (last->input(1)->producer() &&
-        (last->input(1)->producer() == a1 || within.depends(last->input(1)->producer(), a1)))
-      return FusionDecision::no(node_label(last) + "'s right operand depends on " + node_label(a1));
-    int64_t row = a1->output(0)->shape().back();
-    if (lhs->shape().back() != row)
-      return FusionDecision::no("the chained rows of " + node_label(a1) + " are not " + node_label(last) +
-                                "'s contraction axis");
-    // A tile keeps rows_per_tile rows in flight, or all of them when there are fewer (batch 1).
-    int64_t tile_rows = std::min<int64_t>(t.rows_per_tile, row ? numel(lhs) / row : 0);
-    int64_t row_bytes = row * int64_t(dtype_size(lhs->dtype())) * tile_rows;
-    if (row_bytes > t.onchip_budget_bytes())
-      return FusionDecision::no("the intermediate rows between " + node_label(a1) + " and " + node_label(last) +
-                                " (" + std::to_string(tile_rows) + " x " + std::to_string(row) + " elements, " +
-                                std::to_string(row_bytes) + " bytes) do not fit on chip; target " + t.name +
-                                " has " + std::to_string(t.onchip_budget_bytes()));
-    for (const Value* o : outs)
-      if (o->producer() && (o->producer() == a1 || within.depends(o->producer(), a1)) &&
-          !(o->producer() == last || within.depends(o->producer(), last)))
-        return FusionDecision::no("the intermediate '" + o->name() + "' between " + node_label(a1) + " and " +
-                                  node_label(last) + " is needed outside, so it would still be written");
-  }
-  // Row reductions: over trailing axes (the "row") of a contraction's output (epilogue: softmax,
-  // LayerNorm, a global pool after a conv) or over the last axis of a MatMul's left operand
-  // (prologue), with Target::rows_per_tile rows kept on chip.
+// Recomputation the cost model does not price: a producer fused into an overlapping-window pool
+// runs once per window that covers it, and a pool fused into a contraction's operand loads runs
+// once per output tile. The code generator could build either; it would just be slow.
+FusionDecision recompute_refusal(const GroupGraph& gg, const Members& m, const std::vector<const Node*>& contractions,
+                                 const std::vector<const Node*>& reds, const Within& within) {
   for (const Node* r : reds) {
-    if (is_windowed_reduction(*r)) {
-      bool after = false;
-      for (const Node* c : contractions) after = after || within.depends(r, c);
-      if (after)
-        return FusionDecision::no(node_label(r) + " reads overlapping windows of the contraction's output "
-                                  "(halo); tile-level fusion of pools is not implemented");
-      return FusionDecision::no(node_label(r) + " would have to be recomputed inside the contraction's operand "
-                                "loads, once per output tile; pools do not fuse as prologues");
+    if (!is_windowed_reduction(*r)) continue;
+    for (const Node* c : contractions)
+      if (within.depends(c, r))
+        return FusionDecision::no(node_label(r) + " would have to be recomputed inside the contraction's operand "
+                                  "loads, once per output tile; pools do not fuse as prologues");
+    if (!windows_overlap(r)) continue;
+    for (int i : m) {
+      const Node* n = gg.nodes()[size_t(i)];
+      if (n != r && within.depends(r, n))
+        return FusionDecision::no(node_label(r) + " windows overlap (stride < kernel): fusing producer " +
+                                  node_label(n) + " would recompute it for every window");
     }
-    const Value* in = r->input(0);
-    const Shape& is = in->shape();
-    int64_t rank = int64_t(is.size());
-    auto axes = reduced_axes(r);
-    bool trailing = !axes.empty() && axes.back() == rank - 1 && axes.front() == rank - int64_t(axes.size());
-    if (!trailing)
-      return FusionDecision::no(node_label(r) + " reduces leading or inner axes; only reductions over trailing "
-                                "axes (rows) fuse with a contraction");
-    int64_t row = 1;
-    for (int64_t a : axes) row *= is[size_t(a)];
-    auto same_row = [&](const Value* v) {
-      const Shape& vs = v->shape();
-      if (numel(v) != numel(in) || vs.size() < axes.size()) return false;
-      return std::equal(is.end() - int64_t(axes.size()), is.end(), vs.end() - int64_t(axes.size()));
-    };
-    bool fits_a_row = false;
-    for (const Node* c : contractions) {
-      if (same_row(c->output(0))) fits_a_row = true;
-      if (c->op_type() == "MatMul" && axes.size() == 1 && same_row(c->input(0))) fits_a_row = true;
-    }
-    if (!fits_a_row)
-      return FusionDecision::no(node_label(r) + " reduces rows of " + shape_str(is) +
-                                ", which are not the rows of a contraction in the kernel");
-    int64_t tile_rows = std::min<int64_t>(t.rows_per_tile, row ? numel(in) / row : 0);
-    int64_t row_bytes = row * int64_t(dtype_size(in->dtype())) * tile_rows;
-    if (row_bytes > t.onchip_budget_bytes())
-      return FusionDecision::no(node_label(r) + ": " + std::to_string(tile_rows) + " rows of " +
-                                std::to_string(row) + " elements need " +
-                                std::to_string(row_bytes) + " bytes on chip; target " + t.name + " has " +
-                                std::to_string(t.onchip_budget_bytes()));
-  }
-  // Epilogue members compute on the last contraction's output tile (or one value per row).
-  const Value* o = last->output(0);
-  for (int i : m) {
-    const Node* n = gg.nodes()[size_t(i)];
-    if (op_kind(*n) == OpKind::Contraction) continue;
-    bool downstream = within.depends(n, last) || (chained && within.depends(n, a1) && !within.depends(last, n));
-    bool upstream = false;
-    for (const Node* c : contractions) upstream = upstream || within.depends(c, n);
-    if (upstream) {
-      for (const Value* out : outs)
-        if (out->producer() == n)
-          return FusionDecision::no("prologue value '" + out->name() + "' of " + node_label(n) +
-                                    " is needed outside the kernel, and a contraction reads its operands tile by "
-                                    "tile, so it cannot be stored from there");
-      continue;
-    }
-    const Value* ref = downstream && chained && !within.depends(n, last) ? a1->output(0) : o;
-    int64_t k = numel(n->output(0));
-    bool per_row = k == rows(ref);
-    for (const Node* r : reds) per_row = per_row || k == numel(r->output(0));
-    if (downstream && k != numel(ref) && !per_row)
-      return FusionDecision::no(node_label(n) + " produces " + shape_str(n->output(0)->shape()) +
-                                ", not the contraction's output tile " + shape_str(ref->shape()));
-    if (!downstream && k > numel(o))
-      return FusionDecision::no(node_label(n) + " produces " + shape_str(n->output(0)->shape()) +
-                                ", larger than the kernel's output " + shape_str(o->shape()));
   }
   return FusionDecision::yes();
 }
@@ -318,33 +124,19 @@ int estimate_registers(const GroupGraph& gg, const Members& m, const std::vector
 
 }  // namespace
 
-FusionDecision check_loop_nest(const GroupGraph& gg, const Members& m, const std::vector<int>& replacing,
-                               const Target& t) {
+FusionDecision check_limits(const GroupGraph& gg, const Members& m, const std::vector<int>& replacing,
+                            const Target& t) {
   std::vector<const Node*> contractions, reds;
   for (int i : m) {
     const Node* n = gg.nodes()[size_t(i)];
     OpKind k = op_kind(*n);
-    if (k == OpKind::Opaque)
-      return FusionDecision::no(node_label(n) + " is opaque: kiln has no loop nest to fuse into, it runs as a "
-                                "library kernel");
     if (k == OpKind::Contraction) contractions.push_back(n);
     if (k == OpKind::Reduction) reds.push_back(n);
   }
   auto ins = gg.inputs_of(m);
   auto outs = gg.outputs_of(m, replacing);
   Within within(gg, m);
-  FusionDecision d = FusionDecision::yes();
-  if (!contractions.empty()) {
-    d = check_contraction_group(gg, m, contractions, reds, outs, within, t);
-  } else if (!reds.empty()) {
-    d = check_reduction_group(gg, m, reds, within);
-  } else {
-    for (const Value* o : outs)
-      if (numel(o) != numel(outs.front()))
-        return FusionDecision::no("outputs '" + outs.front()->name() + "' " + shape_str(outs.front()->shape()) +
-                                  " and '" + o->name() + "' " + shape_str(o->shape()) +
-                                  " differ in size; one elementwise loop cannot write both");
-  }
+  FusionDecision d = recompute_refusal(gg, m, contractions, reds, within);
   if (!d.ok()) return d;
   int regs = estimate_registers(gg, m, ins, contractions, within, t);
   if (regs > t.vector_registers)
@@ -364,7 +156,7 @@ FusionDecision can_fuse(const GroupGraph& gg, int p, int c, const Members& merge
     return FusionDecision::no("fusing would create a cycle: the kernel with " +
                               node_label(gg.nodes()[size_t(gg.members(via).front())]) +
                               " needs the producer's result and produces an input of the consumer");
-  return check_loop_nest(gg, merged, replacing, t);
+  return check_limits(gg, merged, replacing, t);
 }
 
 FusionDecision can_fuse_siblings(const GroupGraph& gg, int a, int b, const Members& merged, const Target& t) {
@@ -376,7 +168,7 @@ FusionDecision can_fuse_siblings(const GroupGraph& gg, int a, int b, const Membe
   if (ka != kb)
     return FusionDecision::no(std::string("siblings of different kinds (") + group_kind_name(ka) + ", " +
                               group_kind_name(kb) + ") cannot share one loop nest");
-  return check_loop_nest(gg, merged, {a, b}, t);
+  return check_limits(gg, merged, {a, b}, t);
 }
 
 }  // namespace kiln

@@ -1,6 +1,9 @@
-// Legality of a candidate fusion: can these nodes be one loop nest on this target? Pure checks, no
-// costs (profitability lives in partitioner.cc, the rewrite in GroupGraph::merge). Every refusal is
-// a FusionDecision with a reason `kiln explain` shows.
+// Legality of a candidate fusion, the cheap part: no cycle between groups, and the target's limits
+// hold (live vector registers, kernel arguments, recomputation the cost model does not price).
+// Whether the nodes can be one loop nest at all is not described here: the partitioner asks the
+// code generator itself (codegen_analysis.h), after these checks and the benefit estimate.
+// Pure checks, no costs (profitability lives in partitioner.cc, the rewrite in GroupGraph::merge).
+// Every refusal is a FusionDecision with a reason `kiln explain` shows.
 #pragma once
 #include <vector>
 
@@ -16,8 +19,8 @@ FusionDecision can_fuse(const GroupGraph& gg, int p, int c, const Members& merge
 // Two independent groups that read the same tensor (siblings), fused into one multi-output kernel.
 FusionDecision can_fuse_siblings(const GroupGraph& gg, int a, int b, const Members& merged, const Target& t);
 
-// The structural and resource checks shared by both: one loop nest, registers, kernel arguments.
-FusionDecision check_loop_nest(const GroupGraph& gg, const Members& merged, const std::vector<int>& replacing,
+// The resource checks shared by both: registers, kernel arguments, unpriced recomputation.
+FusionDecision check_limits(const GroupGraph& gg, const Members& merged, const std::vector<int>& replacing,
                                const Target& t);
 
 }  // namespace kiln

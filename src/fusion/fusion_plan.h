@@ -2,6 +2,7 @@
 // fusion that was considered and refused.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "fusion/op_kind.h"
 #include "fusion/target.h"
 #include "ir/graph.h"
+#include "loop/schedule.h"
 
 namespace kiln {
 
@@ -36,7 +38,14 @@ struct FusionGroup {
   std::vector<const Value*> inputs;   // tensors the kernel reads from memory (incl. weights)
   std::vector<const Value*> outputs;  // tensors it writes to memory
   CostEstimate cost;
+  // The one analysis's answer for this group (loop::analyze_group): the emitter that builds it, or,
+  // for an op with no loop spelling (TopK, ...), why it runs alone as a library kernel. A library
+  // kernel is always a single node: the partitioner never fuses anything with it.
+  std::string emitter;
+  std::vector<std::string> placements;  // per node: root, inline, tile, row (loop/lower_group.cc)
+  std::string library_reason;
   bool counts_as_kernel() const { return kind != GroupKind::View; }
+  bool is_library() const { return !library_reason.empty(); }
 };
 
 struct Rejection {
@@ -48,6 +57,10 @@ struct FusionOptions {
   Target target = Target::default_target();
   bool enabled = true;   // false: one kernel per primitive op (--no-fusion, the ablation baseline)
   int64_t fuel = -1;     // stop after this many accepted fusions (-1: unlimited; --fusion-fuel)
+  // The loop-nest parameters code generation will use; legality asks the lowering under exactly
+  // these (unset: loop::Schedule::for_target(target)). Executable::build passes its own.
+  std::optional<loop::Schedule> schedule;
+  loop::Schedule schedule_or_default() const { return schedule ? *schedule : loop::Schedule::for_target(target); }
 };
 
 struct FusionPlan {
@@ -59,7 +72,12 @@ struct FusionPlan {
   // kernel per op vs with this plan; and the cost model's time for both.
   int64_t intermediate_bytes_unfused = 0, intermediate_bytes_fused = 0;
   double est_us_unfused = 0, est_us_fused = 0;
+  // The one analysis: how often the partitioner asked it, how often the cache answered, and the
+  // time spent in it (for --time-passes and the 24-layer-encoder figure in docs/fusion.md).
+  int64_t analysis_calls = 0, analysis_cache_hits = 0;
+  double analysis_ms = 0;
   int kernel_count() const;
+  int library_kernel_count() const;
 };
 
 }  // namespace kiln

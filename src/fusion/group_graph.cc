@@ -91,6 +91,15 @@ GroupKind GroupGraph::kind_of(const Members& m) const {
   return all_views ? GroupKind::View : GroupKind::Elementwise;
 }
 
+FusionGroup GroupGraph::as_group(const Members& m, const std::vector<int>& replacing) const {
+  FusionGroup grp;
+  grp.kind = kind_of(m);
+  for (int i : m) grp.nodes.push_back(nodes_[size_t(i)]);
+  grp.inputs = inputs_of(m);
+  grp.outputs = outputs_of(m, replacing);
+  return grp;
+}
+
 // How many times a contraction reads each element of operand `slot` when its output is tiled the
 // way its micro-kernel will tile it (64 columns of a MatMul, 16 output channels of a Conv): a
 // prologue op folded into that operand runs this many times per element.

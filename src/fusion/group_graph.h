@@ -38,6 +38,9 @@ class GroupGraph {
   std::vector<const Value*> outputs_of(const Members& m, const std::vector<int>& replacing) const;
 
   GroupKind kind_of(const Members& m) const;
+  // The kernel `m` would be, replacing `replacing`: its kind, nodes, inputs and outputs (no name,
+  // no cost). What the one analysis is asked about and what the plan is built from.
+  FusionGroup as_group(const Members& m, const std::vector<int>& replacing) const;
   // Cost of `m` as one kernel (see cost notes in group_graph.cc).
   CostEstimate cost_of(const Members& m, const std::vector<int>& replacing, const Target& t) const;
 

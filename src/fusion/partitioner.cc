@@ -13,11 +13,19 @@
 //                  for elementwise producers with other consumers — by recomputing the producer in
 //                  the consumer), and every pair of independent groups reading the same tensor
 //                  (siblings)
-//     for each: legality (fusion_legality.cc: one loop nest, no cycle, registers, arguments),
-//               then benefit = est(separate) − est(fused), with est from the roofline cost model
+//     for each: cheap legality (fusion_legality.cc: no cycle, registers, arguments), then
+//               benefit = est(separate) − est(fused), with est from the roofline cost model, then,
+//               for a positive benefit only, the one analysis: the code generator is asked whether
+//               it can build the fused kernel (codegen_analysis.h → loop::analyze_group)
 //     take the candidate with the largest positive benefit (ties: earliest nodes first), apply it
 //   until no candidate has a positive benefit, or --fusion-fuel fusions were made
-//   finally: for every edge still crossing groups, record why (illegal, or not profitable)
+//   finally: for every edge still crossing groups, record why (illegal, or not profitable), and
+//            ask the analysis once more about every planned kernel exactly as it will be built:
+//            it records the emitter; a refusal there is a compiler bug (an internal error)
+//
+// Before the loop, every node is asked about alone: one the code generator cannot build (an op
+// with no loop spelling, e.g. TopK) is a *library kernel*, never fused with anything, and listed as
+// such by kiln explain and kiln run. Nothing else runs outside generated code.
 //
 //     a ──▶ b ──▶ c          a,b,c elementwise: {a,b,c} one kernel
 //     conv ──▶ add ──▶ relu   conv with epilogue: {conv,add,relu}
@@ -34,6 +42,7 @@
 #include <set>
 #include <tuple>
 
+#include "fusion/codegen_analysis.h"
 #include "fusion/fusion_legality.h"
 #include "fusion/group_graph.h"
 #include "fusion/op_kind.h"
@@ -57,6 +66,12 @@ int FusionPlan::kernel_count() const {
   return n;
 }
 
+int FusionPlan::library_kernel_count() const {
+  int n = 0;
+  for (const auto& g : groups) n += g.is_library() ? 1 : 0;
+  return n;
+}
+
 namespace {
 
 enum class Mode { Merge, Recompute, Siblings };
@@ -70,49 +85,86 @@ struct Candidate {
 
 double est(const GroupGraph& gg, int gid, const Target& t) { return gg.cost_of(gg.members(gid), {}, t).total_us(); }
 
-Candidate evaluate_edge(const GroupGraph& gg, int p, int c, const Target& t) {
-  Members merged = GroupGraph::unite(gg.members(p), gg.members(c));
-  double before = est(gg, p, t) + est(gg, c, t);
-  Candidate best{p, c, Mode::Merge, 0, FusionDecision::no("")};
-  FusionDecision d = can_fuse(gg, p, c, merged, {p, c}, t);
-  if (d.ok()) {
-    best.benefit = before - gg.cost_of(merged, {p, c}, t).total_us();
-    best.decision = d;
-  } else {
-    best.decision = d;
-  }
-  // Recompute an elementwise producer inside the consumer, keeping it for its other consumers.
-  GroupKind pk = gg.kind_of(gg.members(p));
-  if ((pk == GroupKind::Elementwise || pk == GroupKind::View) && gg.consumer_groups(p).size() > 1) {
-    FusionDecision r = can_fuse(gg, p, c, merged, {c}, t);
-    if (r.ok()) {
-      double after = est(gg, p, t) + gg.cost_of(merged, {c}, t).total_us();
-      double benefit = before - after;
-      if (!best.decision.ok() || benefit > best.benefit) best = {p, c, Mode::Recompute, benefit, r};
+// What every evaluation needs: the groups, the target, the one analysis, and the nodes that run as
+// library kernels (node index → why).
+struct Ctx {
+  const GroupGraph& gg;
+  const Target& t;
+  CodegenAnalysis& analysis;
+  const std::map<int, std::string>& library;
+};
+
+// A library node fuses with nothing: say so before anything else is computed.
+FusionDecision library_refusal(const Ctx& cx, const Members& m) {
+  for (int i : m)
+    if (auto it = cx.library.find(i); it != cx.library.end()) {
+      const Node* n = cx.gg.nodes()[size_t(i)];
+      return FusionDecision::no(n->op_type() + " '" + n->name() + "' has no generated code (" + it->second +
+                                "); it runs alone as a library kernel");
     }
-  }
+  return FusionDecision::yes();
+}
+
+// The cheap checks first, then the benefit; only a profitable candidate asks the analysis, which
+// builds the kernel (profitability does not depend on the answer, legality does).
+void finish(const Ctx& cx, Candidate& c, const Members& merged, const std::vector<int>& replacing) {
+  if (c.decision.ok() && c.benefit > 1e-9) c.decision = cx.analysis.decide(merged, replacing);
+}
+
+Candidate evaluate_edge(const Ctx& cx, int p, int c) {
+  const GroupGraph& gg = cx.gg;
+  const Target& t = cx.t;
+  Members merged = GroupGraph::unite(gg.members(p), gg.members(c));
+  Candidate best{p, c, Mode::Merge, 0, library_refusal(cx, merged)};
+  if (!best.decision.ok()) return best;
+  double before = est(gg, p, t) + est(gg, c, t);
+  GroupKind pk = gg.kind_of(gg.members(p));
   // A view costs nothing in either place, so the estimate sees no gain in moving it; but a view
   // left between two kernels hides their edge from each other. A tiny bonus (below any real
   // benefit) lets views ride along with a neighbour once the real fusions are done.
   constexpr double kViewBonusUs = 1e-3;
-  if (best.decision.ok() && (pk == GroupKind::View || gg.kind_of(gg.members(c)) == GroupKind::View))
-    best.benefit = std::max(best.benefit, kViewBonusUs);
+  const bool view = pk == GroupKind::View || gg.kind_of(gg.members(c)) == GroupKind::View;
+  best.decision = can_fuse(gg, p, c, merged, {p, c}, t);
+  if (best.decision.ok()) {
+    best.benefit = before - gg.cost_of(merged, {p, c}, t).total_us();
+    if (view) best.benefit = std::max(best.benefit, kViewBonusUs);
+    finish(cx, best, merged, {p, c});
+  }
+  // Recompute an elementwise producer inside the consumer, keeping it for its other consumers.
+  if ((pk == GroupKind::Elementwise || pk == GroupKind::View) && gg.consumer_groups(p).size() > 1) {
+    Candidate r{p, c, Mode::Recompute, 0, can_fuse(gg, p, c, merged, {c}, t)};
+    if (r.decision.ok()) {
+      r.benefit = before - (est(gg, p, t) + gg.cost_of(merged, {c}, t).total_us());
+      if (view) r.benefit = std::max(r.benefit, kViewBonusUs);
+      if (!best.decision.ok() || r.benefit > best.benefit) {
+        finish(cx, r, merged, {c});
+        if (r.decision.ok()) best = r;
+      }
+    }
+  }
   return best;
 }
 
-Candidate evaluate_siblings(const GroupGraph& gg, int a, int b, const Target& t) {
+Candidate evaluate_siblings(const Ctx& cx, int a, int b) {
+  const GroupGraph& gg = cx.gg;
   Members merged = GroupGraph::unite(gg.members(a), gg.members(b));
-  Candidate cand{a, b, Mode::Siblings, 0, can_fuse_siblings(gg, a, b, merged, t)};
-  if (cand.decision.ok()) cand.benefit = est(gg, a, t) + est(gg, b, t) - gg.cost_of(merged, {a, b}, t).total_us();
+  Candidate cand{a, b, Mode::Siblings, 0, library_refusal(cx, merged)};
+  if (!cand.decision.ok()) return cand;
+  cand.decision = can_fuse_siblings(gg, a, b, merged, cx.t);
+  if (cand.decision.ok()) {
+    cand.benefit = est(gg, a, cx.t) + est(gg, b, cx.t) - gg.cost_of(merged, {a, b}, cx.t).total_us();
+    finish(cx, cand, merged, {a, b});
+  }
   return cand;
 }
 
-std::vector<Candidate> candidates(const GroupGraph& gg, const Target& t) {
+std::vector<Candidate> candidates(const Ctx& cx) {
+  const GroupGraph& gg = cx.gg;
   std::vector<Candidate> r;
   std::map<const Value*, std::vector<int>> readers;
   for (int gid = 0; gid < gg.num_groups(); ++gid) {
     if (!gg.alive(gid)) continue;
-    for (int c : gg.consumer_groups(gid)) r.push_back(evaluate_edge(gg, gid, c, t));
+    for (int c : gg.consumer_groups(gid)) r.push_back(evaluate_edge(cx, gid, c));
     for (const Value* v : gg.inputs_of(gg.members(gid)))
       if (!v->is_constant()) readers[v].push_back(gid);
   }
@@ -130,7 +182,7 @@ std::vector<Candidate> candidates(const GroupGraph& gg, const Target& t) {
         // absorbed into their consumers as prologues, which a sibling group could no longer be.
         GroupKind k = gg.kind_of(gg.members(key.first));
         if (k != GroupKind::Contraction && k != GroupKind::Reduction) continue;
-        r.push_back(evaluate_siblings(gg, key.first, key.second, t));
+        r.push_back(evaluate_siblings(cx, key.first, key.second));
       }
   return r;
 }
@@ -152,7 +204,7 @@ std::vector<int> producer_groups(const GroupGraph& gg, int gid) {
 // re-evaluated before it is applied, so a stale entry can cost a retry but never an illegal fusion.
 class CandidateSet {
  public:
-  CandidateSet(const GroupGraph& gg, const Target& t) : gg_(gg), t_(t) {}
+  explicit CandidateSet(const Ctx& cx) : cx_(cx), gg_(cx.gg) {}
 
   void refresh(const std::set<int>& dirty) {
     for (auto it = cands_.begin(); it != cands_.end();) {
@@ -162,10 +214,10 @@ class CandidateSet {
     }
     for (int g : dirty) {
       if (!gg_.alive(g)) continue;
-      for (int c : gg_.consumer_groups(g)) put(evaluate_edge(gg_, g, c, t_));
+      for (int c : gg_.consumer_groups(g)) put(evaluate_edge(cx_, g, c));
       for (int p : producer_groups(gg_, g)) {
         auto cs = gg_.consumer_groups(p);
-        if (std::count(cs.begin(), cs.end(), g)) put(evaluate_edge(gg_, p, g, t_));
+        if (std::count(cs.begin(), cs.end(), g)) put(evaluate_edge(cx_, p, g));
       }
       add_siblings(g);
     }
@@ -195,13 +247,13 @@ class CandidateSet {
           auto ca = gg_.consumer_groups(a), cb = gg_.consumer_groups(b);
           if (std::count(ca.begin(), ca.end(), b) || std::count(cb.begin(), cb.end(), a)) continue;
           if (cands_.count({a, b, true})) continue;
-          put(evaluate_siblings(gg_, a, b, t_));
+          put(evaluate_siblings(cx_, a, b));
         }
     }
   }
 
+  const Ctx& cx_;
   const GroupGraph& gg_;
-  const Target& t_;
   std::map<std::tuple<int, int, bool>, Candidate> cands_;
 };
 
@@ -265,28 +317,51 @@ int64_t intermediate_bytes(const Graph& g, const std::vector<FusionGroup>& group
   return b;
 }
 
-FusionPlan build_plan(const GroupGraph& gg, const Target& t) {
+// The plan: alive groups in execution order, each asked of the analysis exactly as it will be
+// built (its emitter is recorded; a library node keeps its reason).
+FusionPlan build_plan(const Ctx& cx) {
+  const GroupGraph& gg = cx.gg;
   FusionPlan plan;
-  plan.target = t;
+  plan.target = cx.t;
   std::map<const Value*, bool> written;
   for (int gid : execution_order(gg)) {
-    FusionGroup grp;
     const Members& m = gg.members(gid);
-    grp.kind = gg.kind_of(m);
-    for (int i : m) grp.nodes.push_back(gg.nodes()[size_t(i)]);
-    grp.inputs = gg.inputs_of(m);
+    FusionGroup grp = gg.as_group(m, {});
     // A value computed by several groups is written by the first of them.
-    for (const Value* v : gg.outputs_of(m, {}))
+    std::vector<const Value*> outs;
+    for (const Value* v : grp.outputs)
       if (!written[v]) {
-        grp.outputs.push_back(v);
+        outs.push_back(v);
         written[v] = true;
       }
-    grp.cost = gg.cost_of(m, {}, t);
-    grp.name = grp.kind == GroupKind::View ? group_name(gg, m, int(plan.groups.size()))
-                                           : group_name(gg, m, int(plan.groups.size()));
+    grp.outputs = std::move(outs);
+    grp.cost = gg.cost_of(m, {}, cx.t);
+    grp.name = group_name(gg, m, int(plan.groups.size()));
+    if (grp.counts_as_kernel()) {
+      if (m.size() == 1 && cx.library.count(m[0])) {
+        grp.library_reason = cx.library.at(m[0]);
+      } else {
+        const loop::KernelAnalysis& a = cx.analysis.analyze(grp, m);
+        KILN_CHECK(a.ok, "the fusion plan holds kernel ", grp.name, ", which code generation refuses: ", a.reason);
+        grp.emitter = a.emitter;
+        grp.placements = a.placements;
+      }
+    }
     plan.groups.push_back(std::move(grp));
   }
   return plan;
+}
+
+// Nodes the code generator cannot build even alone (node index → the lowering's reason). Views
+// are not asked: a view that stays alone copies its input.
+std::map<int, std::string> library_nodes(const GroupGraph& gg, CodegenAnalysis& analysis) {
+  std::map<int, std::string> r;
+  for (int i = 0; i < gg.num_groups(); ++i) {
+    if (gg.kind_of({i}) == GroupKind::View) continue;
+    const loop::KernelAnalysis& a = analysis.analyze({i}, {});
+    if (!a.ok) r[i] = a.reason;
+  }
+  return r;
 }
 
 std::string first_name(const Node* n) { return n->name(); }
@@ -295,12 +370,15 @@ std::string first_name(const Node* n) { return n->name(); }
 
 FusionPlan partition(const Graph& g, const FusionOptions& opts) {
   const Target& t = opts.target;
-  GroupGraph unfused(g);
-  FusionPlan baseline = build_plan(unfused, t);
   GroupGraph gg(g);
+  CodegenAnalysis analysis(gg, opts.schedule_or_default());
+  const std::map<int, std::string> library = library_nodes(gg, analysis);
+  Ctx cx{gg, t, analysis, library};
+  // The unfused plan (for the before/after figures) is the state before any fusion.
+  FusionPlan baseline = build_plan(cx);
   int64_t accepted = 0;
   bool fuel_out = false;
-  CandidateSet cands(gg, t);
+  CandidateSet cands(cx);
   if (opts.enabled) {
     std::set<int> all;
     for (int gid = 0; gid < gg.num_groups(); ++gid) all.insert(gid);
@@ -314,8 +392,8 @@ FusionPlan partition(const Graph& g, const FusionOptions& opts) {
     const Candidate* best = cands.best();
     if (!best) break;
     Candidate chosen = *best;
-    Candidate fresh = chosen.mode == Mode::Siblings ? evaluate_siblings(gg, chosen.a, chosen.b, t)
-                                                     : evaluate_edge(gg, chosen.a, chosen.b, t);
+    Candidate fresh = chosen.mode == Mode::Siblings ? evaluate_siblings(cx, chosen.a, chosen.b)
+                                                     : evaluate_edge(cx, chosen.a, chosen.b);
     if (!fresh.decision.ok() || fresh.mode != chosen.mode || std::abs(fresh.benefit - chosen.benefit) > 1e-9) {
       cands.put(fresh);  // stale: correct it and choose again
       continue;
@@ -332,7 +410,7 @@ FusionPlan partition(const Graph& g, const FusionOptions& opts) {
     cands.refresh(dirty);
   }
 
-  FusionPlan plan = build_plan(gg, t);
+  FusionPlan plan = opts.enabled ? build_plan(cx) : baseline;
   plan.accepted_fusions = accepted;
   plan.intermediate_bytes_unfused = intermediate_bytes(g, baseline.groups);
   plan.intermediate_bytes_fused = intermediate_bytes(g, plan.groups);
@@ -342,7 +420,7 @@ FusionPlan partition(const Graph& g, const FusionOptions& opts) {
   // Why each remaining producer→consumer edge was not fused.
   if (opts.enabled) {
     std::set<std::pair<const Node*, const Node*>> reported;
-    for (const auto& c : candidates(gg, t)) {
+    for (const auto& c : candidates(cx)) {
       if (c.mode == Mode::Siblings) {
         // Horizontal fusions considered and refused are reported by the groups' first nodes.
         if (c.decision.ok() && !fuel_out) continue;
@@ -377,6 +455,9 @@ FusionPlan partition(const Graph& g, const FusionOptions& opts) {
       }
     }
   }
+  plan.analysis_calls = analysis.calls();
+  plan.analysis_cache_hits = analysis.hits();
+  plan.analysis_ms = analysis.ms();
   return plan;
 }
 

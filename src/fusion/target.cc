@@ -25,7 +25,6 @@ std::optional<Target> Target::by_name(const std::string& name) {
     t.l1_bytes = 192 * 1024;
     t.l2_bytes = 40 * 1024 * 1024;
     t.shared_memory_bytes = 48 * 1024;
-    t.rows_per_tile = 16;
     t.max_kernel_args = 256;  // 4 KiB of kernel parameters, 16 bytes per buffer
     t.threads = 108 * 2048;
     t.peak_gflops = 19500.0;

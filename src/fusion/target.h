@@ -32,15 +32,9 @@ struct Target {
   double dram_gbps = 20.0;
   double launch_overhead_us = 2.0;  // per kernel: thread-pool dispatch and barrier on a CPU
 
-  // GPUs: shared memory per thread block (0 on CPUs, where rows live in L2).
+  // GPUs: shared memory per thread block (0 on CPUs, where rows live in L2). On-chip budgets of
+  // fused kernels (the rows of a chain) come from it through loop::Schedule::for_target.
   int64_t shared_memory_bytes = 0;
-  // Rows of a row-kernel (softmax, LayerNorm, attention) one kernel instance keeps in flight.
-  int rows_per_tile = 64;
-
-  // Bytes of intermediate rows a fused kernel may keep on chip (rule 6: attention rows, row
-  // reductions after a contraction): shared memory on a GPU; on a CPU half of L2, leaving room
-  // for operand tiles.
-  int64_t onchip_budget_bytes() const { return shared_memory_bytes > 0 ? shared_memory_bytes : l2_bytes / 2; }
 
   static Target default_target();  // "x86-avx512"
   // "x86-avx512", "x86-avx2", "cuda-sm80"; nullopt for unknown names.

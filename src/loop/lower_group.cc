@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <set>
 #include <unordered_set>
 
 #include "fusion/op_kind.h"
@@ -396,12 +397,85 @@ LoopKernel Lowerer::lower(const std::string& name) {
 
 }  // namespace detail
 
-LoweredGroup lower_group(const FusionGroup& grp, const std::string& name, const Schedule& sched) {
+namespace {
+
+// Does contraction `a` (transitively, through members of grp) read contraction `b`'s result?
+bool depends_within(const FusionGroup& grp, const Node* a, const Node* b) {
+  std::vector<const Node*> stack{a};
+  std::set<const Node*> seen;
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n).second) continue;
+    for (const Value* v : n->inputs()) {
+      const Node* p = v ? v->producer() : nullptr;
+      if (!p || std::find(grp.nodes.begin(), grp.nodes.end(), p) == grp.nodes.end()) continue;
+      if (p == b) return true;
+      stack.push_back(p);
+    }
+  }
+  return false;
+}
+
+// The emitter a group goes to, and where each member is computed (Halide's compute_at), named for
+// kiln explain. Emitters:
+//   elementwise   one nest over the outputs' domain; producers inlined into the loads
+//   rows          row kernel: reductions over the same rows with their prologue and epilogue
+//   pool          windowed reduction (MaxPool/AveragePool) with its prologue and epilogue
+//   contraction   one MatMul/Conv through the micro-kernel, prologue in the operand loads,
+//                 epilogue (and row passes: softmax, LayerNorm, global pools) from the tile
+//   siblings      independent contractions sharing one input, one tile loop
+//   chain         MatMul → row-local ops → MatMul as a row pipeline (attention, MLP)
+// Placements: "root" (the op the nest is built around: a contraction, a reduction, a stored
+// elementwise value), "inline" (recomputed inside a later member's loads: prologues, remaps),
+// "tile" (applied to a contraction's output tile before the store), "row" (per row, after the
+// row's reductions).
+void describe(const FusionGroup& grp, LoweredGroup& r) {
+  std::vector<const Node*> anchors;
+  bool contraction = grp.kind == GroupKind::Contraction;
+  for (const Node* n : grp.nodes) {
+    OpKind k = op_kind(*n);
+    if (contraction ? k == OpKind::Contraction : k == OpKind::Reduction) anchors.push_back(n);
+  }
+  bool windowed = false, chained = false;
+  for (const Node* n : grp.nodes) windowed = windowed || is_windowed_reduction(*n);
+  for (const Node* a : anchors)
+    for (const Node* b : anchors) chained = chained || (a != b && depends_within(grp, a, b));
+  if (grp.kind == GroupKind::Reduction) r.emitter = windowed ? "pool" : "rows";
+  else if (contraction) r.emitter = anchors.size() == 1 ? "contraction" : chained ? "chain" : "siblings";
+  else r.emitter = "elementwise";
+
+  r.placements.clear();
+  for (const Node* n : grp.nodes) {
+    std::string where;
+    if (grp.kind != GroupKind::Contraction && grp.kind != GroupKind::Reduction) {
+      bool stored = false;
+      for (const Value* o : n->outputs()) stored = stored || std::count(grp.outputs.begin(), grp.outputs.end(), o);
+      where = stored ? "root" : "inline";
+    } else if (std::count(anchors.begin(), anchors.end(), n)) {
+      where = "root";
+    } else {
+      // After a row reduction with no contraction in between (a chain's second MatMul starts a
+      // new tile: its epilogue is "tile" again).
+      bool upstream = false, after_reduction = op_kind(*n) == OpKind::Reduction;
+      for (const Node* a : anchors) upstream = upstream || depends_within(grp, a, n);
+      for (const Node* m : grp.nodes) {
+        if (op_kind(*m) != OpKind::Reduction || !depends_within(grp, n, m)) continue;
+        bool restarted = false;
+        for (const Node* a : anchors)
+          restarted = restarted || (contraction && depends_within(grp, n, a) && depends_within(grp, a, m));
+        after_reduction = after_reduction || !restarted;
+      }
+      if (upstream && !(contraction && after_reduction)) where = "inline";
+      else if (contraction) where = after_reduction ? "row" : "tile";
+      else where = "row";
+    }
+    r.placements.push_back(where);
+  }
+}
+
+LoweredGroup lower_elementwise_group(const FusionGroup& grp, const std::string& kname) {
   LoweredGroup r;
-  if (grp.kind == GroupKind::Reduction) return detail::lower_reduction_group(grp, sanitize_identifier(name), true, sched);
-  if (grp.kind == GroupKind::Contraction)
-    return detail::contraction_count(grp) > 1 ? detail::lower_multi_contraction_group(grp, sanitize_identifier(name), sched)
-                                              : detail::lower_contraction_group(grp, sanitize_identifier(name), sched);
   if (grp.kind != GroupKind::Elementwise && grp.kind != GroupKind::View) {
     r.reason = "opaque ops run as library kernels";
     return r;
@@ -413,7 +487,16 @@ LoweredGroup lower_group(const FusionGroup& grp, const std::string& name, const 
       return r;
     }
   }
-  const std::string kname = sanitize_identifier(name);
+  // One kernel is one loop nest. Outputs of different sizes would need a nest each, recomputing
+  // what they share; only a single node that writes several sizes (Split) gets one nest per size.
+  if (grp.nodes.size() > 1)
+    for (const Value* o : grp.outputs)
+      if (shape_numel(o->shape()) != shape_numel(grp.outputs.front()->shape())) {
+        r.reason = cat("outputs '", grp.outputs.front()->name(), "' ", shape_str(grp.outputs.front()->shape()),
+                       " and '", o->name(), "' ", shape_str(o->shape()),
+                       " differ in size; one elementwise loop cannot write both");
+        return r;
+      }
   try {
     // A single flat loop first; if some access needed a multi-dimensional index, one loop per
     // output dimension instead (so broadcasts and remaps index with loop variables, not div/mod).
@@ -432,6 +515,31 @@ LoweredGroup lower_group(const FusionGroup& grp, const std::string& name, const 
     r.reason = e.what();
   }
   return r;
+}
+
+}  // namespace
+
+LoweredGroup lower_group(const FusionGroup& grp, const std::string& name, const Schedule& sched) {
+  const std::string kname = sanitize_identifier(name);
+  LoweredGroup r;
+  if (grp.kind == GroupKind::Reduction) r = detail::lower_reduction_group(grp, kname, true, sched);
+  else if (grp.kind == GroupKind::Contraction)
+    r = detail::contraction_count(grp) > 1 ? detail::lower_multi_contraction_group(grp, kname, sched)
+                                           : detail::lower_contraction_group(grp, kname, sched);
+  else r = lower_elementwise_group(grp, kname);
+  if (r.kernel) describe(grp, r);
+  return r;
+}
+
+KernelAnalysis analyze_group(const FusionGroup& grp, const Schedule& sched) {
+  LoweredGroup lg = lower_group(grp, "analysis", sched);
+  KernelAnalysis a;
+  a.ok = lg.kernel.has_value();
+  a.reason = lg.reason;
+  a.emitter = lg.emitter;
+  a.placements = lg.placements;
+  if (!a.ok && a.reason.empty()) a.reason = "the lowering gave no reason";  // never an empty "no"
+  return a;
 }
 
 }  // namespace kiln::loop

@@ -1,10 +1,18 @@
 // Lowering of one fusion group to one loop nest (loop fusion): the consumer's loop absorbs its
-// producers' computations. Covered so far: elementwise/broadcast/injective groups (including
-// views). Groups with reductions, contractions or opaque ops are not lowered yet: the runtime runs
-// them with library kernels (the reference kernels) and `kiln explain` / `--check` say so.
+// producers' computations. Four emitters build the nests: elementwise/injective groups
+// (lower_group.cc), row kernels and pools (lower_reduction.cc, lower_pool.cc), one contraction with
+// its prologue, epilogue and row passes (lower_contraction*.cc), and several contractions
+// (siblings and chains, lower_contraction_siblings.cc / lower_contraction_chain.cc).
+//
+// The same entry point is the fusion partitioner's legality (analyze_group): whether a set of ops
+// may be one kernel is answered by the code that would build it, run in check-only mode, so fusion
+// and code generation cannot disagree (XLA's CanFuse asks the emitter's fusion analysis; TVM's
+// CanComputeInline is the inline transform run with check_only). A group the analysis refuses is
+// never planned; a planned group whose lowering fails later is a compiler bug.
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "fusion/fusion_plan.h"
 #include "loop/loop_ir.h"
@@ -15,7 +23,21 @@ namespace kiln::loop {
 struct LoweredGroup {
   std::optional<LoopKernel> kernel;  // set when the group could be lowered
   std::string reason;                // why not, otherwise (one line, for explain/--check)
+  std::string emitter;               // which emitter built it (see emitter names in lower_group.cc)
+  std::vector<std::string> placements;  // per grp.nodes: root, inline, tile or row (lower_group.cc)
 };
+
+// The one analysis: can `grp` be one generated kernel under `sched`, and which emitter builds it?
+// It is lower_group run for its answer (the kernel is built and dropped), so the answer is exactly
+// what code generation will do. Pure: depends only on the group's nodes, inputs, outputs and the
+// schedule, never on the group's name.
+struct KernelAnalysis {
+  bool ok = false;
+  std::string reason;   // why not (when !ok): the FusionDecision text kiln explain shows
+  std::string emitter;  // when ok
+  std::vector<std::string> placements;
+};
+KernelAnalysis analyze_group(const FusionGroup& grp, const Schedule& sched);
 
 // Lowers `grp` (from a FusionPlan of `g`) to a kernel named `name` (a sanitised C identifier).
 // Kernel inputs are grp.inputs in order, outputs grp.outputs in order; constants are inputs too.

@@ -19,14 +19,17 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
                                               const std::function<void(const std::string&)>& progress) {
   auto ex = std::unique_ptr<Executable>(new Executable());
   ex->graph_ = std::move(g);
-  ex->plan_ = partition(*ex->graph_, opts.fusion);
+  const loop::Schedule sched = opts.schedule ? *opts.schedule : loop::Schedule::for_target(opts.fusion.target);
+  // The partitioner asks the lowering under the schedule the kernels will be built with.
+  FusionOptions fusion = opts.fusion;
+  fusion.schedule = sched;
+  ex->plan_ = partition(*ex->graph_, fusion);
   // The kernel order decides which tensors are live together: pick one that frees memory early.
   order_for_memory(*ex->graph_, ex->plan_);
   ex->memory_ = plan_memory(*ex->graph_, ex->plan_);
   ex->arena_.assign(size_t(ex->memory_.arena_bytes), 0);
   ex->threads_ = opts.threads > 0 ? opts.threads : int(std::max(1u, std::thread::hardware_concurrency()));
 
-  const loop::Schedule sched = opts.schedule ? *opts.schedule : loop::Schedule::for_target(opts.fusion.target);
   std::vector<loop::LoopKernel> kernels;
   for (size_t i = 0; i < ex->plan_.groups.size(); ++i) {
     const FusionGroup& grp = ex->plan_.groups[i];
@@ -36,17 +39,18 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
     info.name = loop::sanitize_identifier(grp.name);
     if (!grp.counts_as_kernel()) {
       info.reason = "view: copies its input";
+    } else if (grp.is_library()) {
+      info.reason = "library kernel: " + grp.library_reason;
     } else if (!opts.generate_code) {
       info.reason = "code generation disabled";
     } else {
+      // The partitioner's analysis accepted this group under `sched`: its lowering cannot refuse.
       loop::LoweredGroup lg = loop::lower_group(grp, info.name, sched);
-      if (lg.kernel) {
-        if (sched.default_transforms) loop::apply_default_schedule(*lg.kernel, sched);
-        info.generated = true;
-        kernels.push_back(std::move(*lg.kernel));
-      } else {
-        info.reason = lg.reason;
-      }
+      KILN_CHECK(lg.kernel, "kernel ", info.name, " was planned as generated code, but its lowering refuses: ",
+                 lg.reason);
+      if (sched.default_transforms) loop::apply_default_schedule(*lg.kernel, sched);
+      info.generated = true;
+      kernels.push_back(std::move(*lg.kernel));
     }
     ex->kernels_.push_back(std::move(info));
   }

@@ -68,6 +68,12 @@ def main():
             sys.stdout.write(proc.stderr)
             return fail(name, f"kiln run exited with status {proc.returncode}: {' '.join(cmd)}")
 
+        # A slow path is never silent: kiln names library kernels on stderr, and none of these
+        # models may have one (every op they use has a loop spelling).
+        if args.mode == "check" and "run as library kernels" in proc.stderr:
+            line = next(l for l in proc.stderr.splitlines() if "run as library kernels" in l)
+            return fail(name, f"library kernels in the compiled model: {line}")
+
         got_path = os.path.join(out_dir, output_name + ".npy")
         if not os.path.exists(got_path):
             return fail(name, f"kiln wrote no {output_name}.npy (found: {sorted(os.listdir(out_dir))})")

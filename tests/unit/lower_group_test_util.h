@@ -189,6 +189,25 @@ inline TensorMap random_inputs(const Graph& g, unsigned seed = 3, const TensorMa
 }
 
 // Partitions g, runs it lowered and unfused, and checks every output. Returns the run.
+// Every node of `g` as one group (what the partitioner would refuse to form when the lowering
+// refuses it): reads the graph inputs and the constants, writes the graph outputs.
+inline FusionGroup whole_group(const Graph& g) {
+  FusionGroup grp;
+  grp.kind = GroupKind::Elementwise;
+  for (Value* v : g.inputs()) grp.inputs.push_back(v);
+  for (Node* n : g.nodes()) {
+    grp.nodes.push_back(n);
+    OpKind k = op_kind(*n);
+    if (k == OpKind::Contraction) grp.kind = GroupKind::Contraction;
+    else if (k == OpKind::Reduction && grp.kind != GroupKind::Contraction) grp.kind = GroupKind::Reduction;
+    for (Value* v : n->inputs())
+      if (v && v->is_constant() && std::find(grp.inputs.begin(), grp.inputs.end(), v) == grp.inputs.end())
+        grp.inputs.push_back(v);
+  }
+  for (Value* v : g.outputs()) grp.outputs.push_back(v);
+  return grp;
+}
+
 inline LoweredRun check_lowered(const Graph& g, const TensorMap& inputs, const FusionOptions& o = {}) {
   FusionPlan plan = partition(g, o);
   TensorMap want = run_reference(g, inputs);

@@ -50,7 +50,10 @@ FusionOptions fusion_options(const Args& a);
 
 // Builds the (lowered) graph into an Executable and runs it; with `check`, also runs the
 // reference executor and reports per-kernel differences (UserError beyond the tolerance).
-TensorMap run_compiled(std::unique_ptr<Graph> g, const Args& a, const TensorMap& inputs, bool check);
+// `library` (optional) receives the op types of the kernels that ran as library kernels; when
+// given, no warning line is printed (the caller reports them).
+TensorMap run_compiled(std::unique_ptr<Graph> g, const Args& a, const TensorMap& inputs, bool check,
+                       std::vector<std::string>* library = nullptr);
 
 // The options every model-loading command accepts.
 extern const std::vector<std::string> kModelValuedOptions;
@@ -84,5 +87,8 @@ class Progress {
 
 // Executable options from --threads/--no-cache and the fusion options.
 runtime::BuildOptions build_options(const Args& a);
+// One stderr line naming the kernels that run outside generated code (library kernels), if any:
+// a slow path is never silent.
+void warn_library_kernels(const runtime::Executable& ex);
 
 }  // namespace kiln::cli

@@ -226,6 +226,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   Progress progress;
   auto fused = runtime::Executable::build(g->clone(), bo, progress.callback());
   progress.done();
+  warn_library_kernels(*fused);
 
   if (!a.has("compare")) {
     const bool per_kernel = a.has("kernels");

@@ -1,6 +1,7 @@
-// kiln run --compiled / --check: builds the model into an Executable (generated kernels, library
-// kernels where code generation does not reach yet) and runs it; --check also runs the reference
-// executor and reports, per kernel, the largest difference relative to the tensor's magnitude.
+// kiln run --compiled / --check: builds the model into an Executable (generated kernels; library
+// kernels only for ops with no loop spelling, always reported) and runs it; --check also runs the
+// reference executor and reports, per kernel, the largest difference relative to the tensor's
+// magnitude.
 #include <unistd.h>
 
 #include <cmath>
@@ -34,6 +35,21 @@ double relative_difference(const Tensor& ref, const void* data) {
 
 }  // namespace
 
+void warn_library_kernels(const runtime::Executable& ex) {
+  std::vector<std::string> lib;
+  for (const auto& info : ex.kernels())
+    if (ex.plan().groups[info.group].is_library()) {
+      const Node* n = ex.plan().groups[info.group].nodes.front();
+      lib.push_back(n->op_type() + " '" + n->name() + "'");
+    }
+  if (lib.empty()) return;
+  std::string list;
+  for (size_t i = 0; i < lib.size() && i < 5; ++i) list += (i ? ", " : "") + lib[i];
+  if (lib.size() > 5) list += cat(" and ", lib.size() - 5, " more");
+  std::cerr << "kiln: warning: " << lib.size() << " kernel(s) run as library kernels outside generated code (slow path; "
+            << "kiln explain says why): " << list << "\n";
+}
+
 runtime::BuildOptions build_options(const Args& a) {
   runtime::BuildOptions o;
   o.fusion = fusion_options(a);
@@ -50,11 +66,18 @@ runtime::BuildOptions build_options(const Args& a) {
   return o;
 }
 
-TensorMap run_compiled(std::unique_ptr<Graph> g, const Args& a, const TensorMap& inputs, bool check) {
+TensorMap run_compiled(std::unique_ptr<Graph> g, const Args& a, const TensorMap& inputs, bool check,
+                       std::vector<std::string>* library) {
   Progress progress;
   std::unique_ptr<Graph> ref_graph = check ? g->clone() : nullptr;
   auto ex = runtime::Executable::build(std::move(g), build_options(a), progress.callback());
   progress.done();
+  if (library) {
+    for (const auto& grp : ex->plan().groups)
+      if (grp.is_library()) library->push_back(grp.nodes.front()->op_type());
+  } else {
+    warn_library_kernels(*ex);
+  }
   if (!check) return ex->run(inputs);
 
   // Reference values of every tensor, keyed by name (the compiled graph is a clone).
@@ -67,10 +90,11 @@ TensorMap run_compiled(std::unique_ptr<Graph> g, const Args& a, const TensorMap&
   });
   // The numerics contract for float32: relative error ≤ 1e-4 of the tensor's max magnitude.
   constexpr double kTolerance = 1e-4;
-  int bad = 0, generated = 0;
+  int bad = 0, generated = 0, kernels = 0;
   for (size_t k = 0; k < ex->kernels().size(); ++k) {
     const auto& info = ex->kernels()[k];
     if (!ex->plan().groups[info.group].counts_as_kernel()) continue;
+    ++kernels;
     generated += info.generated;
     bool ok = worst[k] <= kTolerance;
     bad += !ok;
@@ -79,7 +103,7 @@ TensorMap run_compiled(std::unique_ptr<Graph> g, const Args& a, const TensorMap&
     std::cerr << (ok ? "  ok   " : "  FAIL ") << info.name << " [" << (info.generated ? "generated" : "library")
               << "]: max rel diff " << buf << (info.generated ? "" : " (" + info.reason + ")") << "\n";
   }
-  std::cerr << "check: " << ex->kernels().size() << " kernels (" << generated << " generated), " << bad
+  std::cerr << "check: " << kernels << " kernels (" << generated << " generated), " << bad
             << " above the tolerance " << kTolerance << "\n";
   if (bad) user_error(bad, " kernel(s) differ from the reference executor beyond ", kTolerance);
   return out;

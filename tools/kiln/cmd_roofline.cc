@@ -31,6 +31,7 @@ analysis::RooflineReport measure(std::unique_ptr<Graph> g, const runtime::BuildO
   Progress progress;
   auto ex = runtime::Executable::build(std::move(g), bo, progress.callback());
   progress.done();
+  warn_library_kernels(*ex);
   analysis::TimedRuns t = analysis::time_runs(*ex, inputs, runs, warmup, /*per_kernel=*/true);
   analysis::RooflineReport r = analysis::roofline(*ex, t.kernel_medians(), roof, label);
   r.model_ms = analysis::median(t.run_ms);

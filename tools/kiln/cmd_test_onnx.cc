@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <set>
 
 #include "cli.h"
@@ -99,7 +100,8 @@ Tensor as_bfloat16_if_needed(const Tensor& t, DType want) {
 // Runs one test folder in this process; returns "" on success or the failure reason.
 enum class Mode { Reference, FusedPlan, Compiled };
 
-std::string run_test(const fs::path& dir, Mode mode) {
+// Compiled mode: the op types that ran as library kernels (outside generated code), sorted, unique.
+std::string run_test(const fs::path& dir, Mode mode, std::set<std::string>* library) {
   bool fused = mode != Mode::Reference;
   try {
     Args none({}, kModelValuedOptions, kModelFlags);
@@ -123,7 +125,9 @@ std::string run_test(const fs::path& dir, Mode mode) {
       // so a wrong plan shows up as a wrong output or an internal error.
       TensorMap outputs;
       if (mode == Mode::Compiled) {
-        outputs = run_compiled(g->clone(), none, inputs, /*check=*/false);
+        std::vector<std::string> lib;
+        outputs = run_compiled(g->clone(), none, inputs, /*check=*/false, &lib);
+        library->insert(lib.begin(), lib.end());
       } else {
         outputs = fused ? run_plan_reference(*g, partition(*g), inputs) : run_reference(*g, inputs);
       }
@@ -145,18 +149,26 @@ std::string run_test(const fs::path& dir, Mode mode) {
   }
 }
 
-// Runs run_test in a child process with a time limit.
-std::string run_test_isolated(const fs::path& dir, Mode fused) {
+std::string join(const std::set<std::string>& s) {
+  std::string r;
+  for (const auto& x : s) r += (r.empty() ? "" : ",") + x;
+  return r;
+}
+
+// Runs run_test in a child process with a time limit. The child answers "P<library ops>\n" or
+// "F<library ops>\n<why>".
+std::string run_test_isolated(const fs::path& dir, Mode fused, std::set<std::string>* library) {
   int fds[2];
-  if (pipe(fds) != 0) return run_test(dir, fused);
+  if (pipe(fds) != 0) return run_test(dir, fused, library);
   std::cout.flush();
   std::cerr.flush();
   pid_t pid = fork();
-  if (pid < 0) return run_test(dir, fused);
+  if (pid < 0) return run_test(dir, fused, library);
   if (pid == 0) {
     close(fds[0]);
-    std::string r = run_test(dir, fused);
-    std::string msg = (r.empty() ? "P" : "F" + r);
+    std::set<std::string> lib;
+    std::string r = run_test(dir, fused, &lib);
+    std::string msg = (r.empty() ? "P" : "F") + join(lib) + "\n" + r;
     ssize_t off = 0;
     while (off < ssize_t(msg.size())) {
       ssize_t w = write(fds[1], msg.data() + off, msg.size() - size_t(off));
@@ -188,7 +200,15 @@ std::string run_test_isolated(const fs::path& dir, Mode fused) {
   if (timed_out) return cat("timed out after ", kTestTimeoutSeconds, " s");
   if (WIFSIGNALED(status)) return cat("crashed (signal ", WTERMSIG(status), ", ", strsignal(WTERMSIG(status)), ")");
   if (msg.empty()) return "test process ended without a result";
-  return msg[0] == 'P' ? "" : msg.substr(1);
+  size_t nl = msg.find('\n');
+  if (nl == std::string::npos) return "test process ended without a result";
+  std::string ops = msg.substr(1, nl - 1);
+  for (size_t b = 0; !ops.empty() && b <= ops.size();) {
+    size_t e = std::min(ops.find(',', b), ops.size());
+    library->insert(ops.substr(b, e - b));
+    b = e + 1;
+  }
+  return msg[0] == 'P' ? "" : msg.substr(nl + 1);
 }
 
 // Test folders named by the arguments: a folder with model.onnx is one test; otherwise each
@@ -220,7 +240,7 @@ std::string test_id(const fs::path& dir) {
 }  // namespace
 
 int cmd_test_onnx(const std::vector<std::string>& argv) {
-  Args a(argv, {"expect", "write-passed"}, {"verbose", "fused", "compiled"});
+  Args a(argv, {"expect", "write-passed", "expect-library", "write-library"}, {"verbose", "fused", "compiled"});
   if (a.has("fused") && a.has("compiled")) user_error("choose one of --fused and --compiled");
   Mode mode = a.has("compiled") ? Mode::Compiled : a.has("fused") ? Mode::FusedPlan : Mode::Reference;
   if (a.positional().empty()) user_error("test-onnx expects one or more test folders");
@@ -232,11 +252,40 @@ int cmd_test_onnx(const std::vector<std::string>& argv) {
     for (std::string line; std::getline(f, line);)
       if (!line.empty() && line[0] != '#') expected.insert(line);
   }
+  // --expect-library FILE (compiled mode): lines "TEST_ID OP,OP" naming the tests allowed to run
+  // library kernels (ops with no loop spelling) and which ops; any other library kernel, or a
+  // listed one that is now generated, fails the run, so the list stays exact.
+  std::map<std::string, std::string> expected_lib;
+  if (a.has("expect-library")) {
+    std::ifstream f(a.get("expect-library"));
+    if (!f) user_error(a.get("expect-library"), ": cannot open file");
+    for (std::string line; std::getline(f, line);) {
+      if (line.empty() || line[0] == '#') continue;
+      size_t sp = line.find(' ');
+      expected_lib[line.substr(0, sp)] = sp == std::string::npos ? "" : line.substr(sp + 1);
+    }
+  }
+  std::map<std::string, std::string> library_of;
+  int library_mismatches = 0, library_tests = 0;
   std::set<std::string> passed;
   int failed = 0, regressions = 0;
   for (const auto& t : tests) {
     std::string id = test_id(t);
-    std::string why = run_test_isolated(t, mode);
+    std::set<std::string> lib;
+    std::string why = run_test_isolated(t, mode, &lib);
+    if (!lib.empty()) {
+      library_of[id] = join(lib);
+      ++library_tests;
+    }
+    if (a.has("expect-library") && why.empty()) {
+      auto it = expected_lib.find(id);
+      std::string want = it == expected_lib.end() ? "" : it->second;
+      if (want != join(lib)) {
+        ++library_mismatches;
+        std::cout << "LIBRARY " << id << ": runs library kernels for {" << join(lib) << "}, expected {" << want
+                  << "} (tests/onnx/expected_library.txt)\n";
+      }
+    }
     if (why.empty()) {
       passed.insert(id);
       if (a.has("verbose")) std::cout << "PASS " << id << "\n";
@@ -267,7 +316,21 @@ int cmd_test_onnx(const std::vector<std::string>& argv) {
         std::cout << "MISSING " << e << ": expected to pass but not found among the test folders\n";
       }
   }
-  std::cout << passed.size() << " passed, " << failed << " failed\n";
+  if (a.has("write-library")) {
+    std::string path = a.get("write-library"), tmp = path + ".kiln-tmp";
+    {
+      std::ofstream f(tmp);
+      f << "# Conformance tests whose compiled run has library kernels (ops with no loop spelling), and\n"
+           "# which ops. Written by kiln test-onnx --compiled --write-library; checked by --expect-library.\n";
+      for (const auto& [id, ops] : library_of) f << id << " " << ops << "\n";
+      if (!f) user_error(path, ": cannot write file");
+    }
+    fs::rename(tmp, path);
+  }
+  std::cout << passed.size() << " passed, " << failed << " failed";
+  if (mode == Mode::Compiled) std::cout << "; " << library_tests << " ran library kernels";
+  std::cout << "\n";
+  if (library_mismatches) return 1;
   if (a.has("expect")) return regressions || missing ? 1 : 0;
   return failed ? 1 : 0;
 }
