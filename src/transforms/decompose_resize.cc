@@ -105,30 +105,53 @@ AxisTaps constant_taps(NodeRewriter& rw, const ResizeAxisPlan& ax, bool nearest,
 // The attributes run-time taps need (read before the NodeRewriter removes the node).
 struct TapAttrs {
   std::string mode, coord, nearest;
-  double cubic_a;
+  double cubic_a, extrapolation;
   bool exclude_outside;
   explicit TapAttrs(const Node& n)
       : mode(n.attr_string("mode", "nearest")),
         coord(n.attr_string("coordinate_transformation_mode", "half_pixel")),
         nearest(n.attr_string("nearest_mode", "round_prefer_floor")),
         cubic_a(n.attr_float("cubic_coeff_a", -0.75f)),
+        extrapolation(n.attr_float("extrapolation_value", 0.0f)),
         exclude_outside(n.attr_int("exclude_outside", 0) != 0) {}
 };
 
-AxisTaps runtime_taps(NodeRewriter& rw, const TapAttrs& n, Value* scales, int64_t d, int64_t in_len, int64_t len,
-                      const Shape& wshape, DType ct, const std::string& tag) {
+AxisTaps runtime_taps(NodeRewriter& rw, const TapAttrs& n, Value* scales, Value* roi, int64_t d, int64_t rank,
+                      int64_t in_len, int64_t len, const Shape& wshape, DType ct, const std::string& tag) {
   const DType f = DType::Float32;
   auto k = [&](double v, const std::string& name) { return rw.scalar(tag + "_" + name, v, f); };
   auto bin = [&](const char* op, Value* a, Value* b, const std::string& name) { return rw.binary(op, a, b, tag + "_" + name); };
-  Value* s = rw.emit("Gather", {scales, rw.constant(tag + "_axis", Tensor::scalar<int64_t>(d))}, {scales->dtype(), {}},
-                     tag + "_scale", {{"axis", int64_t(0)}});
-  s = rw.cast(s, f, tag + "_scale_f32");
+  // Element i of a run-time vector as a float32 scalar.
+  auto element = [&](Value* v, int64_t i, const std::string& name) {
+    Value* e = rw.emit("Gather", {v, rw.constant(tag + "_" + name + "_at", Tensor::scalar<int64_t>(i))}, {v->dtype(), {}},
+                       tag + "_" + name, {{"axis", int64_t(0)}});
+    return rw.cast(e, f, tag + "_" + name + "_f32");
+  };
   std::vector<float> p(static_cast<size_t>(len));
   for (int64_t i = 0; i < len; ++i) p[size_t(i)] = float(i);
   Value* pos = rw.constant(tag + "_position", Tensor::from_vector<float>(p, {len}));
   const std::string& coord = n.coord;
+  Value* s = coord == "tf_crop_and_resize" ? nullptr : element(scales, d, "scale");
   Value* xo;
-  if (coord == "asymmetric") {
+  AxisTaps r;
+  if (coord == "tf_crop_and_resize") {
+    // roi_start * (in - 1) + x * (roi_end - roi_start) * (in - 1) / (out - 1); one output samples
+    // the middle of the crop. Positions outside [0, in - 1] take extrapolation_value.
+    Value* rs = element(roi, d, "roi_start");
+    Value* re = element(roi, rank + d, "roi_end");
+    Value* span = k(double(in_len - 1), "span");
+    if (len > 1) {
+      Value* q = bin("Div", bin("Mul", bin("Mul", pos, bin("Sub", re, rs, "extent"), "stretched"), span, "spanned"),
+                     k(double(len - 1), "steps"), "stepped");
+      xo = bin("Add", bin("Mul", rs, span, "offset"), q, "source");
+    } else {
+      xo = bin("Add", pos, bin("Mul", bin("Mul", bin("Add", rs, re, "ends"), k(0.5, "half"), "middle"), span, "centre"),
+               "source");
+    }
+    Value* lo_ok = rw.emit("GreaterOrEqual", {xo, k(0.0, "origin")}, {DType::Bool, {len}}, tag + "_after_start");
+    Value* hi_ok = rw.emit("LessOrEqual", {xo, span}, {DType::Bool, {len}}, tag + "_before_end");
+    r.inside = rw.reshape(rw.emit("And", {lo_ok, hi_ok}, {DType::Bool, {len}}, tag + "_inside_flat"), wshape, tag + "_inside");
+  } else if (coord == "asymmetric") {
     xo = bin("Div", pos, s, "source");
   } else if (coord == "tf_half_pixel_for_nn") {
     xo = bin("Div", bin("Add", pos, k(0.5, "half"), "centre"), s, "source");
@@ -147,7 +170,6 @@ AxisTaps runtime_taps(NodeRewriter& rw, const TapAttrs& n, Value* scales, int64_
     return rw.cast(c, DType::Int64, tag + "_" + name);
   };
   auto weight_of = [&](Value* w, const std::string& name) { return rw.reshape(rw.cast(w, ct, tag + "_" + name + "_typed"), wshape, tag + "_" + name); };
-  AxisTaps r;
   const std::string& mode = n.mode;
   if (mode == "nearest") {
     const std::string& nm = n.nearest;
@@ -211,11 +233,15 @@ AxisTaps runtime_taps(NodeRewriter& rw, const TapAttrs& n, Value* scales, int64_
 
 // Scales computed at run time under a mode whose positions depend on them: every axis resampled
 // with run-time taps (an axis of unchanged length may still move its samples: floor(4 * 1.2) = 4).
+// Also a roi computed at run time under tf_crop_and_resize.
 bool runtime_scales(const Node& n) {
-  const Value* sc = n.num_inputs() > 2 ? n.input(2) : nullptr;
+  auto runtime = [&](size_t i) {
+    const Value* v = i < n.num_inputs() ? n.input(i) : nullptr;
+    return v && !v->is_constant() && shape_numel(v->shape()) > 0;
+  };
   const std::string coord = n.attr_string("coordinate_transformation_mode", "half_pixel");
-  return sc && !sc->is_constant() && shape_numel(sc->shape()) > 0 && coord != "align_corners" &&
-         coord != "tf_crop_and_resize";
+  if (coord == "tf_crop_and_resize") return runtime(1);
+  return runtime(2) && coord != "align_corners";
 }
 
 void decompose(Graph& g, Node* n) {
@@ -227,6 +253,7 @@ void decompose(Graph& g, Node* n) {
   Value* y = rw.output(0);
   Value* cur = rw.input(0);
   Value* scales = runtime ? rw.input(2) : nullptr;
+  Value* roi = runtime ? rw.input(1) : nullptr;
   const DType dt = cur->dtype();
   const Shape& in_shape = cur->shape();
   const Shape out = y->shape();
@@ -255,7 +282,7 @@ void decompose(Graph& g, Node* n) {
     Shape wshape(size_t(rank - d), 1);  // [len, 1, ...]: broadcasts over the axes after d
     wshape[0] = len;
     const std::string tag = "axis" + std::to_string(d);
-    const AxisTaps taps = runtime ? runtime_taps(rw, attrs, scales, d, in_shape[size_t(d)], len, wshape, ct, tag)
+    const AxisTaps taps = runtime ? runtime_taps(rw, attrs, scales, roi, d, rank, in_shape[size_t(d)], len, wshape, ct, tag)
                                   : constant_taps(rw, plan->axes[size_t(d)], nearest, wshape, ct, tag);
     // The value this axis ends in is the rewrite's output when it is the last step.
     auto into = [&](bool last_node) { return last_axis && last_node && !widen ? y : nullptr; };
@@ -271,7 +298,7 @@ void decompose(Graph& g, Node* n) {
       acc = acc ? rw.binary("Add", acc, term, suffix + "_sum", into(last_term)) : term;
     }
     if (taps.inside) {
-      Value* fill = rw.scalar(tag + "_extrapolation", plan->extrapolation, ct);
+      Value* fill = rw.scalar(tag + "_extrapolation", runtime ? attrs.extrapolation : plan->extrapolation, ct);
       acc = rw.emit("Where", {taps.inside, acc, fill}, {ct, next}, tag + "_extrapolated", {}, into(true));
     }
     cur = acc;
@@ -297,9 +324,19 @@ std::string DecomposeResize::refusal(const Node& n) {
     } catch (const UserError& e) {
       return e.what();
     }
-    const Value* sc = n.input(2);
-    if (!is_float(sc->dtype()) || sc->shape() != Shape{int64_t(x->shape().size())}) return "scales must be a float vector of rank elements";
-    if (n.num_inputs() > 3 && n.input(3)) return "both scales and sizes are given";
+    const int64_t rank = int64_t(x->shape().size());
+    if (n.attr_string("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize") {
+      const Value* roi = n.input(1);
+      if (!is_float(roi->dtype()) || roi->shape() != Shape{2 * rank}) return "roi must be a float vector of 2 * rank elements";
+      if (!is_float(x->dtype()) && n.attr_float("extrapolation_value", 0.0f) != 0)
+        return "a non-zero extrapolation_value on a non-float input";
+    } else {
+      const Value* sc = n.input(2);
+      if (!is_float(sc->dtype()) || sc->shape() != Shape{rank}) return "scales must be a float vector of rank elements";
+    }
+    if (n.attr_string("coordinate_transformation_mode", "half_pixel") != "tf_crop_and_resize" && n.num_inputs() > 3 &&
+        n.input(3))
+      return "both scales and sizes are given";
     if (!check.nearest && !is_float(x->dtype())) return "linear and cubic on integers round and saturate (left to the reference kernel)";
     if (n.output(0)->dtype() != x->dtype() || shape_numel(n.output(0)->shape()) == 0) return "Y's type does not match";
     for (int64_t d : x->shape())

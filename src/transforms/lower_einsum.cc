@@ -11,6 +11,8 @@ namespace kiln {
 
 namespace {
 
+bool has(const std::string& s, char c) { return s.find(c) != std::string::npos; }
+
 // The parsed equation: one label string per operand and the output's.
 struct Equation {
   std::vector<std::string> terms;
@@ -26,7 +28,6 @@ std::optional<Equation> parse(const Node& n, std::string* why) {
   std::string eq;
   for (char c : n.attr_string("equation", ""))
     if (c != ' ') eq += c;
-  if (eq.find('.') != std::string::npos) return fail("an ellipsis is not lowered (library kernel)");
   const size_t arrow = eq.find("->");
   const std::string lhs = eq.substr(0, arrow);
   Equation e;
@@ -37,34 +38,57 @@ std::optional<Equation> parse(const Node& n, std::string* why) {
     pos = comma + 1;
   }
   if (e.terms.size() != n.num_inputs() || e.terms.size() > 2) return fail("only one or two operands are lowered");
+  for (size_t i = 0; i < e.terms.size(); ++i)
+    if (!n.input(i)) return fail("an operand is missing");
+  // An ellipsis stands for the same dims in every operand (right-aligned); they get letters the
+  // equation does not use. Ellipses whose dims would broadcast (1 against n) are not lowered.
+  std::string ellipsis;
+  if (eq.find('.') != std::string::npos) {
+    size_t ell_rank = 0;
+    std::vector<size_t> ell_dims(e.terms.size(), 0);
+    for (size_t i = 0; i < e.terms.size(); ++i) {
+      const size_t at = e.terms[i].find("...");
+      if (at == std::string::npos) continue;
+      const size_t named = e.terms[i].size() - 3;
+      if (n.input(i)->shape().size() < named) return fail("a term does not match its operand's rank");
+      ell_dims[i] = n.input(i)->shape().size() - named;
+      ell_rank = std::max(ell_rank, ell_dims[i]);
+    }
+    for (char c = 'A'; ellipsis.size() < ell_rank && c <= 'z'; ++c)
+      if (std::isalpha(static_cast<unsigned char>(c)) && eq.find(c) == std::string::npos) ellipsis += c;
+    if (ellipsis.size() < ell_rank) return fail("no letters left for the ellipsis");
+    for (size_t i = 0; i < e.terms.size(); ++i) {
+      const size_t at = e.terms[i].find("...");
+      if (at == std::string::npos) continue;
+      e.terms[i].replace(at, 3, ellipsis.substr(ell_rank - ell_dims[i]));
+    }
+  }
   std::map<char, int> uses;
   for (size_t i = 0; i < e.terms.size(); ++i) {
     const Value* v = n.input(i);
-    if (!v) return fail("an operand is missing");
     const std::string& t = e.terms[i];
     if (v->shape().size() != t.size()) return fail("a term does not match its operand's rank");
     for (size_t d = 0; d < t.size(); ++d) {
       const char c = t[d];
       if (!std::isalpha(static_cast<unsigned char>(c))) return fail("a label is not a letter");
-      if (std::count(t.begin(), t.end(), c) > 1) return fail("a label repeated within a term (diagonal) is not lowered");
       auto [it, fresh] = e.size.emplace(c, v->shape()[d]);
-      if (!fresh && it->second != v->shape()[d]) return fail("a label has two sizes");
+      if (!fresh && it->second != v->shape()[d]) return fail("a label has two sizes (or an ellipsis broadcasts)");
       ++uses[c];
     }
   }
   if (arrow == std::string::npos) {
-    for (const auto& [c, k] : uses)  // std::map: ASCII order
-      if (k == 1) e.out += c;
+    e.out = ellipsis;  // numpy: the ellipsis dims first, then the labels used once, in ASCII order
+    for (const auto& [c, k] : uses)
+      if (k == 1 && !has(ellipsis, c)) e.out += c;
   } else {
     e.out = eq.substr(arrow + 2);
+    if (const size_t at = e.out.find("..."); at != std::string::npos) e.out.replace(at, 3, ellipsis);
     for (char c : e.out)
       if (!e.size.count(c) || std::count(e.out.begin(), e.out.end(), c) > 1)
         return fail("an output label is unknown or repeated");
   }
   return e;
 }
-
-bool has(const std::string& s, char c) { return s.find(c) != std::string::npos; }
 
 // The permutation taking labels `from` to `to` (same letters) and the shape of `to`.
 std::vector<int64_t> perm_of(const std::string& from, const std::string& to) {
@@ -111,6 +135,44 @@ class Builder {
     return rw_.emit("Reshape", {v, sc}, {v->dtype(), s}, tag, {}, into);
   }
 
+  // v (labelled `labels`) with every label repeated within it reduced to its diagonal: the two
+  // dims moved last (Transpose), merged (Reshape [.., n*n]) and read with step n+1 (Slice).
+  Value* diagonals(Value* v, std::string& labels, const std::string& tag) {
+    for (int round = 0;; ++round) {
+      size_t i = 0, j = 0;
+      for (i = 0; i < labels.size(); ++i)
+        if ((j = labels.find(labels[i], i + 1)) != std::string::npos) break;
+      if (i == labels.size()) return v;
+      const char c = labels[i];
+      std::string rest;
+      for (size_t d = 0; d < labels.size(); ++d)
+        if (d != i && d != j) rest += labels[d];
+      std::vector<int64_t> perm;
+      for (size_t d = 0; d < labels.size(); ++d)
+        if (d != i && d != j) perm.push_back(int64_t(d));
+      perm.push_back(int64_t(i));
+      perm.push_back(int64_t(j));
+      const std::string t = tag + "_diag" + std::to_string(round);
+      Shape moved = shape_of(rest);
+      const int64_t n = e_.size.at(c);
+      moved.insert(moved.end(), {n, n});
+      bool identity = true;
+      for (size_t d = 0; d < perm.size(); ++d) identity = identity && perm[d] == int64_t(d);
+      if (!identity) v = rw_.emit("Transpose", {v}, {v->dtype(), moved}, t + "_moved", {{"perm", perm}});
+      Shape merged = shape_of(rest), diag = shape_of(rest);
+      merged.push_back(n * n);
+      diag.push_back(n);
+      v = rw_.reshape(v, merged, t + "_merged");
+      auto ints = [&](const std::string& name, int64_t x) {
+        return rw_.constant(t + "_" + name, Tensor::from_vector<int64_t>({x}, {1}));
+      };
+      v = rw_.emit("Slice",
+                   {v, ints("start", 0), ints("end", n * n), ints("axis", int64_t(merged.size()) - 1), ints("step", n + 1)},
+                   {v->dtype(), diag}, t);
+      labels = rest + c;
+    }
+  }
+
   Value* identity(Value* v, Value* into, const std::string& tag) {
     return rw_.emit("Identity", {v}, into->type(), tag, {}, into);
   }
@@ -129,12 +191,13 @@ void lower(Graph& g, Node* n) {
   if (e.terms.size() == 1) {
     // Transpose first (output labels, then the summed ones) and sum the trailing axes: a
     // reduction over contiguous rows, with the Transpose as its prologue.
-    const std::string& labels = e.terms[0];
+    std::string labels = e.terms[0];
+    Value* v = b.diagonals(rw.input(0), labels, "a");
     std::string order = e.out;
     for (char c : labels)
       if (!has(e.out, c)) order += c;
     const bool sums = order.size() > e.out.size();
-    Value* v = b.transpose(rw.input(0), labels, order, "transposed", sums ? nullptr : y);
+    v = b.transpose(v, labels, order, "transposed", sums ? nullptr : y);
     if (!sums) return;
     std::string kept = order;
     b.sum_out(v, kept, e.out, "a", y);
@@ -148,13 +211,20 @@ void lower(Graph& g, Node* n) {
     std::stable_sort(s.begin(), s.end(), [&](char x, char z) { return e.out.find(x) < e.out.find(z); });
     return s;
   };
+  auto distinct = [](const std::string& t) {
+    std::string r;
+    for (char c : t)
+      if (!has(r, c)) r += c;
+    return r;
+  };
+  const std::string ta = distinct(e.terms[0]), tb = distinct(e.terms[1]);  // after the diagonals
   std::string batch, kept_a, kept_b, contracted;
-  for (char c : e.terms[0]) {
-    if (has(e.terms[1], c) && has(e.out, c)) batch += c;
+  for (char c : ta) {
+    if (has(tb, c) && has(e.out, c)) batch += c;
     else if (has(e.out, c)) kept_a += c;
   }
-  for (char c : e.terms[1])
-    if (!has(e.terms[0], c) && has(e.out, c)) kept_b += c;
+  for (char c : tb)
+    if (!has(ta, c) && has(e.out, c)) kept_b += c;
   for (const auto& [c, s] : e.size)  // ASCII order: the reference's summation order
     if (has(e.terms[0], c) && has(e.terms[1], c) && !has(e.out, c)) contracted += c;
   batch = by_output(batch);
@@ -167,7 +237,8 @@ void lower(Graph& g, Node* n) {
   }
   auto operand = [&](size_t i, const std::string& order, const Shape& mat, const std::string& tag) {
     std::string labels = e.terms[i];
-    Value* v = b.sum_out(rw.input(i), labels, order, tag);
+    Value* v = b.diagonals(rw.input(i), labels, tag);
+    v = b.sum_out(v, labels, order, tag);
     v = b.transpose(v, labels, order, tag + "_transposed");
     return b.reshape(v, mat, tag + "_matrix");
   };

@@ -3,19 +3,24 @@
 // of the reference kernel.
 //
 // In:  Einsum(A) or Einsum(A, B) {equation} on floating-point inputs, explicit ("bij,bjk->bik") or
-//      implicit ("ij,jk": the labels used once, in ASCII order) output, without an ellipsis and
-//      without a label repeated within one term.
-// Out: the labels of two operands fall in five classes: batch (in A, B and the output), contracted
-//      (in A and B only), kept-A (A and output), kept-B (B and output) and summed-alone (one input
-//      only). Then
+//      implicit ("ij,jk": the labels used once, in ASCII order) output.
+// Out: an ellipsis becomes fresh letters for the dims it covers (right-aligned across operands); a
+//      label repeated within one term is taken down to its diagonal first (the two dims moved
+//      last by a Transpose, merged by a Reshape and read with step n+1 by a Slice: "ii->i",
+//      "...ii->...i", and with a ReduceSum a trace). Then the labels of two operands fall in five
+//      classes: batch (in A, B and the output), contracted (in A and B only), kept-A (A and
+//      output), kept-B (B and output) and summed-alone (one input only), and
 //        A' = ReduceSum(A, summed-alone-A) -> Transpose to [batch, kept-A, contracted]
 //             -> Reshape [batch, M, K];   B' likewise [batch, K, N]
 //        Y  = MatMul(A', B') -> Reshape [batch, kept-A, kept-B] -> Transpose to the output order
-//      (an outer product is K = 1; identity Transposes and Reshapes are not emitted). One operand:
-//      ReduceSum over the labels not in the output, then a Transpose. Contracted labels are
-//      flattened in ASCII order, the order in which the reference kernel sums them.
+//      with the kept labels ordered as in the output and the operands swapped when the output
+//      lists B's kept labels first, so that the MatMul writes the output directly unless the
+//      output interleaves the classes (an outer product is K = 1; identity Transposes and
+//      Reshapes are not emitted). One operand: Transpose to (output labels, summed labels), then
+//      ReduceSum over the trailing ones. Contracted labels are flattened in ASCII order, the
+//      order in which the reference kernel sums them.
 // Not rewritten (the reference kernel runs, `kiln explain` shows it as a library kernel): an
-// ellipsis, repeated labels (diagonals, traces), three or more operands, integer inputs.
+// ellipsis whose dims broadcast (1 against n), three or more operands, integer inputs.
 #pragma once
 #include "transforms/pass.h"
 

@@ -141,6 +141,13 @@ TEST(LowerEinsum, CommonFormsMatchTheReference) {
       {"ij->ji", "%a: f32[3,4]", "f32[4,3]"},
       {"ijk->ki", "%a: f32[2,3,4]", "f32[4,2]"},
       {"ij->", "%a: f32[3,4]", "f32[]"},
+      {"...ii->...i", "%a: f32[3,5,5]", "f32[3,5]"},
+      {"bii->bi", "%a: f32[2,4,4]", "f32[2,4]"},
+      {"ii", "%a: f32[4,4]", "f32[]"},
+      {"iji->j", "%a: f32[3,2,3]", "f32[2]"},
+      {"...ij,...jk->...ik", "%a: f32[2,3,4], %b: f32[2,4,5]", "f32[2,3,5]"},
+      {"ii,i->i", "%a: f32[3,3], %b: f32[3]", "f32[3]"},
+      {"bij,bjk", "%a: f32[2,3,4], %b: f32[2,4,5]", "f32[3,5]"},  // implicit: b is summed
   };
   for (const Case& c : cases) {
     const bool two = c.ins.find("%b") != std::string::npos;
@@ -153,10 +160,9 @@ TEST(LowerEinsum, CommonFormsMatchTheReference) {
   }
 }
 
-TEST(LowerEinsum, LeavesDiagonalsEllipsesAndIntegers) {
+TEST(LowerEinsum, LeavesBroadcastEllipsesAndIntegers) {
   for (const std::string text :
-       {"graph main opset 17 (%a: f32[3,3]) -> (%y) {\n  %y: f32[] = Einsum(%a) {equation=\"ii->\"}\n}\n",
-        "graph main opset 17 (%a: f32[2,3,4], %b: f32[2,4,5]) -> (%y) {\n"
+       {"graph main opset 17 (%a: f32[1,3,4], %b: f32[2,4,5]) -> (%y) {\n"
         "  %y: f32[2,3,5] = Einsum(%a, %b) {equation=\"...ij,...jk->...ik\"}\n}\n",
         "graph main opset 17 (%a: i32[3,4], %b: i32[4,2]) -> (%y) {\n"
         "  %y: i32[3,2] = Einsum(%a, %b) {equation=\"ij,jk->ik\"}\n}\n"}) {
