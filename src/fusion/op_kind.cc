@@ -22,7 +22,10 @@ const std::map<std::string, OpKind>& table() {
     add(OpKind::Injective,
         {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Transpose", "Concat", "Split",
          "Slice", "Gather", "GatherElements", "GatherND", "Expand", "Tile", "Pad", "DepthToSpace",
-         "SpaceToDepth", "Resize", "Trilu", "EyeLike", "OneHot", "Range", "ConstantOfShape"});
+         "SpaceToDepth", "Resize", "Trilu", "EyeLike", "OneHot", "Range", "ConstantOfShape",
+         // Not one read per output, but a loop spelling of the same kind: each output sums its row
+         // (an unrolled scan, loop/lower_injective.cc), so fusion treats it as a remap.
+         "CumSum"});
     add(OpKind::Reduction,
         {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
          "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin", "GlobalAveragePool",
@@ -31,7 +34,7 @@ const std::map<std::string, OpKind>& table() {
     // Composites are lowered before fusion (transforms/lowering); if one survives (e.g. a
     // LayerNormalization whose Mean output is used), it runs as its own kernel.
     add(OpKind::Opaque,
-        {"TopK", "CumSum", "ScatterElements", "ScatterND", "Einsum", "LRN", "Hardmax", "Softmax", "LogSoftmax",
+        {"TopK", "ScatterElements", "ScatterND", "Einsum", "LRN", "Hardmax", "Softmax", "LogSoftmax",
          "LayerNormalization", "InstanceNormalization", "BatchNormalization", "MeanVarianceNormalization",
          "Shape", "Size", "Constant"});
     return m;

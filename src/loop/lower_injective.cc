@@ -90,7 +90,7 @@ std::string unsupported_injective(const Node& n) {
   static const std::set<std::string> ok = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout",
                                            "Transpose", "Concat", "Split", "Slice", "Gather", "GatherElements",
                                            "Expand", "Tile", "Pad", "DepthToSpace", "SpaceToDepth", "Trilu",
-                                           "EyeLike", "ConstantOfShape", "GatherND", "OneHot", "Range"};
+                                           "EyeLike", "ConstantOfShape", "GatherND", "OneHot", "Range", "CumSum"};
   if (!ok.count(op)) return cat(op, " is not lowered to loops yet");
   if (n.num_outputs() == 0) return cat(op, " has no outputs");
   if (op != "ConstantOfShape" && (n.num_inputs() == 0 || !n.input(0))) return cat(op, " has no input 0");
@@ -100,6 +100,30 @@ std::string unsupported_injective(const Node& n) {
     if (n.num_inputs() < 3 || !n.input(2)) return "OneHot needs depth and values";
     if (n.input(0)->dtype() == DType::Bool) return "OneHot indices must be numeric";
     if (shape_numel(n.input(2)->shape()) != 2) return "OneHot values must hold [off, on]";
+  }
+  if (op == "CumSum") {
+    const DType t = n.input(0)->dtype();
+    if (!(is_float(t) || t == DType::Int32 || t == DType::Int64 || t == DType::UInt32 || t == DType::UInt64))
+      return cat("CumSum does not accept ", dtype_name(t));
+    const Value* ax = n.num_inputs() > 1 ? n.input(1) : nullptr;
+    if (!ax || !is_index_type(ax->dtype()) || shape_numel(ax->shape()) != 1) return "CumSum axis must be an int32 or int64 scalar";
+    for (const char* a : {"exclusive", "reverse"})
+      if (n.attr_int(a, 0) != 0 && n.attr_int(a, 0) != 1) return cat("CumSum ", a, " must be 0 or 1");
+    // Each output element is the running sum spelled out over its row (an unrolled scan): the rows
+    // scanned, over every axis the run-time axis may name, are bounded.
+    const Shape& xs = n.input(0)->shape();
+    if (xs.empty()) return "CumSum of a scalar";
+    int64_t len = 0;
+    if (ax->is_constant()) {
+      const int64_t a = ax->constant().as_int64(0), r = int64_t(xs.size());
+      if (a < -r || a >= r) return "CumSum axis is out of range";
+      len = xs[size_t(a < 0 ? a + r : a)];
+    } else {
+      for (int64_t d : xs) len += d;
+    }
+    if (len > kMaxScanLength)
+      return cat("CumSum over ", len, " elements is not lowered (the unrolled scan stops at ", kMaxScanLength,
+                 "; a row-scan kernel would take it)");
   }
   if (op == "Range") {
     for (size_t i = 0; i < 3; ++i)
@@ -135,6 +159,7 @@ Expr Lowerer::lower_injective(const Node& n, size_t slot, Index& idx) {
   if (op == "GatherND") return lower_gather_nd(n, idx);
   if (op == "OneHot") return lower_one_hot(n, idx);
   if (op == "Range") return lower_range(n, idx);
+  if (op == "CumSum") return lower_cumsum(n, idx);
 
   if (op == "ConstantOfShape") {
     const Tensor* v = n.attr_tensor("value");
@@ -487,6 +512,54 @@ Expr Lowerer::lower_range(const Node& n, Index& idx) {
   }
   Expr s = cast(DType::Float64, scalar(0)), step = cast(DType::Float64, scalar(2));
   return cast(t, binary(BinOp::Add, s, binary(BinOp::Mul, cast(DType::Float64, i), step)));
+}
+
+// CumSum: output[.., i, ..] = the running sum along the axis, spelled out as the reference
+// computes it: a sum that starts at 0 and adds the row's elements one by one in scan order
+// (reverse: from the end), in the reference's accumulator type (float for float16/bfloat16, the
+// float type itself, 64-bit integers with wrap-around, here unsigned so that C's signed overflow
+// never happens), selected by i (exclusive: the sum before the element). Every output reads its
+// whole row, so the work is row length squared: bounded by kMaxScanLength (unsupported_injective).
+// A run-time axis selects among the scans of every axis it may name (all computed, all in bounds).
+Expr Lowerer::lower_cumsum(const Node& n, Index& idx) {
+  const Value* x = n.input(0);
+  const Value* axv = n.input(1);
+  const Shape& xs = x->shape();
+  const int64_t rank = int64_t(xs.size());
+  const DType t = x->dtype();
+  const DType acc_t = is_float(t) ? compute_type(t) : DType::UInt64;
+  const bool exclusive = n.attr_int("exclusive", 0) != 0, reverse = n.attr_int("reverse", 0) != 0;
+  const auto& d = dims(idx);
+  auto scan = [&](int64_t axis) {
+    const int64_t len = xs[size_t(axis)];
+    const Expr i = d[size_t(axis)];
+    // prefix[k]: the sum of the first k elements in scan order (prefix[0] = 0).
+    std::vector<Expr> prefix{imm(0, acc_t)};
+    for (int64_t k = 0; k < len; ++k) {
+      std::vector<Expr> at = d;
+      at[size_t(axis)] = int_imm(reverse ? len - 1 - k : k);
+      Expr v = cast(acc_t, value_at(x, Index::from_dims(xs, std::move(at))));
+      prefix.push_back(binary(BinOp::Add, prefix.back(), v));
+    }
+    // Element i is the (len-1-i)-th in reverse scan order; inclusive sums take one more element.
+    Expr pos = reverse ? sub(int_imm(len - 1), i) : i;
+    Expr r = prefix[size_t(exclusive ? len - 1 : len)];
+    for (int64_t k = len - 2; k >= 0; --k)
+      r = select(binary(BinOp::Le, pos, int_imm(k)), prefix[size_t(exclusive ? k : k + 1)], r);
+    return cast(t, r);
+  };
+  if (axv->is_constant()) {
+    const int64_t a = axv->constant().as_int64(0);
+    return scan(a < 0 ? a + rank : a);
+  }
+  if (rank == 1) return scan(0);  // the only axis a valid value can name
+  Expr a = cast(DType::Int64, value_at(axv, Index::zero(axv->shape())));
+  Expr r = scan(rank - 1);
+  for (int64_t k = rank - 2; k >= 0; --k) {
+    Expr is_k = binary(BinOp::Or, binary(BinOp::Eq, a, int_imm(k)), binary(BinOp::Eq, a, int_imm(k - rank)));
+    r = select(is_k, scan(k), r);
+  }
+  return r;
 }
 
 }  // namespace kiln::loop::detail

@@ -392,5 +392,44 @@ TEST(LowerInjective, RangeLowersLikeTheReference) {
   for (int64_t i = 0; i < 5; ++i) EXPECT_EQ(y.data<float>()[i], float(0.1f + double(i) * double(0.3f))) << i;
 }
 
+// CumSum: an unrolled scan per output (the reference's order, so float results are bit-equal),
+// every axis, exclusive and reverse, float16 and integers; a run-time axis selects among the
+// scans of every axis.
+TEST(LowerInjective, CumSumIsGenerated) {
+  for (const char* type : {"f32", "f16", "i32", "i64", "f64"})
+    for (int axis : {0, 1, -1})
+      for (const char* attrs : {"", " {exclusive=1}", " {reverse=1}", " {exclusive=1, reverse=1}"}) {
+        const std::string t = type;
+        const std::string text = "graph main opset 17 (%x: " + t + "[3,5]) -> (%y) {\n  %a = constant i64[] [" +
+                                 std::to_string(axis) + "]\n  %y: " + t + "[3,5] = CumSum(%x, %a)" + attrs + "\n}\n";
+        check_generated(text, t == "f16" ? 1e-3 : 1e-6);
+      }
+  for (int axis : {0, 1, -2}) {
+    const std::string text =
+        "graph main opset 17 (%x: f32[3,4], %a: i32[]) -> (%y) {\n  %e: f32[3,4] = Exp(%x)\n"
+        "  %y: f32[3,4] = CumSum(%e, %a) {reverse=1}\n}\n";
+    SCOPED_TRACE(text + " axis " + std::to_string(axis));
+    auto g = parse_graph(text);
+    TensorMap inputs = testing::random_inputs(*g, 9, {}, false);
+    inputs["a"] = Tensor::scalar<int32_t>(axis);
+    const TensorMap want = run_reference(*g, inputs);
+    run_lowering(*g, PipelineOptions{});
+    const testing::LoweredRun run = testing::run_lowered(*g, partition(*g, {}), inputs);
+    EXPECT_EQ(run.refused, 0);
+    EXPECT_EQ(testing::compare_tensors(run.outputs.at("y"), want.at("y")), "");
+  }
+  // A row longer than the unrolled scan takes stays a library kernel, with the reason.
+  auto g = parse_graph(
+      "graph main opset 17 (%x: f32[2,100]) -> (%y) {\n  %a = constant i64[] [1]\n"
+      "  %y: f32[2,100] = CumSum(%x, %a)\n}\n");
+  const FusionPlan plan = partition(*g, {});
+  bool refused = false;
+  for (const auto& grp : plan.groups) {
+    loop::LoweredGroup lg = loop::lower_group(grp, "cumsum");
+    if (!lg.kernel) refused = lg.reason.find("CumSum over 100 elements") != std::string::npos;
+  }
+  EXPECT_TRUE(refused);
+}
+
 }  // namespace
 }  // namespace kiln
