@@ -23,9 +23,10 @@ const std::map<std::string, OpKind>& table() {
         {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Transpose", "Concat", "Split",
          "Slice", "Gather", "GatherElements", "GatherND", "Expand", "Tile", "Pad", "DepthToSpace",
          "SpaceToDepth", "Resize", "Trilu", "EyeLike", "OneHot", "Range", "ConstantOfShape",
-         // Not one read per output, but a loop spelling of the same kind: each output sums its row
-         // (an unrolled scan, loop/lower_injective.cc), so fusion treats it as a remap.
-         "CumSum"});
+         // Not one read per output, but loop spellings of the same kind: each output sums (CumSum)
+         // or ranks (TopK) its row, unrolled (loop/lower_injective.cc), so fusion treats them as
+         // remaps.
+         "CumSum", "TopK"});
     add(OpKind::Reduction,
         {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
          "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin", "GlobalAveragePool",
@@ -34,7 +35,7 @@ const std::map<std::string, OpKind>& table() {
     // Composites are lowered before fusion (transforms/lowering); if one survives (e.g. a
     // LayerNormalization whose Mean output is used), it runs as its own kernel.
     add(OpKind::Opaque,
-        {"TopK", "ScatterElements", "ScatterND", "Einsum", "LRN", "Hardmax", "Softmax", "LogSoftmax",
+        {"ScatterElements", "ScatterND", "Einsum", "LRN", "Hardmax", "Softmax", "LogSoftmax",
          "LayerNormalization", "InstanceNormalization", "BatchNormalization", "MeanVarianceNormalization",
          "Shape", "Size", "Constant"});
     return m;

@@ -90,7 +90,7 @@ std::string unsupported_injective(const Node& n) {
   static const std::set<std::string> ok = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout",
                                            "Transpose", "Concat", "Split", "Slice", "Gather", "GatherElements",
                                            "Expand", "Tile", "Pad", "DepthToSpace", "SpaceToDepth", "Trilu",
-                                           "EyeLike", "ConstantOfShape", "GatherND", "OneHot", "Range", "CumSum"};
+                                           "EyeLike", "ConstantOfShape", "GatherND", "OneHot", "Range", "CumSum", "TopK"};
   if (!ok.count(op)) return cat(op, " is not lowered to loops yet");
   if (n.num_outputs() == 0) return cat(op, " has no outputs");
   if (op != "ConstantOfShape" && (n.num_inputs() == 0 || !n.input(0))) return cat(op, " has no input 0");
@@ -124,6 +124,21 @@ std::string unsupported_injective(const Node& n) {
     if (len > kMaxScanLength)
       return cat("CumSum over ", len, " elements is not lowered (the unrolled scan stops at ", kMaxScanLength,
                  "; a row-scan kernel would take it)");
+  }
+  if (op == "TopK") {
+    const Shape& xs = n.input(0)->shape();
+    const DType t = n.input(0)->dtype();
+    if (t == DType::Bool || t == DType::Undefined) return cat("TopK does not accept ", dtype_name(t));
+    if (xs.empty() || n.num_outputs() != 2) return "TopK needs an input of rank >= 1 and two outputs";
+    const int64_t r = int64_t(xs.size()), a = n.attr_int("axis", -1);
+    if (a < -r || a >= r) return "TopK axis is out of range";
+    for (const char* at : {"largest", "sorted"})
+      if (n.attr_int(at, 1) != 0 && n.attr_int(at, 1) != 1) return cat("TopK ", at, " must be 0 or 1");
+    const int64_t len = xs[size_t(a < 0 ? a + r : a)];
+    if (n.output(0)->shape().size() != xs.size() || n.output(0)->shape()[size_t(a < 0 ? a + r : a)] > len)
+      return "TopK output does not match its input";
+    if (len > kMaxSelectLength)
+      return cat("TopK over ", len, " elements is not lowered (the unrolled selection stops at ", kMaxSelectLength, ")");
   }
   if (op == "Range") {
     for (size_t i = 0; i < 3; ++i)
@@ -160,6 +175,7 @@ Expr Lowerer::lower_injective(const Node& n, size_t slot, Index& idx) {
   if (op == "OneHot") return lower_one_hot(n, idx);
   if (op == "Range") return lower_range(n, idx);
   if (op == "CumSum") return lower_cumsum(n, idx);
+  if (op == "TopK") return lower_topk(n, slot, idx);
 
   if (op == "ConstantOfShape") {
     const Tensor* v = n.attr_tensor("value");
@@ -560,6 +576,56 @@ Expr Lowerer::lower_cumsum(const Node& n, Index& idx) {
     r = select(is_k, scan(k), r);
   }
   return r;
+}
+
+// TopK: the j-th output along the axis is the element of rank j in the reference's order: best
+// first (largest or smallest; NaN counts as the greatest value, NaNs equal to each other), equal
+// keys by ascending index, which makes the order total. rank(i) = the number of elements m that
+// come before i; for m < i that is "x_i is not better than x_m", for m > i "x_m is better". k is
+// the output's length on the axis (fixed at import). Every output compares its whole row with
+// itself: row length squared, bounded by kMaxSelectLength (unsupported_injective).
+Expr Lowerer::lower_topk(const Node& n, size_t slot, Index& idx) {
+  const Value* x = n.input(0);
+  const Shape& xs = x->shape();
+  const int64_t rank = int64_t(xs.size());
+  int64_t axis = n.attr_int("axis", -1);
+  if (axis < 0) axis += rank;
+  const bool largest = n.attr_int("largest", 1) != 0;
+  const int64_t len = xs[size_t(axis)];
+  const auto& d = dims(idx);
+  const Expr j = d[size_t(axis)];
+  const DType key_t = compute_type(x->dtype());
+  std::vector<Expr> vals, keys;
+  for (int64_t m = 0; m < len; ++m) {
+    std::vector<Expr> at = d;
+    at[size_t(axis)] = int_imm(m);
+    vals.push_back(value_at(x, Index::from_dims(xs, std::move(at))));
+    keys.push_back(cast(key_t, vals.back()));
+  }
+  // a > b with NaN the greatest (NaN > b for non-NaN b; nothing is greater than NaN).
+  auto greater = [&](const Expr& a, const Expr& b) {
+    if (!is_float(key_t)) return binary(BinOp::Gt, a, b);
+    return select(unary(UnOp::IsNaN, a), unary(UnOp::Not, unary(UnOp::IsNaN, b)), binary(BinOp::Gt, a, b));
+  };
+  auto better = [&](int64_t a, int64_t b) { return largest ? greater(keys[size_t(a)], keys[size_t(b)]) : greater(keys[size_t(b)], keys[size_t(a)]); };
+  Expr value, index;
+  for (int64_t i = len; i-- > 0;) {
+    Expr r = int_imm(0);
+    for (int64_t m = 0; m < len; ++m) {
+      if (m == i) continue;
+      Expr before = m < i ? unary(UnOp::Not, better(i, m)) : better(m, i);
+      r = add(r, cast(DType::Int64, before));
+    }
+    if (!value) {
+      value = vals[size_t(i)];
+      index = int_imm(i);
+      continue;
+    }
+    Expr hit = binary(BinOp::Eq, r, j);
+    value = select(hit, vals[size_t(i)], value);
+    index = select(hit, int_imm(i), index);
+  }
+  return slot == 0 ? value : index;
 }
 
 }  // namespace kiln::loop::detail

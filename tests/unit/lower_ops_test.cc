@@ -431,5 +431,35 @@ TEST(LowerInjective, CumSumIsGenerated) {
   EXPECT_TRUE(refused);
 }
 
+// TopK: an unrolled selection (rank of each element in the reference's total order), both
+// outputs, largest and smallest, every axis, k below the row length, float16 and integers; ties
+// and NaN (the greatest value) by hand.
+TEST(LowerInjective, TopKIsGenerated) {
+  for (const char* type : {"f32", "f16", "i32", "i64"})
+    for (int axis : {0, 1, -1})
+      for (int largest : {0, 1}) {
+        const std::string t = type;
+        const int64_t n = axis == 0 ? 4 : 6, k = 3;
+        const std::string out = axis == 0 ? "[3,6]" : "[4,3]";
+        const std::string text = "graph main opset 17 (%x: " + t + "[4,6]) -> (%v, %i) {\n  %k = constant i64[1] [" +
+                                 std::to_string(k) + "]\n  %v: " + t + out + ", %i: i64" + out +
+                                 " = TopK(%x, %k) {axis=" + std::to_string(axis) + ", largest=" + std::to_string(largest) +
+                                 "}\n}\n";
+        (void)n;
+        check_generated(text, 0.0);
+      }
+  const std::string text =
+      "graph main opset 17 (%x: f32[2,5]) -> (%v, %i) {\n  %k = constant i64[1] [4]\n"
+      "  %v: f32[2,4], %i: i64[2,4] = TopK(%x, %k)\n}\n";
+  auto g = parse_graph(text);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  TensorMap inputs{{"x", Tensor::from_vector<float>({1, nan, 3, 3, nan, -0.0f, 0.0f, 2, -1, 0.0f}, {2, 5})}};
+  const TensorMap want = run_reference(*g, inputs);
+  run_lowering(*g, PipelineOptions{});
+  const testing::LoweredRun run = testing::run_lowered(*g, partition(*g, {}), inputs);
+  EXPECT_EQ(run.refused, 0);
+  for (const char* o : {"v", "i"}) EXPECT_EQ(testing::bit_exact(run.outputs.at(o), want.at(o)), "") << o;
+}
+
 }  // namespace
 }  // namespace kiln
