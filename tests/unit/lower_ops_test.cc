@@ -315,6 +315,29 @@ TEST(DecomposeResize, RunTimeScales) {
   }
 }
 
+// tf_crop_and_resize with a run-time roi: the sampling positions and the extrapolation mask come
+// from graph ops on the roi (as ONNX's test_resize_tf_crop_and_resize feeds it).
+TEST(DecomposeResize, RunTimeRoi) {
+  for (const char* mode : {"nearest", "linear", "cubic"}) {
+    const std::string text =
+        std::string("graph main opset 17 (%x: f32[1,1,4,4], %roi: f32[8]) -> (%y) {\n  %s = constant i64[4] [1, 1, 3, 5]\n"
+                    "  %y: f32[1,1,3,5] = Resize(%x, %roi, _, %s) {mode=\"") +
+        mode + "\", coordinate_transformation_mode=\"tf_crop_and_resize\", extrapolation_value=10.0}\n}\n";
+    SCOPED_TRACE(text);
+    auto g = parse_graph(text);
+    TensorMap inputs = testing::random_inputs(*g, 5, {}, false);
+    inputs["roi"] = Tensor::from_vector<float>({0, 0, 0.4f, -0.3f, 1, 1, 0.6f, 1.2f}, {8});
+    const TensorMap want = run_reference(*g, inputs);
+    run_lowering(*g, PipelineOptions{});
+    EXPECT_FALSE(op_types(*g).count("Resize"));
+    const testing::LoweredRun run = testing::run_lowered(*g, partition(*g, {}), inputs);
+    EXPECT_EQ(run.refused, 0);
+    const Tensor& got = run.outputs.at("y");
+    const Tensor& w = want.at("y");
+    for (int64_t i = 0; i < w.numel(); ++i) EXPECT_NEAR(got.as_double(i), w.as_double(i), 1e-5 * 10) << i;
+  }
+}
+
 TEST(DecomposeResize, LeavesIntegerInterpolationAndRunTimeScales) {
   for (const std::string text :
        {"graph main opset 17 (%x: u8[1,1,2,2]) -> (%y) {\n  %s = constant i64[4] [1, 1, 4, 4]\n"
