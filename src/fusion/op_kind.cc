@@ -22,7 +22,11 @@ const std::map<std::string, OpKind>& table() {
     add(OpKind::Injective,
         {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Transpose", "Concat", "Split",
          "Slice", "Gather", "GatherElements", "GatherND", "Expand", "Tile", "Pad", "DepthToSpace",
-         "SpaceToDepth", "Resize", "Trilu", "EyeLike", "OneHot", "Range", "ConstantOfShape"});
+         "SpaceToDepth", "Resize", "Trilu", "EyeLike", "OneHot", "Range", "ConstantOfShape",
+         // Not one read per output, but loop spellings of the same kind: each output sums (CumSum)
+         // or ranks (TopK) its row, unrolled (loop/lower_injective.cc), so fusion treats them as
+         // remaps.
+         "CumSum", "TopK"});
     add(OpKind::Reduction,
         {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
          "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin", "GlobalAveragePool",
@@ -31,7 +35,7 @@ const std::map<std::string, OpKind>& table() {
     // Composites are lowered before fusion (transforms/lowering); if one survives (e.g. a
     // LayerNormalization whose Mean output is used), it runs as its own kernel.
     add(OpKind::Opaque,
-        {"TopK", "CumSum", "ScatterElements", "ScatterND", "Einsum", "LRN", "Hardmax", "Softmax", "LogSoftmax",
+        {"ScatterElements", "ScatterND", "Einsum", "LRN", "Hardmax", "Softmax", "LogSoftmax",
          "LayerNormalization", "InstanceNormalization", "BatchNormalization", "MeanVarianceNormalization",
          "Shape", "Size", "Constant"});
     return m;

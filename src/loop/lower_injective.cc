@@ -90,10 +90,62 @@ std::string unsupported_injective(const Node& n) {
   static const std::set<std::string> ok = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout",
                                            "Transpose", "Concat", "Split", "Slice", "Gather", "GatherElements",
                                            "Expand", "Tile", "Pad", "DepthToSpace", "SpaceToDepth", "Trilu",
-                                           "EyeLike", "ConstantOfShape"};
+                                           "EyeLike", "ConstantOfShape", "GatherND", "OneHot", "Range", "CumSum", "TopK"};
   if (!ok.count(op)) return cat(op, " is not lowered to loops yet");
   if (n.num_outputs() == 0) return cat(op, " has no outputs");
   if (op != "ConstantOfShape" && (n.num_inputs() == 0 || !n.input(0))) return cat(op, " has no input 0");
+  if (op == "GatherND" && (n.num_inputs() < 2 || !n.input(1) || !is_index_type(n.input(1)->dtype())))
+    return "GatherND indices must be int32 or int64";
+  if (op == "OneHot") {
+    if (n.num_inputs() < 3 || !n.input(2)) return "OneHot needs depth and values";
+    if (n.input(0)->dtype() == DType::Bool) return "OneHot indices must be numeric";
+    if (shape_numel(n.input(2)->shape()) != 2) return "OneHot values must hold [off, on]";
+  }
+  if (op == "CumSum") {
+    const DType t = n.input(0)->dtype();
+    if (!(is_float(t) || t == DType::Int32 || t == DType::Int64 || t == DType::UInt32 || t == DType::UInt64))
+      return cat("CumSum does not accept ", dtype_name(t));
+    const Value* ax = n.num_inputs() > 1 ? n.input(1) : nullptr;
+    if (!ax || !is_index_type(ax->dtype()) || shape_numel(ax->shape()) != 1) return "CumSum axis must be an int32 or int64 scalar";
+    for (const char* a : {"exclusive", "reverse"})
+      if (n.attr_int(a, 0) != 0 && n.attr_int(a, 0) != 1) return cat("CumSum ", a, " must be 0 or 1");
+    // Each output element is the running sum spelled out over its row (an unrolled scan): the rows
+    // scanned, over every axis the run-time axis may name, are bounded.
+    const Shape& xs = n.input(0)->shape();
+    if (xs.empty()) return "CumSum of a scalar";
+    int64_t len = 0;
+    if (ax->is_constant()) {
+      const int64_t a = ax->constant().as_int64(0), r = int64_t(xs.size());
+      if (a < -r || a >= r) return "CumSum axis is out of range";
+      len = xs[size_t(a < 0 ? a + r : a)];
+    } else {
+      for (int64_t d : xs) len += d;
+    }
+    if (len > kMaxScanLength)
+      return cat("CumSum over ", len, " elements is not lowered (the unrolled scan stops at ", kMaxScanLength,
+                 "; a row-scan kernel would take it)");
+  }
+  if (op == "TopK") {
+    const Shape& xs = n.input(0)->shape();
+    const DType t = n.input(0)->dtype();
+    if (t == DType::Bool || t == DType::Undefined) return cat("TopK does not accept ", dtype_name(t));
+    if (xs.empty() || n.num_outputs() != 2) return "TopK needs an input of rank >= 1 and two outputs";
+    const int64_t r = int64_t(xs.size()), a = n.attr_int("axis", -1);
+    if (a < -r || a >= r) return "TopK axis is out of range";
+    for (const char* at : {"largest", "sorted"})
+      if (n.attr_int(at, 1) != 0 && n.attr_int(at, 1) != 1) return cat("TopK ", at, " must be 0 or 1");
+    const int64_t len = xs[size_t(a < 0 ? a + r : a)];
+    if (n.output(0)->shape().size() != xs.size() || n.output(0)->shape()[size_t(a < 0 ? a + r : a)] > len)
+      return "TopK output does not match its input";
+    if (len > kMaxSelectLength)
+      return cat("TopK over ", len, " elements is not lowered (the unrolled selection stops at ", kMaxSelectLength, ")");
+  }
+  if (op == "Range") {
+    for (size_t i = 0; i < 3; ++i)
+      if (n.num_inputs() <= i || !n.input(i) || shape_numel(n.input(i)->shape()) != 1)
+        return "Range start, limit and delta must be scalars";
+    if (n.input(0)->dtype() == DType::Bool) return "Range does not support bool";
+  }
   if ((op == "Gather" || op == "GatherElements") && (n.num_inputs() < 2 || !n.input(1) || !is_index_type(n.input(1)->dtype())))
     return cat(op, " indices must be int32 or int64");
   if (op == "Dropout" && n.input(2)) {
@@ -119,6 +171,11 @@ Expr Lowerer::lower_injective(const Node& n, size_t slot, Index& idx) {
   if (op == "Gather") return lower_gather(n, idx);
   if (op == "GatherElements") return lower_gather_elements(n, idx);
   if (op == "DepthToSpace" || op == "SpaceToDepth") return lower_space_depth(n, idx);
+  if (op == "GatherND") return lower_gather_nd(n, idx);
+  if (op == "OneHot") return lower_one_hot(n, idx);
+  if (op == "Range") return lower_range(n, idx);
+  if (op == "CumSum") return lower_cumsum(n, idx);
+  if (op == "TopK") return lower_topk(n, slot, idx);
 
   if (op == "ConstantOfShape") {
     const Tensor* v = n.attr_tensor("value");
@@ -378,6 +435,197 @@ Expr Lowerer::lower_space_depth(const Node& n, Index& idx) {
     r[3] = add(mul(d[3], B), mod(blk, B));
   }
   return value_at(x, Index::from_dims(in, std::move(r)));
+}
+
+// GatherND: indices [..., m] (q dims) hold m-tuples indexing data dims [b, b+m) after b shared
+// batch dims; the output is indices.shape[:-1] ++ data.shape[b+m:]. Each tuple element is loaded at
+// (the output's first q-1 coordinates, j), wrapped and clamped like Gather's run-time indices;
+// constant indices are validated now, as the reference validates them at run time.
+Expr Lowerer::lower_gather_nd(const Node& n, Index& idx) {
+  const Value* data = n.input(0);
+  const Value* ind = n.input(1);
+  const Shape& ds = data->shape();
+  const Shape& is = ind->shape();
+  const int64_t r = int64_t(ds.size()), q = int64_t(is.size());
+  const int64_t b = n.attr_int("batch_dims", 0);
+  if (r < 1 || q < 1) refuse("GatherND data and indices must have rank >= 1");
+  if (b < 0 || b >= std::min(q, r)) refuse("GatherND batch_dims is out of range");
+  for (int64_t k = 0; k < b; ++k)
+    if (is[size_t(k)] != ds[size_t(k)]) refuse("GatherND batch dimensions differ");
+  const int64_t m = is[size_t(q - 1)];
+  if (m < 1 || m > r - b) refuse("GatherND indices.shape[-1] is out of range");
+  if (int64_t(idx.shape.size()) != q - 1 + r - b - m) refuse("GatherND output rank does not match");
+  if (ind->is_constant()) {
+    std::vector<int64_t> vals = ind->constant().to_int64_vector();
+    for (size_t p = 0; p < vals.size(); ++p) {
+      const int64_t dim = ds[size_t(b + int64_t(p) % m)];
+      if (vals[p] < -dim || vals[p] >= dim)
+        refuse(cat("GatherND index ", vals[p], " is out of range for a dimension of size ", dim));
+    }
+  }
+  const auto& d = dims(idx);
+  std::vector<Expr> di;
+  for (int64_t k = 0; k < b; ++k) di.push_back(d[size_t(k)]);
+  for (int64_t j = 0; j < m; ++j) {
+    const int64_t dim = ds[size_t(b + j)];
+    if (dim == 0) refuse("GatherND from an empty axis");
+    std::vector<Expr> at(d.begin(), d.begin() + (q - 1));
+    at.push_back(int_imm(j));
+    di.push_back(wrap_and_clamp(cast(DType::Int64, value_at(ind, Index::from_dims(is, std::move(at)))), dim));
+  }
+  for (int64_t k = b + m; k < r; ++k) di.push_back(d[size_t(q - 1 + k - (b + m))]);
+  return value_at(data, Index::from_dims(ds, std::move(di)));
+}
+
+// OneHot: output = indices.shape with depth inserted at `axis`; on_value where the index (negative
+// ones counted from depth) equals the position on that axis, off_value elsewhere, and off for an
+// index outside [-depth, depth) (the spec's rule; the reference's too). The comparisons avoid
+// overflow: position - depth instead of index + depth, and float indices are truncated and
+// compared as doubles instead of being converted to int64.
+Expr Lowerer::lower_one_hot(const Node& n, Index& idx) {
+  const Value* ind = n.input(0);
+  const Value* values = n.input(2);
+  const int64_t rank = int64_t(idx.shape.size());
+  const int64_t axis = normalize_axis(n.attr_int("axis", -1), rank);
+  const int64_t depth = idx.shape[size_t(axis)];
+  const auto& d = dims(idx);
+  std::vector<Expr> at;
+  for (int64_t k = 0; k < rank; ++k)
+    if (k != axis) at.push_back(d[size_t(k)]);
+  if (int64_t(at.size()) != int64_t(ind->shape().size())) refuse("OneHot output rank does not match its indices");
+  Expr i = value_at(ind, Index::from_dims(ind->shape(), std::move(at)));
+  const Expr pos = d[size_t(axis)];
+  Expr hit;
+  const DType it = ind->dtype();
+  if (is_float(it)) {
+    Expr x = cast(DType::Float64, i);
+    Expr tr = select(binary(BinOp::Lt, x, float_imm(0.0, DType::Float64)), unary(UnOp::Ceil, x), unary(UnOp::Floor, x));
+    Expr p = cast(DType::Float64, pos);
+    hit = binary(BinOp::Or, binary(BinOp::Eq, tr, p),
+                 binary(BinOp::Eq, tr, binary(BinOp::Sub, p, float_imm(double(depth), DType::Float64))));
+  } else if (it == DType::UInt64 || it == DType::UInt32 || it == DType::UInt16 || it == DType::UInt8) {
+    hit = binary(BinOp::Eq, cast(DType::UInt64, i), cast(DType::UInt64, pos));
+  } else {
+    Expr v = cast(DType::Int64, i);
+    hit = binary(BinOp::Or, binary(BinOp::Eq, v, pos), binary(BinOp::Eq, v, sub(pos, int_imm(depth))));
+  }
+  Expr off = value_at(values, Index::from_flat(values->shape(), int_imm(0)));
+  Expr on = value_at(values, Index::from_flat(values->shape(), int_imm(1)));
+  return select(hit, on, off);
+}
+
+// Range: element i is start + i * delta, computed as the reference does: in int64 for integer types
+// (the output is the wrapped value), in double rounded once to T for floats. The output length was
+// fixed at import from the constant bounds.
+Expr Lowerer::lower_range(const Node& n, Index& idx) {
+  const DType t = n.output(0)->dtype();
+  auto scalar = [&](size_t k) { return value_at(n.input(k), Index::zero(n.input(k)->shape())); };
+  const auto& d = dims(idx);
+  const Expr i = d.empty() ? int_imm(0) : d[0];
+  if (is_integer(t)) {
+    Expr s = cast(DType::Int64, scalar(0)), step = cast(DType::Int64, scalar(2));
+    return cast(t, add(s, mul(i, step)));
+  }
+  Expr s = cast(DType::Float64, scalar(0)), step = cast(DType::Float64, scalar(2));
+  return cast(t, binary(BinOp::Add, s, binary(BinOp::Mul, cast(DType::Float64, i), step)));
+}
+
+// CumSum: output[.., i, ..] = the running sum along the axis, spelled out as the reference
+// computes it: a sum that starts at 0 and adds the row's elements one by one in scan order
+// (reverse: from the end), in the reference's accumulator type (float for float16/bfloat16, the
+// float type itself, 64-bit integers with wrap-around, here unsigned so that C's signed overflow
+// never happens), selected by i (exclusive: the sum before the element). Every output reads its
+// whole row, so the work is row length squared: bounded by kMaxScanLength (unsupported_injective).
+// A run-time axis selects among the scans of every axis it may name (all computed, all in bounds).
+Expr Lowerer::lower_cumsum(const Node& n, Index& idx) {
+  const Value* x = n.input(0);
+  const Value* axv = n.input(1);
+  const Shape& xs = x->shape();
+  const int64_t rank = int64_t(xs.size());
+  const DType t = x->dtype();
+  const DType acc_t = is_float(t) ? compute_type(t) : DType::UInt64;
+  const bool exclusive = n.attr_int("exclusive", 0) != 0, reverse = n.attr_int("reverse", 0) != 0;
+  const auto& d = dims(idx);
+  auto scan = [&](int64_t axis) {
+    const int64_t len = xs[size_t(axis)];
+    const Expr i = d[size_t(axis)];
+    // prefix[k]: the sum of the first k elements in scan order (prefix[0] = 0).
+    std::vector<Expr> prefix{imm(0, acc_t)};
+    for (int64_t k = 0; k < len; ++k) {
+      std::vector<Expr> at = d;
+      at[size_t(axis)] = int_imm(reverse ? len - 1 - k : k);
+      Expr v = cast(acc_t, value_at(x, Index::from_dims(xs, std::move(at))));
+      prefix.push_back(binary(BinOp::Add, prefix.back(), v));
+    }
+    // Element i is the (len-1-i)-th in reverse scan order; inclusive sums take one more element.
+    Expr pos = reverse ? sub(int_imm(len - 1), i) : i;
+    Expr r = prefix[size_t(exclusive ? len - 1 : len)];
+    for (int64_t k = len - 2; k >= 0; --k)
+      r = select(binary(BinOp::Le, pos, int_imm(k)), prefix[size_t(exclusive ? k : k + 1)], r);
+    return cast(t, r);
+  };
+  if (axv->is_constant()) {
+    const int64_t a = axv->constant().as_int64(0);
+    return scan(a < 0 ? a + rank : a);
+  }
+  if (rank == 1) return scan(0);  // the only axis a valid value can name
+  Expr a = cast(DType::Int64, value_at(axv, Index::zero(axv->shape())));
+  Expr r = scan(rank - 1);
+  for (int64_t k = rank - 2; k >= 0; --k) {
+    Expr is_k = binary(BinOp::Or, binary(BinOp::Eq, a, int_imm(k)), binary(BinOp::Eq, a, int_imm(k - rank)));
+    r = select(is_k, scan(k), r);
+  }
+  return r;
+}
+
+// TopK: the j-th output along the axis is the element of rank j in the reference's order: best
+// first (largest or smallest; NaN counts as the greatest value, NaNs equal to each other), equal
+// keys by ascending index, which makes the order total. rank(i) = the number of elements m that
+// come before i; for m < i that is "x_i is not better than x_m", for m > i "x_m is better". k is
+// the output's length on the axis (fixed at import). Every output compares its whole row with
+// itself: row length squared, bounded by kMaxSelectLength (unsupported_injective).
+Expr Lowerer::lower_topk(const Node& n, size_t slot, Index& idx) {
+  const Value* x = n.input(0);
+  const Shape& xs = x->shape();
+  const int64_t rank = int64_t(xs.size());
+  int64_t axis = n.attr_int("axis", -1);
+  if (axis < 0) axis += rank;
+  const bool largest = n.attr_int("largest", 1) != 0;
+  const int64_t len = xs[size_t(axis)];
+  const auto& d = dims(idx);
+  const Expr j = d[size_t(axis)];
+  const DType key_t = compute_type(x->dtype());
+  std::vector<Expr> vals, keys;
+  for (int64_t m = 0; m < len; ++m) {
+    std::vector<Expr> at = d;
+    at[size_t(axis)] = int_imm(m);
+    vals.push_back(value_at(x, Index::from_dims(xs, std::move(at))));
+    keys.push_back(cast(key_t, vals.back()));
+  }
+  // a > b with NaN the greatest (NaN > b for non-NaN b; nothing is greater than NaN).
+  auto greater = [&](const Expr& a, const Expr& b) {
+    if (!is_float(key_t)) return binary(BinOp::Gt, a, b);
+    return select(unary(UnOp::IsNaN, a), unary(UnOp::Not, unary(UnOp::IsNaN, b)), binary(BinOp::Gt, a, b));
+  };
+  auto better = [&](int64_t a, int64_t b) { return largest ? greater(keys[size_t(a)], keys[size_t(b)]) : greater(keys[size_t(b)], keys[size_t(a)]); };
+  Expr value, index;
+  for (int64_t i = len; i-- > 0;) {
+    Expr r = int_imm(0);
+    for (int64_t m = 0; m < len; ++m) {
+      if (m == i) continue;
+      Expr before = m < i ? unary(UnOp::Not, better(i, m)) : better(m, i);
+      r = add(r, cast(DType::Int64, before));
+    }
+    if (!value) {
+      value = vals[size_t(i)];
+      index = int_imm(i);
+      continue;
+    }
+    Expr hit = binary(BinOp::Eq, r, j);
+    value = select(hit, vals[size_t(i)], value);
+    index = select(hit, int_imm(i), index);
+  }
+  return slot == 0 ? value : index;
 }
 
 }  // namespace kiln::loop::detail

@@ -65,6 +65,10 @@ struct Index {
 constexpr size_t kMaxValuePoints = 1024;
 constexpr size_t kMaxExprNodes = 8192;
 constexpr int64_t kMaxEmittedNodes = 8192;
+// CumSum is spelled as an unrolled scan (each output sums its row): rows up to this length.
+constexpr int64_t kMaxScanLength = 64;
+// TopK is spelled as an unrolled selection (each output ranks its row): rows up to this length.
+constexpr int64_t kMaxSelectLength = 16;
 
 class Lowerer {
  public:
@@ -103,6 +107,11 @@ class Lowerer {
   Expr lower_gather(const Node& n, Index& idx);                     // lower_injective.cc
   Expr lower_gather_elements(const Node& n, Index& idx);            // lower_injective.cc
   Expr lower_space_depth(const Node& n, Index& idx);                // lower_injective.cc
+  Expr lower_gather_nd(const Node& n, Index& idx);                  // lower_injective.cc
+  Expr lower_one_hot(const Node& n, Index& idx);                    // lower_injective.cc
+  Expr lower_range(const Node& n, Index& idx);                      // lower_injective.cc
+  Expr lower_cumsum(const Node& n, Index& idx);                     // lower_injective.cc
+  Expr lower_topk(const Node& n, size_t slot, Index& idx);          // lower_injective.cc
 
   // Row kernels (lower_reduction.cc) drive value_at pass by pass with their own loops.
   friend class RowKernelBuilder;

@@ -3,12 +3,16 @@
 #include <set>
 
 #include "transforms/decompose_activations.h"
+#include "transforms/decompose_lrn.h"
 #include "transforms/decompose_normalization.h"
+#include "transforms/decompose_resize.h"
 #include "transforms/decompose_softmax.h"
 #include "transforms/eliminate_common_subexpressions.h"
 #include "transforms/eliminate_dead_code.h"
 #include "transforms/expand_square.h"
 #include "transforms/fold_batchnorm.h"
+#include "transforms/lower_conv_transpose.h"
+#include "transforms/lower_einsum.h"
 #include "transforms/lower_gemm.h"
 #include "transforms/transpose_to_reshape.h"
 
@@ -20,9 +24,15 @@ std::vector<std::unique_ptr<Pass>> lowering_pipeline() {
   // producer would be the bias Add and it could only become a separate Mul + Add.
   p.push_back(std::make_unique<FoldBatchNorm>());
   p.push_back(std::make_unique<LowerGemm>());
+  // Before fusion: the Conv it becomes is a contraction the loop lowering generates.
+  p.push_back(std::make_unique<LowerConvTranspose>());
+  // Before transpose_to_reshape, which turns the Transposes it emits around unit dims into views.
+  p.push_back(std::make_unique<LowerEinsum>());
   p.push_back(std::make_unique<DecomposeNormalization>());
   p.push_back(std::make_unique<DecomposeSoftmax>());
   p.push_back(std::make_unique<DecomposeActivations>());
+  p.push_back(std::make_unique<DecomposeResize>());
+  p.push_back(std::make_unique<DecomposeLrn>());
   p.push_back(std::make_unique<ExpandSquare>());
   // After lower_gemm, whose Transposes of non-constant operands may turn out to be free.
   p.push_back(std::make_unique<TransposeToReshape>());

@@ -193,11 +193,12 @@ TEST(Fusion, DoNotFuseSiblingConvsBeyondRegisterLimit) {
 }
 
 TEST(Fusion, DoNotFuseOpaqueOps) {
+  // Rows of 32: longer than TopK's unrolled selection takes, so it is a library kernel.
   auto g = ir(R"(  %k = constant i64[1] [2]
   %v: f32[4,2], %i: i64[4,2] = TopK(%x, %k) name="topk"
   %y: f32[4,2] = Relu(%v) name="relu"
 )",
-              "%x: f32[4,8]", "%y, %i");
+              "%x: f32[4,32]", "%y, %i");
   auto p = plan_and_check(*g);
   EXPECT_EQ(p.kernel_count(), 2);
   EXPECT_NE(reasons(p).find("topk -> relu: TopK 'topk' has no generated code"), std::string::npos) << reasons(p);
@@ -230,13 +231,14 @@ TEST(Fusion, DoNotFuseOverlappingPoolWithItsProducer) {
 }
 
 TEST(Fusion, DoNotFuseAcrossAnOpaqueKernel) {
-  // relu → topk → add and relu → add: fusing relu with add would need topk in between.
-  auto g = ir(R"(  %k = constant i64[1] [8]
-  %r: f32[4,8] = Relu(%x) name="relu"
-  %v: f32[4,8], %i: i64[4,8] = TopK(%r, %k) name="topk"
-  %y: f32[4,8] = Add(%r, %v) name="add"
+  // relu → topk → add and relu → add: fusing relu with add would need topk in between (rows of
+  // 32: a library kernel, longer than TopK's unrolled selection takes).
+  auto g = ir(R"(  %k = constant i64[1] [32]
+  %r: f32[4,32] = Relu(%x) name="relu"
+  %v: f32[4,32], %i: i64[4,32] = TopK(%r, %k) name="topk"
+  %y: f32[4,32] = Add(%r, %v) name="add"
 )",
-              "%x: f32[4,8]", "%y, %i");
+              "%x: f32[4,32]", "%y, %i");
   auto p = plan_and_check(*g);
   EXPECT_EQ(p.kernel_count(), 3) << reasons(p);
   EXPECT_NE(reasons(p).find("relu -> add: fusing would create a cycle"), std::string::npos) << reasons(p);

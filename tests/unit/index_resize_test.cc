@@ -92,12 +92,19 @@ TEST(Resize, LinearHalfPixelUpsample) {
   expect_near(out, {1, 1.25f, 1.75f, 2, 1.5f, 1.75f, 2.25f, 2.5f, 2.5f, 2.75f, 3.25f, 3.5f, 3, 3.25f, 3.75f, 4});
 }
 
-TEST(Resize, LinearAlignCornersUsesUnroundedLength) {
-  // test_resize_downsample_scales_linear_align_corners: width 4 * 0.6 = 2.4 (not 2) in the formula.
+TEST(Resize, LinearAlignCornersUsesTheOutputLength) {
+  // Width 4 * 0.6 -> floor(2.4) = 2 outputs, and align_corners maps x to x * (4 - 1) / (2 - 1) with
+  // that output length (the spec's "length of the resized tensor"; ONNX Runtime 1.32 gives
+  // [1, 4]). The ONNX 1.12 numpy reference, and test_resize_downsample_scales_linear_align_corners
+  // generated from it, use the unrounded 2.4 instead ([1, 3.142857]).
   auto out = resize_scales(f32({1, 2, 3, 4, 5, 6, 7, 8}, {1, 1, 2, 4}), {1, 1, 0.6f, 0.6f},
                            {{"mode", std::string("linear")}, {"coordinate_transformation_mode", std::string("align_corners")}});
   EXPECT_EQ(out.shape(), (Shape{1, 1, 1, 2}));
-  expect_near(out, {1.0f, 3.142857f});
+  expect_near(out, {1.0f, 4.0f});
+  // Upsampling by a non-whole scale: 5 * 1.5 -> 7, x -> x * 4 / 6 (ONNX Runtime's values).
+  auto up = resize_scales(f32({0, 1, 4, 9, 16}, {5}), {1.5f},
+                          {{"mode", std::string("linear")}, {"coordinate_transformation_mode", std::string("align_corners")}});
+  expect_near(up, {0.0f, 0.6666667f, 2.0f, 4.0f, 7.333334f, 11.333333f, 16.0f});
   // With sizes the length is exact: 2x2 -> 3x3 puts the midpoints in between (hand-computed).
   auto b = resize_sizes(f32({1, 2, 3, 4}, {2, 2}), {3, 3},
                         {{"mode", std::string("linear")}, {"coordinate_transformation_mode", std::string("align_corners")}});
@@ -161,18 +168,20 @@ TEST(Resize, TfCropAndResize) {
   EXPECT_EQ(values<float>(out3), (std::vector<float>{7, 11, 10}));
 }
 
-TEST(Resize, TfCropAndResizeWithScalesCropsTheOutputSize) {
-  // Spec: output_dimension = floor(input_dimension * (roi_end - roi_start) * scale) = 4 * 0.5 * 2 = 4,
-  // and x_original = 0.25 * 3 + x * 0.5 * 3 / (4 - 1) = 0.75 + 0.5x on both axes. The input is linear
-  // (4r + c + 1), so bilinear sampling returns 4 * y_original + x_original + 1 exactly.
+TEST(Resize, TfCropAndResizeWithScalesKeepsTheScaledOutputSize) {
+  // The output is floor(input * scale) = 8 per axis, as ONNX shape inference (which types the
+  // output at import) and ONNX Runtime have it, not the spec text's input * (roi_end - roi_start) *
+  // scale. x_original = 0.25 * 3 + x * 0.5 * 3 / (8 - 1). The input is linear (4r + c + 1), so
+  // bilinear sampling returns 4 * y_original + x_original + 1 exactly.
   auto roi = f32({0, 0, 0.25f, 0.25f, 1, 1, 0.75f, 0.75f}, {8});
   auto out = run_op("Resize", {grid4(), roi, scales({1, 1, 2, 2})},
                     {{"mode", std::string("linear")},
                      {"coordinate_transformation_mode", std::string("tf_crop_and_resize")}})[0];
-  EXPECT_EQ(out.shape(), (Shape{1, 1, 4, 4}));
+  EXPECT_EQ(out.shape(), (Shape{1, 1, 8, 8}));
   std::vector<float> want;
-  for (int y = 0; y < 4; ++y)
-    for (int x = 0; x < 4; ++x) want.push_back(4 * (0.75f + 0.5f * float(y)) + (0.75f + 0.5f * float(x)) + 1);
+  auto xo = [](int x) { return 0.75f + float(x) * 1.5f / 7.0f; };
+  for (int y = 0; y < 8; ++y)
+    for (int x = 0; x < 8; ++x) want.push_back(4 * xo(y) + xo(x) + 1);
   expect_near(out, want);
 }
 

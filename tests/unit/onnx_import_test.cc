@@ -131,6 +131,33 @@ TEST_F(OnnxImportTest, SymbolicDimWithoutInputShape) {
   expect_error(p, {"'nope'", "not an input"}, bad);
 }
 
+// Paddle (and other exporters) write an unknown dim as dim_value -1: it is symbolic, like a
+// named dim. Without --input-shape the error names the input and the axis; with it the model
+// imports, also when value_info and the output declare -1 (shape inference fills them in).
+TEST_F(OnnxImportTest, NegativeOneDimIsSymbolic) {
+  auto* x = add_io(model_.mutable_graph()->mutable_input(), "x", {"1", "3"});
+  x->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)->set_dim_value(-1);
+  auto* y = add_io(model_.mutable_graph()->mutable_output(), "y", {"1", "3"});
+  y->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)->set_dim_value(-1);
+  auto* r = add_io(model_.mutable_graph()->mutable_value_info(), "r", {"1", "3"});
+  r->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)->set_dim_value(-1);
+  add_node("Relu", {"x"}, {"r"});
+  add_node("Neg", {"r"}, {"y"});
+  std::string p = write();
+  expect_error(p, {"input 'x'", "symbolic dimension -1", "axis 0", "--input-shape x="});
+  ImportOptions o;
+  o.input_shapes["x"] = {5, 3};
+  auto g = import_onnx(p, o);
+  EXPECT_EQ(g->find_value("r")->type().str(), "f32[5,3]");
+  EXPECT_EQ(g->outputs()[0]->type().str(), "f32[5,3]");
+  auto in = Tensor::from_vector<float>(std::vector<float>(15, -2.0f), {5, 3});
+  auto out = run_reference(*g, {{"x", in}});
+  EXPECT_EQ(out.at("y").as_double(14), -0.0);
+  // A fixed axis must still agree with --input-shape; only the -1 axis is free.
+  o.input_shapes["x"] = {5, 4};
+  expect_error(p, {"disagrees", "axis 1"}, o);
+}
+
 TEST_F(OnnxImportTest, ExternalDataInsideFolderLoads) {
   add_io(model_.mutable_graph()->mutable_input(), "x", {"2"});
   add_io(model_.mutable_graph()->mutable_output(), "y", {"2"});

@@ -108,8 +108,26 @@ class Importer {
     }
   }
 
+  // A dim is fixed when it has a non-negative dim_value. Exporters (Paddle among them) write an
+  // unknown dim as dim_value -1 instead of a dim_param: it is symbolic like a named dim.
+  static bool is_fixed_dim(const onnx::TensorShapeProto::Dimension& d) {
+    return d.has_dim_value() && d.dim_value() >= 0;
+  }
+
+  // Negative dims in value_info and graph outputs become unnamed dims, so that ONNX shape inference
+  // merges its inferred sizes instead of reporting -1 as a conflicting size.
+  static void clear_negative_dims(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list) {
+    for (auto& vi : *list) {
+      if (!vi.type().has_tensor_type() || !vi.type().tensor_type().has_shape()) continue;
+      for (auto& d : *vi.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim())
+        if (d.has_dim_value() && d.dim_value() < 0) d.clear_dim_value();
+    }
+  }
+
   void fix_input_shapes() {
     auto* graph = model_.mutable_graph();
+    clear_negative_dims(graph->mutable_value_info());
+    clear_negative_dims(graph->mutable_output());
     std::set<std::string> inits;
     for (const auto& t : graph->initializer()) inits.insert(t.name());
     std::set<std::string> seen;
@@ -128,7 +146,7 @@ class Importer {
                      " but the model declares rank ", tt->shape().dim_size());
         for (size_t d = 0; d < want.size(); ++d) {
           if (want[d] < 0) user_error("--input-shape ", in.name(), ": negative dimension");
-          if (tt->has_shape() && tt->shape().dim(int(d)).has_dim_value() && tt->shape().dim(int(d)).dim_value() != want[d])
+          if (tt->has_shape() && is_fixed_dim(tt->shape().dim(int(d))) && tt->shape().dim(int(d)).dim_value() != want[d])
             user_error("--input-shape ", in.name(), "=", shape_str(want), " disagrees with the model's fixed dim ",
                        tt->shape().dim(int(d)).dim_value(), " at axis ", d);
         }
@@ -141,8 +159,10 @@ class Importer {
         user_error("input '", in.name(), "' has no shape; give one with --input-shape ", in.name(), "=DIMS");
       for (int d = 0; d < tt->shape().dim_size(); ++d) {
         const auto& dim = tt->shape().dim(d);
-        if (!dim.has_dim_value()) {
-          std::string sym = dim.has_dim_param() ? "'" + dim.dim_param() + "'" : "(unnamed)";
+        if (!is_fixed_dim(dim)) {
+          std::string sym = dim.has_dim_param() ? "'" + dim.dim_param() + "'"
+                            : dim.has_dim_value() ? cat(dim.dim_value(), " (unknown size)")
+                                                  : "(unnamed)";
           user_error("input '", in.name(), "' has symbolic dimension ", sym, " at axis ", d,
                      "; fix it with --input-shape ", in.name(), "=DIMS (e.g. 1x3x224x224)");
         }

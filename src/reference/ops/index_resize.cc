@@ -13,12 +13,24 @@
 // exclude_outside drops them and renormalises the weights. Zero-weight taps are skipped, so an output
 // depends only on inputs that actually contribute to it.
 //
-// Output size with `scales`: floor(in * scale), computed in float64 from the float32 scale as the
-// reference does (and, for tf_crop_and_resize, times roi_end - roi_start as the spec says). The
-// length_resized of align_corners / tf_crop_and_resize is then that unrounded product: the ONNX
-// conformance data (e.g. resize_downsample_scales_linear_align_corners) is generated that way.
+// Output size with `scales`: floor(in * scale), computed in float64 from the float32 scale, for
+// every coordinate_transformation_mode: tf_crop_and_resize does not multiply by the roi's extent
+// either, as ONNX shape inference (which typed the output at import) and ONNX Runtime do. The
+// length_resized of align_corners, pytorch_half_pixel and tf_crop_and_resize is then that output
+// size, an integer: the spec defines it as "the length of the resized tensor", and ONNX Runtime
+// and PyTorch (F.interpolate with scale_factor, align_corners=True) use it, so 5 x 1.5 -> 7 maps
+// x to x * 4 / 6. The ONNX 1.12 numpy reference (and the conformance data generated from it, e.g.
+// resize_downsample_scales_linear_align_corners: 4 x 0.6 -> 2, x_original = x * 3 / 1.4) uses the
+// unrounded product instead; kiln follows the spec and ONNX Runtime and fails those two tests.
+// x_original is computed in float32, with ONNX Runtime's formulas and operation order: where it
+// lands on a whole number in exact arithmetic (x = 1 of 4 -> 2 by scale 0.6 under half_pixel:
+// 1.5 / 0.6 - 0.5 = 2), float32 and float64 round to either side of it, and nearest's floor/ceil
+// (and linear's taps) follow ONNX Runtime's side. With `sizes` the scale is out / in in float32.
 // pytorch_half_pixel with length_resized 1 samples x_original = 0 as the spec (and ONNX Runtime)
 // say; the numpy reference uses -0.5, which differs for cubic only.
+//
+// The per-axis planning (plan_resize, resize_plan.h) is shared with transforms/decompose_resize,
+// which spells a Resize as Gathers and weighted sums with exactly these taps.
 //
 // Integer outputs of linear/cubic are rounded to nearest (half away from zero) and saturated: the
 // reference's plain cast would truncate and wrap cubic overshoot (255 -> 260 -> 4 for uint8).
@@ -28,6 +40,7 @@
 
 #include "reference/kernel_util.h"
 #include "reference/ops/index_internal.h"
+#include "reference/ops/resize_plan.h"
 
 namespace kiln {
 namespace {
@@ -87,8 +100,8 @@ struct Geometry {
 // constant for roi/scales).
 bool present(const std::vector<Tensor>& in, size_t i) { return in.size() > i && in[i].defined() && in[i].numel() > 0; }
 
-Geometry compute_geometry(const ResizeAttrs& a, const Tensor& x, const std::vector<Tensor>& in) {
-  const int64_t rank = x.rank();
+Geometry compute_geometry(const ResizeAttrs& a, const Shape& x, const std::vector<Tensor>& in) {
+  const int64_t rank = int64_t(x.size());
   const size_t r = size_t(rank);
   Geometry g;
   g.roi_start.assign(r, 0.0);
@@ -116,23 +129,22 @@ Geometry compute_geometry(const ResizeAttrs& a, const Tensor& x, const std::vect
     for (size_t d = 0; d < r; ++d) {
       const double sc = s.as_double(int64_t(d));
       if (!(sc > 0) || !std::isfinite(sc)) user_error("scales must be positive and finite, got ", sc);
-      const double crop = a.coord == CoordMode::TfCropAndResize ? g.roi_end[d] - g.roi_start[d] : 1.0;
-      const double len = double(x.dim(int64_t(d))) * sc * crop;
+      const double len = double(x[d]) * sc;
       if (!(len < double(int64_t(1) << 40))) user_error("scales ", sc, " make the output too large");
       g.out[d] = int64_t(std::max(0.0, std::floor(len)));
       g.scale[d] = sc;
-      g.length_resized[d] = len;
+      g.length_resized[d] = double(g.out[d]);
     }
   } else {
     const Tensor& s = in[3];
     if (!is_integer(s.dtype())) user_error("sizes must be an integer tensor, got ", dtype_name(s.dtype()));
     if (s.numel() != rank) user_error("sizes has ", s.numel(), " elements; expected rank = ", rank);
     for (size_t d = 0; d < r; ++d) {
-      const int64_t o = s.as_int64(int64_t(d)), i = x.dim(int64_t(d));
+      const int64_t o = s.as_int64(int64_t(d)), i = x[d];
       if (o < 0) user_error("sizes must be non-negative, got ", o);
       if (i == 0 && o != 0) user_error("cannot resize an empty dimension to size ", o);
       g.out[d] = o;
-      g.scale[d] = i == 0 ? 1.0 : double(o) / double(i);
+      g.scale[d] = i == 0 ? 1.0 : double(float(o) / float(i));
       g.length_resized[d] = double(o);
     }
   }
@@ -140,33 +152,24 @@ Geometry compute_geometry(const ResizeAttrs& a, const Tensor& x, const std::vect
 }
 
 // x_original for output coordinate x along one axis (formulas from the ONNX spec).
-double source_coordinate(const ResizeAttrs& a, int64_t x, int64_t in_len, double scale, double len_resized,
-                         double roi_start, double roi_end) {
-  const double xr = double(x), lo = double(in_len);
+double source_coordinate(const ResizeAttrs& a, int64_t x, int64_t in_len, double scale_d, double len_resized_d,
+                         double roi_start_d, double roi_end_d) {
+  const float xr = float(x), lo = float(in_len), scale = float(scale_d), lr = float(len_resized_d);
+  const float rs = float(roi_start_d), re = float(roi_end_d);
   switch (a.coord) {
-    case CoordMode::HalfPixel: return (xr + 0.5) / scale - 0.5;
-    case CoordMode::PytorchHalfPixel: return len_resized > 1 ? (xr + 0.5) / scale - 0.5 : 0.0;
-    case CoordMode::AlignCorners: return len_resized == 1 ? 0.0 : xr * (lo - 1) / (len_resized - 1);
+    case CoordMode::HalfPixel: return (xr + 0.5f) / scale - 0.5f;
+    case CoordMode::PytorchHalfPixel: return lr > 1 ? (xr + 0.5f) / scale - 0.5f : 0.0f;
+    case CoordMode::AlignCorners: return lr == 1 ? 0.0f : xr * (lo - 1) / (lr - 1);
     case CoordMode::Asymmetric: return xr / scale;
-    case CoordMode::TfHalfPixelForNN: return (xr + 0.5) / scale;
+    case CoordMode::TfHalfPixelForNN: return (xr + 0.5f) / scale;
     case CoordMode::TfCropAndResize:
-      return len_resized > 1 ? roi_start * (lo - 1) + xr * (roi_end - roi_start) * (lo - 1) / (len_resized - 1)
-                             : 0.5 * (roi_start + roi_end) * (lo - 1);
+      return lr > 1 ? rs * (lo - 1) + (xr * (re - rs) * (lo - 1)) / (lr - 1) : float(0.5 * (rs + re) * (lo - 1));
   }
   return 0.0;
 }
 
-struct Tap {
-  int64_t index;
-  double weight;
-};
-
-// Taps of every output coordinate of one axis. An empty tap list means x_original fell outside the
-// input under tf_crop_and_resize: the output takes extrapolation_value.
-struct AxisPlan {
-  std::vector<std::vector<Tap>> taps;
-  bool identity = true;  // output coordinate x reads exactly input x: the axis needs no pass
-};
+using Tap = ResizeTap;
+using AxisPlan = ResizeAxisPlan;
 
 int64_t nearest_index(double xo, NearestMode m) {
   const double f = std::floor(xo), frac = xo - f;
@@ -328,24 +331,32 @@ void resize_interpolate(const Tensor& x, Tensor& out, const std::vector<AxisPlan
 std::vector<Tensor> resize(const Node& node, const std::vector<Tensor>& in) {
   expect_inputs(in, 1, 4);
   const Tensor& x = in[0];
-  const ResizeAttrs a = parse_attrs(node);
-  const Geometry g = compute_geometry(a, x, in);
-  if (a.mode != Mode::Nearest && x.dtype() == DType::Bool)
-    user_error("linear and cubic modes need a numeric input, got bool");
-  // Allocated before planning so that an absurd output size is rejected by the tensor size check.
-  Tensor out(x.dtype(), g.out);
+  const ResizePlan plan = plan_resize(node, x.shape(), in);
+  if (!plan.nearest && x.dtype() == DType::Bool) user_error("linear and cubic modes need a numeric input, got bool");
+  Tensor out(x.dtype(), plan.out);
   if (out.numel() == 0) return {out};
-  std::vector<AxisPlan> plans;
-  for (int64_t d = 0; d < x.rank(); ++d) {
-    const size_t u = size_t(d);
-    plans.push_back(plan_axis(a, x.dim(d), g.out[u], g.scale[u], g.length_resized[u], g.roi_start[u], g.roi_end[u]));
-  }
-  if (a.mode == Mode::Nearest) resize_nearest(x, out, plans, a.extrapolation);
-  else resize_interpolate(x, out, plans, a.extrapolation);
+  if (plan.nearest) resize_nearest(x, out, plan.axes, plan.extrapolation);
+  else resize_interpolate(x, out, plan.axes, plan.extrapolation);
   return {out};
 }
 
 }  // namespace
+
+ResizePlan plan_resize(const Node& node, const Shape& x, const std::vector<Tensor>& in) {
+  const ResizeAttrs a = parse_attrs(node);
+  const Geometry g = compute_geometry(a, x, in);
+  ResizePlan p;
+  p.out = g.out;
+  p.nearest = a.mode == Mode::Nearest;
+  p.extrapolation = a.extrapolation;
+  // The output size is checked (overflow, absurd sizes) before the per-coordinate tables are built.
+  const int64_t numel = shape_numel(g.out);
+  if (numel > (int64_t(1) << 40)) user_error("the output of shape ", shape_str(g.out), " is too large to allocate");
+  if (numel == 0) return p;
+  for (size_t d = 0; d < x.size(); ++d)
+    p.axes.push_back(plan_axis(a, x[d], g.out[d], g.scale[d], g.length_resized[d], g.roi_start[d], g.roi_end[d]));
+  return p;
+}
 
 void register_resize_ops(OpRegistry& r) { r.add({"Resize", resize, {1, 2, 3}}); }
 
