@@ -151,5 +151,44 @@ TEST(LoopRegression, SoftmaxOverABroadcastAxis) {
   }
 }
 
+// ---------------------------------------------------------------- 3. a chain's row passes with a tail
+
+// MatMul -> MatMul -> Softmax as one chain kernel: the softmax's lane pass over a row of 66 has a
+// tail loop of 2 named kiln_t1 (pass 1), the same name as the chain's loop over the tile's rows
+// for stage 1, which the spliced passes' row offsets read. The tail read row 66*t + 64 + t instead
+// of 64 + t (7-43 % off at width 66; 64 has no tail). The spliced passes' bound variables are now
+// renamed away from the names the substituted offsets read, and the C emitter refuses a loop that
+// shadows an enclosing one.
+TEST(LoopRegression, ChainRowPassTailDoesNotCaptureTheRowLoop) {
+  for (const int64_t m : {1, 3, 7})
+    for (const int64_t k : {66, 65, 67, 130, 33, 64}) {
+      SCOPED_TRACE(cat("m=", m, " k=", k));
+      const std::string ir = cat("graph main opset 13 (%x: f32[", m, ",", k, "], %w1: f32[", k, ",128], %w2: f32[128,", k,
+                                 "]) -> (%y) {\n  %a: f32[", m, ",128] = MatMul(%x, %w1) name=\"mm1\"\n  %b: f32[", m, ",", k,
+                                 "] = MatMul(%a, %w2) name=\"mm2\"\n  %y: f32[", m, ",", k,
+                                 "] = Softmax(%b) {axis=-1} name=\"softmax\"\n}\n");
+      auto g = parse_graph(ir);
+      // Values of a softmax that is not one-hot: inputs of magnitude ~0.3.
+      TensorMap in = random_inputs(*g, 5, {}, false);
+      for (auto& [name, t] : in)
+        for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] *= 0.1f;
+      Checked c = check_all_kernels(ir, in);
+      EXPECT_EQ(c.lowered, 1) << joined(c.refused);
+    }
+}
+
+TEST(LoopRegression, EmitterRefusesALoopThatShadowsAnEnclosingOne) {
+  using namespace loop;
+  auto out = std::make_shared<Buffer>(Buffer{"y", DType::Float32, Shape{4}, Scope::Global});
+  LoopKernel k;
+  k.name = "shadowing_loops";
+  k.outputs = {out};
+  k.body = for_loop("i", int_imm(2), {for_loop("i", int_imm(2), {store(out, var("i"), float_imm(1))})});
+  EXPECT_THROW(codegen::emit_c({k}), InternalError);
+  k.body = block({for_loop("i", int_imm(2), {store(out, var("i"), float_imm(1))}),
+                  for_loop("i", int_imm(2), {store(out, add(var("i"), int_imm(2)), float_imm(1))})});
+  EXPECT_NO_THROW(codegen::emit_c({k}));  // sibling loops may share a name
+}
+
 }  // namespace
 }  // namespace kiln
