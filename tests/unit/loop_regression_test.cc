@@ -190,5 +190,43 @@ TEST(LoopRegression, EmitterRefusesALoopThatShadowsAnEnclosingOne) {
   EXPECT_NO_THROW(codegen::emit_c({k}));  // sibling loops may share a name
 }
 
+// ---------------------------------------------------------------- 4. one-row operands, empty GEMMs
+
+// Slice steps [1, -2] selecting one element of x[2,2], times o[1,4]: A is [1,1]. The GEMM's probe
+// for an in-place operand lowered A at (kiln_probe_r, kiln_probe_c), and the Lowerer memoised the
+// value by its flat offset, which ignores size-1 dims: 0 for every point. Packing A then reused
+// the probe's expression, and the C named the undeclared kiln_probe_r. Index::from_dims now puts
+// 0 at every size-1 dim (its only position), so the memoised value is the one at that offset.
+TEST(LoopRegression, OneRowOperandIsNotMemoisedWithTheProbesIndex) {
+  for (const char* o : {"  %o = constant f32[1,4] [0.5, -1, 2, 3]\n", ""}) {
+    for (const char* slice : {"%st = constant i64[2] [1, -2]\n  %en = constant i64[2] [2, -3]\n  %ax = constant i64[2] [0, 1]\n",
+                              "%st = constant i64[2] [0, 1]\n  %en = constant i64[2] [1, -3]\n  %ax = constant i64[2] [1, 0]\n"}) {
+      SCOPED_TRACE(std::string(o) + slice);
+      const std::string ir = std::string("graph main opset 13 (%x: f32[2,2]") + (*o ? "" : ", %o: f32[1,4]") +
+                             ") -> (%y) {\n" + o + "  " + slice +
+                             "  %sp = constant i64[2] [1, -2]\n  %s: f32[1,1] = Slice(%x, %st, %en, %ax, %sp) name=\"slice\"\n"
+                             "  %y: f32[1,4] = MatMul(%s, %o) name=\"mm\"\n}\n";
+      Checked c = check_all_kernels(ir);
+      EXPECT_EQ(c.lowered, 1) << joined(c.refused);
+    }
+  }
+}
+
+// A Slice that selects nothing feeding a MatMul: the tiled GEMM divided by its zero-row block
+// (SIGFPE while partitioning). An empty contraction is not tiled now.
+TEST(LoopRegression, EmptyContractionDoesNotCrash) {
+  const std::string ir = R"(graph main opset 13 (%x: f32[5,1,12], %o: f32[8,1]) -> (%y) {
+  %st = constant i64[2] [0, 0]
+  %en = constant i64[2] [1, 4]
+  %ax = constant i64[2] [1, 0]
+  %sp = constant i64[2] [1, -2]
+  %s: f32[0,1,12] = Slice(%x, %st, %en, %ax, %sp) name="slice"
+  %y: f32[0,8,12] = MatMul(%o, %s) name="mm"
+}
+)";
+  Checked c = check_all_kernels(ir);
+  EXPECT_GE(c.lowered + int(c.refused.size()), 1);
+}
+
 }  // namespace
 }  // namespace kiln
