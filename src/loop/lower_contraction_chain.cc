@@ -494,6 +494,12 @@ class RowPipeline {
       }
     }
     std::vector<Stmt> passes = contraction_row_passes(plan, plan.shape, buffers, outer_, cat(name_, "_rows", s), sched_);
+    // The rebound offsets read the tile's row variable `t`: the passes' own loops must not be
+    // named like it (a tail loop kiln_t<pass> of pass 1 captured kiln_t1, stage 1's row loop).
+    std::set<std::string> avoid;
+    collect_vars(row0, avoid);
+    collect_vars(base, avoid);
+    passes = rename_bound_vars(passes, avoid);
     for (auto& p : passes) p = rebind_buffers(p, rebind);
     std::vector<Stmt> r = {scoped(std::move(passes))};
     if (st.next && pass_output(st, st.next) && output_buf_.count(st.next)) {

@@ -22,6 +22,9 @@ bool ContractionLowering::is_group_input(const Value* v) const {
 // Float32 contractions wide enough to fill a vector of columns go through the micro-kernel.
 bool ContractionLowering::tiled() const {
   if (!sched_.tile_contractions || dtype_ != DType::Float32) return false;
+  // An empty output (a Slice that selects nothing feeding it) has no tiles: the tile arithmetic
+  // would divide by a zero row block. The untiled nest runs zero iterations.
+  if (shape_numel(out_shape_) == 0) return false;
   // Fewer rows than a micro-kernel tile (a depthwise conv has one per group): packing costs
   // more than it saves, the direct nest with its short K loop per element is faster (10x on
   // MobileNetV2's depthwise convs). With B read in place there is no packing: a matrix-vector

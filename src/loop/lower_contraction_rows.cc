@@ -23,6 +23,7 @@
 #include "kernels/microkernel.h"
 #include "loop/contraction_lowering.h"
 #include "loop/lower_internal.h"
+#include "loop/rebind_buffers.h"
 #include "support/error.h"
 
 namespace kiln::loop::detail {
@@ -252,6 +253,12 @@ std::vector<Stmt> contraction_row_passes(const ContractionRows& plan, const Shap
   for (size_t d = 0; d < shape.size(); ++d)
     base = add(mul(base, int_imm(shape[d])), d < plan.r0 ? outer[d] : int_imm(0));
   rb.row_base = base;
+  // The row kernel was lowered on its own: its loops (kiln_t<pass> over a row's tail, ...) may be
+  // named like the contraction kernel's loops around this point, which `outer` reads (the chain's
+  // row loop kiln_t<stage>). Renamed before the row base is substituted, so none captures them.
+  std::set<std::string> avoid;
+  for (const Expr& e : outer) collect_vars(e, avoid);
+  body = rename_bound_vars(body, avoid);
   for (auto& s : body) s = rb.stmt(s);
   return body;
 }

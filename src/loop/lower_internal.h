@@ -54,7 +54,14 @@ struct Index {
   std::optional<std::vector<Expr>> dims;  // may be absent
 
   static Index from_flat(Shape s, Expr f) { return Index{std::move(s), std::move(f), std::nullopt}; }
-  static Index from_dims(Shape s, std::vector<Expr> d) { return Index{std::move(s), nullptr, std::move(d)}; }
+  // A size-1 dim has one position, 0, whatever expression the caller had for it (a GEMM row
+  // variable of a one-row operand): value_at memoises by the flat offset, which ignores size-1
+  // dims, so an expression kept there would be reused at every other point with the same offset.
+  static Index from_dims(Shape s, std::vector<Expr> d) {
+    for (size_t i = 0; i < s.size() && i < d.size(); ++i)
+      if (s[i] == 1) d[i] = int_imm(0);
+    return Index{std::move(s), nullptr, std::move(d)};
+  }
   static Index zero(Shape s) { return from_flat(std::move(s), int_imm(0)); }
 };
 

@@ -1,6 +1,8 @@
 #include "loop/rebind_buffers.h"
 
 #include <optional>
+#include <set>
+#include <unordered_map>
 
 #include "loop/affine.h"
 #include "support/error.h"
@@ -156,6 +158,110 @@ Stmt fold_index_divmod(const Stmt& s, const std::map<std::string, int64_t>& exte
 
 Expr fold_index_divmod(const Expr& e, const std::map<std::string, int64_t>& extents) {
   return DivModFolder(extents).expr(e);
+}
+
+void collect_vars(const Expr& e, std::set<std::string>& out) {
+  if (!e) return;
+  if (e->kind == ExprKind::Var) out.insert(e->name);
+  for (const auto& a : e->args) collect_vars(a, out);
+}
+
+namespace {
+
+void all_names(const Stmt& s, std::set<std::string>& out) {
+  if (!s->var.empty()) out.insert(s->var);
+  for (const Expr* e : {&s->extent, &s->index, &s->value, &s->cond}) collect_vars(*e, out);
+  for (const auto& a : s->call_args) collect_vars(a, out);
+  for (const auto* list : {&s->body, &s->else_body})
+    for (const auto& c : *list) all_names(c, out);
+}
+
+// Scoped renaming: a For's variable is bound in its body, a Let's in the rest of its statement
+// list (and what that list's statements contain), as in the C the emitter writes.
+class BoundVarRenamer {
+ public:
+  BoundVarRenamer(const std::set<std::string>& avoid, std::set<std::string> used) : avoid_(avoid), used_(std::move(used)) {
+    used_.insert(avoid.begin(), avoid.end());
+  }
+
+  std::vector<Stmt> list(const std::vector<Stmt>& body) {
+    const auto saved = env_;
+    std::vector<Stmt> r;
+    for (const auto& s : body) r.push_back(stmt(s));
+    restore(saved);
+    return r;
+  }
+
+ private:
+  Stmt stmt(const Stmt& s) {
+    if (s->kind == StmtKind::For) {
+      auto c = std::make_shared<StmtNode>(*s);
+      c->extent = expr(s->extent);
+      const auto saved = env_;
+      c->var = bind(s->var);
+      c->body = list(s->body);
+      restore(saved);
+      return c;
+    }
+    auto c = std::make_shared<StmtNode>(*s);
+    for (Expr* e : {&c->extent, &c->index, &c->value, &c->cond}) *e = expr(*e);
+    for (auto& a : c->call_args) a = expr(a);
+    if (s->kind == StmtKind::Block) {  // a plain sequence: its Lets stay visible after it
+      for (auto& b : c->body) b = stmt(b);
+    } else {
+      c->body = list(s->body);
+      c->else_body = list(s->else_body);
+    }
+    if (s->kind == StmtKind::Assign) c->var = name(s->var);
+    if (s->kind == StmtKind::Let) c->var = bind(s->var);  // visible to the statements after it
+    return c;
+  }
+
+  std::string name(const std::string& v) const {
+    auto it = env_.find(v);
+    return it == env_.end() ? v : it->second;
+  }
+
+  std::string bind(const std::string& v) {
+    if (!avoid_.count(v)) {
+      if (env_.erase(v)) memo_.clear();  // an unrenamed binding hides an outer renamed one
+      return v;
+    }
+    std::string fresh;
+    for (int i = 0; fresh.empty() || used_.count(fresh); ++i) fresh = v + "_s" + std::to_string(i);
+    used_.insert(fresh);
+    env_[v] = fresh;
+    memo_.clear();
+    return fresh;
+  }
+
+  void restore(const std::map<std::string, std::string>& saved) {
+    if (saved != env_) memo_.clear();
+    env_ = saved;
+  }
+
+  Expr expr(const Expr& e) {
+    if (!e || env_.empty()) return e;
+    if (auto it = memo_.find(e.get()); it != memo_.end()) return it->second;
+    Expr r;
+    if (e->kind == ExprKind::Var && env_.count(e->name)) r = var(env_.at(e->name), e->type);
+    else r = map_args(e, [&](const Expr& a) { return expr(a); });
+    memo_[e.get()] = r;
+    return r;
+  }
+
+  const std::set<std::string>& avoid_;
+  std::set<std::string> used_;
+  std::map<std::string, std::string> env_;
+  std::unordered_map<const ExprNode*, Expr> memo_;
+};
+
+}  // namespace
+
+std::vector<Stmt> rename_bound_vars(const std::vector<Stmt>& body, const std::set<std::string>& avoid) {
+  std::set<std::string> used;
+  for (const auto& s : body) all_names(s, used);
+  return BoundVarRenamer(avoid, std::move(used)).list(body);
 }
 
 Stmt scoped(std::vector<Stmt> body) { return if_then(int_imm(1, DType::Bool), std::move(body)); }

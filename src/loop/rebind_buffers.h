@@ -7,6 +7,7 @@
 // within a local row); unmapped buffers (the tree's own Local/Register buffers) stay as they are.
 #pragma once
 #include <map>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -42,6 +43,14 @@ Stmt rebind_buffers(const Stmt& s, BufferMap map);
 // ranges [0, e) of variables defined outside `s` (a Let's known range); loops add their own.
 Stmt fold_index_divmod(const Stmt& s, const std::map<std::string, int64_t>& extents);
 Expr fold_index_divmod(const Expr& e, const std::map<std::string, int64_t>& extents);
+
+// `body` with each loop and Let variable it binds whose name is in `avoid` renamed (to a name used
+// neither in `body` nor in `avoid`), scope by scope. For splicing a separately lowered body under
+// loops of another kernel: the expressions substituted into it (a row's base offset) name those
+// loops' variables, and a binding of the same name inside would capture them.
+std::vector<Stmt> rename_bound_vars(const std::vector<Stmt>& body, const std::set<std::string>& avoid);
+// The variables an expression reads.
+void collect_vars(const Expr& e, std::set<std::string>& out);
 
 // `if (true) { body }`: a C block scope, so Lets and local names in `body` (a spliced kernel's
 // t<k>, acc) cannot clash with its neighbours'. (Block is a plain sequence.)

@@ -58,10 +58,14 @@ Expr RowKernelBuilder::subst(const Expr& e, std::unordered_map<const ExprNode*, 
 
 namespace {
 
-bool reads_any(const Expr& e, const std::set<std::string>& vars, std::unordered_map<const ExprNode*, bool>& memo) {
+// Whether e changes from one iteration of the loop to the next: it reads a loop variable, a
+// variable the loop body assigns (an accumulator), or a buffer the loop body stores to.
+bool reads_any(const Expr& e, const std::set<std::string>& vars, const std::set<const Buffer*>& stored,
+               std::unordered_map<const ExprNode*, bool>& memo) {
   if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
-  bool r = e->kind == ExprKind::Var && vars.count(e->name);
-  for (const auto& a : e->args) r = reads_any(a, vars, memo) || r;
+  bool r = (e->kind == ExprKind::Var && vars.count(e->name)) ||
+           (e->kind == ExprKind::Load && stored.count(e->buffer.get()));
+  for (const auto& a : e->args) r = reads_any(a, vars, stored, memo) || r;
   memo[e.get()] = r;
   return r;
 }
@@ -82,11 +86,20 @@ std::vector<Stmt> RowKernelBuilder::finish_in_loop(std::vector<Root> roots, cons
                                                    std::vector<Stmt>& before) {
   std::unordered_map<const ExprNode*, Expr> sub_memo, hoisted;
   std::unordered_map<const ExprNode*, bool> reads;
+  // Besides the loop variables, what the body itself defines differs per iteration: an
+  // accumulator `acc = acc + x` whose x does not depend on the loop (a row broadcast along the
+  // reduced axis: Expand, Tile, Pad edge) must not be hoisted as if it were invariant.
+  std::set<std::string> variant = loop_vars;
+  std::set<const Buffer*> stored;
+  for (const auto& r : roots) {
+    if (r.kind == StmtKind::Store) stored.insert(r.buf.get());
+    else variant.insert(r.var);
+  }
   std::vector<Root> pre;
   std::function<Expr(const Expr&)> hoist = [&](const Expr& e) -> Expr {
     if (auto it = hoisted.find(e.get()); it != hoisted.end()) return it->second;
     Expr r = e;
-    if (!reads_any(e, loop_vars, reads)) {
+    if (!reads_any(e, variant, stored, reads)) {
       if (!trivial(e)) {
         std::string name = "t" + std::to_string(next_let_++);
         pre.push_back(Root{StmtKind::Let, name, nullptr, nullptr, e});

@@ -65,6 +65,7 @@ class RowKernelBuilder {
   // of them (per-row values such as LayerNorm's sqrt(var + eps)) is computed once, into Lets
   // appended to `before`, which the caller puts ahead of the loop. Besides saving the work, this
   // takes calls with side effects (sqrtf may set errno) out of loops the C compiler must vectorize.
+  // What the roots themselves define (Assign/Let targets, stored buffers) counts as varying too.
   std::vector<Stmt> finish_in_loop(std::vector<Root> roots, const std::set<std::string>& loop_vars,
                                    std::vector<Stmt>& before);
   Expr subst(const Expr& e, std::unordered_map<const ExprNode*, Expr>& memo);

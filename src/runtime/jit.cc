@@ -229,8 +229,10 @@ std::unique_ptr<JitModule> JitModule::build(const std::string& source, const Com
   if (rc != 0) {
     std::remove(tmp_so.c_str());
     std::rename(tmp_log.c_str(), log_path.c_str());
-    user_error("C compiler failed (exit ", rc, ") on ", src_path, ": ", first_error_line(log_path),
-               "; full log: ", log_path);
+    // The source is kiln's own output: C that does not compile is a bug in kiln (the emitter or a
+    // lowering), not in the model. The kept source and log are what a bug report needs.
+    throw InternalError(cat("internal error: C compiler failed (exit ", rc, ") on ", src_path, ": ", first_error_line(log_path),
+                            "; full log: ", log_path));
   }
   std::remove(tmp_log.c_str());
   if (std::rename(tmp_so.c_str(), so_path.c_str()) != 0) {

@@ -19,8 +19,10 @@ using KernelFn = void (*)(void* const* args);
 
 class JitModule {
  public:
-  // Compiles (or finds in the cache) and loads. A compiler failure is a UserError that names the
-  // kept source file and the compiler's first error line.
+  // Compiles (or finds in the cache) and loads. The source is kiln's own output, so a compiler
+  // that runs and rejects it is an InternalError (a kiln bug) naming the kept source file, the
+  // compiler's first error line and the full log; a compiler that cannot be found or started is
+  // a UserError.
   static std::unique_ptr<JitModule> build(const std::string& source, const CompileOptions& opts = {});
   JitModule() = default;
   JitModule(const JitModule&) = delete;  // owns a dlopen handle

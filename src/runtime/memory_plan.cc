@@ -78,35 +78,39 @@ MemoryPlan plan_memory(const Graph& g, const FusionPlan& plan) {
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return mp.slots[a].bytes > mp.slots[b].bytes; });
   std::vector<bool> placed(mp.slots.size(), false);
-  auto conflicts = [&](size_t a, size_t b) {
+  // An in-place pair may share bytes only by starting at the same offset (then the kernel writes
+  // each element over the one it has just read). At any other offset it is two tensors live at
+  // once like any others: the sharing is a permission to coincide, not to overlap. (The in-place
+  // spot can be taken: the output then goes elsewhere and must not overlap its input.)
+  auto shared = [&](size_t a, size_t b) {
     auto ia = in_place.find(a), ib = in_place.find(b);
-    bool shared = (ia != in_place.end() && ia->second == b) || (ib != in_place.end() && ib->second == a);
-    return !shared && overlaps_in_time(mp.slots[a], mp.slots[b]);
+    return (ia != in_place.end() && ia->second == b) || (ib != in_place.end() && ib->second == a);
   };
   auto fits_at = [&](size_t s, int64_t off) {
     for (size_t o = 0; o < mp.slots.size(); ++o) {
-      if (!placed[o] || o == s || !conflicts(s, o)) continue;
+      if (!placed[o] || o == s || !overlaps_in_time(mp.slots[s], mp.slots[o])) continue;
       const TensorSlot& p = mp.slots[o];
+      if (shared(s, o) && off == p.offset) continue;
       if (off < p.offset + p.bytes && p.offset < off + mp.slots[s].bytes) return false;
     }
     return true;
   };
   for (size_t s : order) {
-    auto ip = in_place.find(s);
-    if (ip != in_place.end() && placed[ip->second] && fits_at(s, mp.slots[ip->second].offset)) {
-      mp.slots[s].offset = mp.slots[ip->second].offset;
-    } else {
-      // Candidate offsets: 0 and the end of every conflicting placed slot.
-      std::vector<int64_t> cands{0};
-      for (size_t o = 0; o < mp.slots.size(); ++o)
-        if (placed[o] && conflicts(s, o)) cands.push_back(mp.slots[o].offset + mp.slots[o].bytes);
-      std::sort(cands.begin(), cands.end());
-      for (int64_t c : cands)
-        if (fits_at(s, c)) {
-          mp.slots[s].offset = c;
-          break;
-        }
-    }
+    // First the offset of a placed in-place partner (either direction), then candidate offsets:
+    // 0 and the end of every placed slot live at the same time.
+    std::vector<int64_t> cands;
+    for (size_t o = 0; o < mp.slots.size(); ++o)
+      if (placed[o] && shared(s, o)) cands.push_back(mp.slots[o].offset);
+    std::vector<int64_t> rest{0};
+    for (size_t o = 0; o < mp.slots.size(); ++o)
+      if (placed[o] && overlaps_in_time(mp.slots[s], mp.slots[o])) rest.push_back(mp.slots[o].offset + mp.slots[o].bytes);
+    std::sort(rest.begin(), rest.end());
+    cands.insert(cands.end(), rest.begin(), rest.end());
+    for (int64_t c : cands)
+      if (fits_at(s, c)) {
+        mp.slots[s].offset = c;
+        break;
+      }
     placed[s] = true;
     mp.arena_bytes = std::max(mp.arena_bytes, mp.slots[s].offset + mp.slots[s].bytes);
   }

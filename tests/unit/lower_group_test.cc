@@ -352,13 +352,15 @@ TEST(LowerGroup, MultiOutputGroupOfDifferentShapes) {
 // y_{k+1}[i] = y_k[(i + 1) % 16] + y_k[i], spelled Concat(Slice, Slice) + Add: each level needs its
 // input at two positions, so recomputing everything at remapped indices grows exponentially with
 // depth. A shallow chain lowers; a deep one is refused with a reason instead of exploding.
+// Rolls by 2, not 1: a one-element piece has one position, which value_at memoises once however
+// many points read it, so it would not explode.
 std::unique_ptr<Graph> roll_chain(int depth) {
-  std::string body = "  %one = constant i64[1] [1]\n  %end = constant i64[1] [16]\n  %zero = constant i64[1] [0]\n";
+  std::string body = "  %one = constant i64[1] [2]\n  %end = constant i64[1] [16]\n  %zero = constant i64[1] [0]\n";
   std::string prev = "x";
   for (int k = 0; k < depth; ++k) {
     const std::string K = std::to_string(k);
-    body += "  %a" + K + ": f32[15] = Slice(%" + prev + ", %one, %end) name=\"sa" + K + "\"\n";
-    body += "  %b" + K + ": f32[1] = Slice(%" + prev + ", %zero, %one) name=\"sb" + K + "\"\n";
+    body += "  %a" + K + ": f32[14] = Slice(%" + prev + ", %one, %end) name=\"sa" + K + "\"\n";
+    body += "  %b" + K + ": f32[2] = Slice(%" + prev + ", %zero, %one) name=\"sb" + K + "\"\n";
     body += "  %r" + K + ": f32[16] = Concat(%a" + K + ", %b" + K + ") {axis=0} name=\"cat" + K + "\"\n";
     body += "  %y" + K + ": f32[16] = Add(%r" + K + ", %" + prev + ") name=\"add" + K + "\"\n";
     prev = "y" + K;

@@ -412,10 +412,15 @@ class StmtEmitter {
       case ForKind::Serial: break;
     }
     const std::string v = ident(s.var);
+    // A loop variable that shadows an enclosing loop's captures every use of the outer one in
+    // its body (a spliced row pass's tail loop named like the chain's row loop read the wrong
+    // row): a lowering bug, never meant.
+    KILN_CHECK(loops_.insert(v).second, "C emitter: loop variable '", s.var, "' shadows an enclosing loop's");
     os_ << pad << "for (int64_t " << v << " = 0; " << v << " < " << emit_expr(s.extent, Ctx::Index) << "; ++" << v << ") {\n";
     ++loop_depth_;
     body(s.body, indent + 1);
     --loop_depth_;
+    loops_.erase(v);
     os_ << pad << "}\n";
   }
 
@@ -444,6 +449,7 @@ class StmtEmitter {
   std::ostringstream& os_;
   int loop_depth_ = 0;
   std::set<std::string> live_;  // names of the buffers in scope (the kernel's arguments and locals)
+  std::set<std::string> loops_;  // names of the enclosing loops' variables
 
  public:
   void declare(const std::string& name) { live_.insert(name); }
