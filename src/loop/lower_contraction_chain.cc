@@ -180,7 +180,7 @@ class RowPipeline {
         if (u->shape() != v->shape())
           refuse(cat(name_of(n), " broadcasts a value computed from a chained contraction (not lowered to loops yet)"));
         At a = forward(cx, s, u);
-        const std::string w = print_expr(cx.L.flat(a.pos));
+        const std::string w = position_key(cx.L.flat(a.pos));
         if (!have) {
           r.pos = a.pos;
           where = w;
@@ -211,7 +211,7 @@ class RowPipeline {
       const Value* u = cx.placeholder_of.at(e->buffer.get());
       auto it = cx.at.find(u);
       KILN_CHECK(it != cx.at.end(), "placeholder of '", u->name(), "' read before it was computed");
-      if (print_expr(e->args[0]) != print_expr(cx.L.flat(it->second.pos)))
+      if (!same_position(e->args[0], cx.L.flat(it->second.pos)))
         refuse(cat("an epilogue op reads '", u->name(), "' at another position (not lowered to loops yet)"));
       r = it->second.val;
     } else if (!e->args.empty()) {
@@ -421,13 +421,13 @@ class RowPipeline {
     std::vector<Expr> pd(outer_.begin(), outer_.end());
     pd.push_back(j);
     Index point = Index::from_dims(st.out, pd);
-    const std::string point_at = print_expr(cx.L.flat(point));
+    const std::string point_at = position_key(cx.L.flat(point));
     cx.at[st.c->output(0)] = At{point, acc_val};
     std::vector<BufferPtr> bufs;
     std::vector<std::pair<Expr, Expr>> stores;
     auto row_value = [&](const Value* v) {
       At r = forward(cx, s, v);
-      if (print_expr(cx.L.flat(r.pos)) != point_at)
+      if (position_key(cx.L.flat(r.pos)) != point_at)
         refuse(cat("'", v->name(), "' is not computed at its row position (not lowered to loops yet)"));
       return r.val;
     };

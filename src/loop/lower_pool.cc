@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "fusion/op_kind.h"
+#include "loop/affine.h"
 #include "loop/row_kernel.h"
 #include "reference/ops/nn_internal.h"
 #include "support/error.h"
@@ -107,7 +108,7 @@ void RowKernelBuilder::set_last_position(const Shape& shape, Expr pos) {
   outer_dims_.back() = std::move(pos);
   Index idx = Index::from_dims(shape, outer_dims_);
   outer_flat_expr_ = L_.flat(idx);
-  outer_flat_ = print_expr(outer_flat_expr_);
+  outer_flat_ = position_key(outer_flat_expr_);
 }
 
 // A MaxPool/AveragePool group: one loop per output dim but the last (outermost Parallel when big),

@@ -1,3 +1,4 @@
+#include "loop/affine.h"
 #include "loop/row_jam.h"
 
 #include <functional>
@@ -92,7 +93,7 @@ std::vector<Stmt> jam(const std::vector<Stmt>& list, std::vector<Renamer>& copie
         // One loop serves every copy only when its extent is the same in all of them.
         Stmt c = copies[0].shallow(s);
         for (auto& r : copies)
-          KILN_CHECK(print_expr(r.shallow(s)->extent) == print_expr(c->extent), "jam_loop: loop ", s->var,
+          KILN_CHECK(same_position(r.shallow(s)->extent, c->extent), "jam_loop: loop ", s->var,
                      " has a different extent in each copy");
         c->body = jam(s->body, copies);
         out.push_back(c);

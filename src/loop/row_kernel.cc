@@ -7,6 +7,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "loop/affine.h"
 #include "loop/row_kernel.h"
 #include "support/error.h"
 
@@ -36,7 +37,7 @@ Expr RowKernelBuilder::subst(const Expr& e, std::unordered_map<const ExprNode*, 
   Expr r = e;
   if (e->kind == ExprKind::Load) {
     if (auto it = results_.find(e->buffer.get()); it != results_.end()) {
-      if (!it->second.defined || print_expr(e->args[0]) != outer_flat_)
+      if (!it->second.defined || position_key(e->args[0]) != outer_flat_)
         refuse("a reduction result is read at another row than its own (a broadcast or remap across rows)");
       r = var(it->second.var, e->type);
     }
@@ -45,7 +46,7 @@ Expr RowKernelBuilder::subst(const Expr& e, std::unordered_map<const ExprNode*, 
       // in the group (stage_ok_), it is read nowhere but in the current row.
       const Expr& idx = e->args[0];
       const bool split = idx->kind == ExprKind::Binary && idx->bin == BinOp::Add &&
-                         print_expr(idx->args[0]) == print_expr(row_base_);
+                         same_position(idx->args[0], row_base_);
       r = load(it->second, split ? idx->args[1] : sub(idx, row_base_));
     }
   }
@@ -203,7 +204,7 @@ std::vector<std::pair<std::string, int64_t>> RowKernelBuilder::outer_loops(const
   }
   Index idx = Index::from_dims(shape, outer_dims_);
   outer_flat_expr_ = L_.flat(idx);
-  outer_flat_ = print_expr(outer_flat_expr_);
+  outer_flat_ = position_key(outer_flat_expr_);
   return loops;
 }
 

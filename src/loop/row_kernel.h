@@ -112,7 +112,7 @@ class RowKernelBuilder {
   Shape in_;
   std::vector<bool> reduced_;
   std::vector<Expr> outer_dims_;  // outer loop vars at kept dims, 0 at reduced ones
-  std::string outer_flat_;        // printed flat index of the current row in a per-row value
+  std::string outer_flat_;        // position_key (affine.h) of the flat index of the current row in a per-row value
   Expr outer_flat_expr_;
   bool contiguous_ = false;       // the reduced axes are the trailing non-unit axes of in_
   bool stage_ok_ = false;         // contiguous rows, and only elementwise ops besides reductions
