@@ -103,14 +103,22 @@ FusionGroup GroupGraph::as_group(const Members& m, const std::vector<int>& repla
 // How many times a contraction reads each element of operand `slot` when its output is tiled the
 // way its micro-kernel will tile it (64 columns of a MatMul, 16 output channels of a Conv): a
 // prologue op folded into that operand runs this many times per element.
-double operand_reuse(const Node& c, size_t slot) {
+double operand_reuse(const Node& c, size_t slot, const Target& t) {
   const Shape& out = c.output(0)->shape();
   auto tiles = [](double n, double tile) { return std::max(1.0, std::ceil(n / tile)); };
   if (c.op_type() == "MatMul") {
     double n = out.empty() ? 1 : double(out.back());
     const Shape& a = c.input(0)->shape();
     double m = a.size() >= 2 ? double(a[a.size() - 2]) : 1;
-    return slot == 0 ? tiles(n, 64) : tiles(m, 64);
+    // A computed left operand is packed once per row block for a whole panel of columns
+    // (lower_contraction_tiled.cc): it is recomputed once per panel, whose accumulators take
+    // Schedule::rows_block_bytes for at least one micro-kernel's rows.
+    if (slot == 0) {
+      loop::Schedule s = loop::Schedule::for_target(t);
+      double panel = double(s.rows_block_bytes) / double(sizeof(float)) / double(std::max(1, s.contraction.mr));
+      return tiles(n, panel);
+    }
+    return tiles(m, 64);
   }
   if (c.op_type() == "Conv" && out.size() >= 3) {
     int64_t group = c.attr_int("group", 1);
@@ -158,7 +166,7 @@ CostEstimate GroupGraph::cost_of(const Members& m, const std::vector<int>& repla
       // Prologue: recomputed every time the contraction reads the operand it feeds.
       for (const Value* o : n->outputs())
         for (auto [c, slot] : o->uses())
-          if (c == contraction) f *= operand_reuse(*contraction, size_t(slot));
+          if (c == contraction) f *= operand_reuse(*contraction, size_t(slot), t);
     }
     recomputed += f - once;
     flops += f;

@@ -174,4 +174,71 @@ bool separates(const std::map<std::string, std::pair<int64_t, int64_t>>& coef_ex
   return true;
 }
 
+namespace {
+
+// Σ coef·term + constant of `e`, with non-linear terms keyed recursively; false on overflow.
+bool linear_terms(const Expr& e, int64_t scale, std::map<std::string, int64_t>& terms, int64_t& constant);
+
+std::string atom_key(const Expr& e) {
+  std::string k;
+  switch (e->kind) {
+    case ExprKind::Var: return e->name;
+    case ExprKind::IntImm: return std::to_string(e->int_value);
+    case ExprKind::FloatImm: return print_expr(e);
+    case ExprKind::Load: k = "load:" + (e->buffer ? e->buffer->name : std::string("?")); break;
+    case ExprKind::Address: k = "addr:" + (e->buffer ? e->buffer->name : std::string("?")); break;
+    case ExprKind::Unary: k = std::string("un:") + unop_name(e->un); break;
+    case ExprKind::Binary: k = std::string("bin:") + binop_name(e->bin); break;
+    case ExprKind::Select: k = "select"; break;
+    case ExprKind::Cast: k = "cast:" + std::string(dtype_name(e->type)); break;
+    case ExprKind::Call: k = "call:" + e->name; break;
+  }
+  k += "(";
+  for (size_t i = 0; i < e->args.size(); ++i) {
+    const Expr& a = e->args[i];
+    k += (i ? "," : "") + (a->type == DType::Int64 ? position_key(a) : atom_key(a));
+  }
+  return k + ")";
+}
+
+bool linear_terms(const Expr& e, int64_t scale, std::map<std::string, int64_t>& terms, int64_t& constant) {
+  auto add_term = [&](const std::string& key, int64_t c) {
+    int64_t& t = terms[key];
+    if (__builtin_add_overflow(t, c, &t)) return false;
+    if (t == 0) terms.erase(key);
+    return true;
+  };
+  if (e->type == DType::Int64) {
+    if (e->kind == ExprKind::IntImm) {
+      int64_t p;
+      return !__builtin_mul_overflow(e->int_value, scale, &p) && !__builtin_add_overflow(constant, p, &constant);
+    }
+    if (e->kind == ExprKind::Unary && e->un == UnOp::Neg) return linear_terms(e->args[0], -scale, terms, constant);
+    if (e->kind == ExprKind::Binary && (e->bin == BinOp::Add || e->bin == BinOp::Sub))
+      return linear_terms(e->args[0], scale, terms, constant) &&
+             linear_terms(e->args[1], e->bin == BinOp::Sub ? -scale : scale, terms, constant);
+    if (e->kind == ExprKind::Binary && e->bin == BinOp::Mul) {
+      for (int side = 0; side < 2; ++side) {
+        const Expr& c = e->args[size_t(side)];
+        if (c->kind != ExprKind::IntImm) continue;
+        int64_t s;
+        if (__builtin_mul_overflow(scale, c->int_value, &s)) return false;
+        return linear_terms(e->args[size_t(1 - side)], s, terms, constant);
+      }
+    }
+  }
+  return add_term(atom_key(e), scale);
+}
+
+}  // namespace
+
+std::string position_key(const Expr& e) {
+  std::map<std::string, int64_t> terms;
+  int64_t constant = 0;
+  if (!linear_terms(e, 1, terms, constant)) return "!" + print_expr(e);  // overflow: structural
+  std::string k;
+  for (const auto& [t, c] : terms) k += std::to_string(c) + "*" + t + "+";
+  return k + std::to_string(constant);
+}
+
 }  // namespace kiln::loop

@@ -65,4 +65,12 @@ std::optional<Interval> affine_bounds(const AffineForm& f, const std::map<std::s
 // the largest |coef| may have an unknown extent (pass INT64_MAX): it widens nothing after it.
 bool separates(const std::map<std::string, std::pair<int64_t, int64_t>>& coef_extent, int64_t span);
 
+// A canonical key of an Int64 position expression: equal keys for positions that are equal as
+// affine functions of their variables, however they were built ((i0 * 4 + i1) * 2 and
+// 2 * i1 + 8 * i0 + 0 agree). Non-linear parts (div, mod, min, select, loads, ...) are atoms whose
+// own operands are keyed the same way, so positions are compared as math, not as printed text
+// (STYLE.md 15). Lowerings memoise and compare positions through it.
+std::string position_key(const Expr& e);
+inline bool same_position(const Expr& a, const Expr& b) { return a == b || position_key(a) == position_key(b); }
+
 }  // namespace kiln::loop

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "loop/lower_contraction_tiled.h"
+#include "loop/affine.h"
 #include "loop/lower_internal.h"
 #include "reference/ops/nn_internal.h"
 
@@ -75,6 +76,7 @@ class ContractionLowering {
   std::vector<std::pair<Expr, Expr>> epilogue_stores(Index& point, const Expr& with);
 
   // e with every placeholder load replaced by `with`; refuses a load at another position.
+  // `at`: the position_key (affine.h) of the contraction output position the placeholder stands for.
   Expr substitute(const Expr& e, const std::string& at, const Expr& with, std::unordered_map<const ExprNode*, Expr>& memo);
 
   // ---- the nest
@@ -120,6 +122,7 @@ class ContractionLowering {
 
   // A 1x1, stride-1, unpadded conv whose input is a plain buffer: B is the input image itself.
   bool conv_in_place() const;
+  bool computed_by_members(const Value* v) const;
 
   // The row stride of the tiled rows' accumulator (and packed panel): n, or n rounded up to whole
   // column tiles when the conv's im2col panel is packed through the offset tables.

@@ -31,6 +31,7 @@
 #include <unordered_set>
 
 #include "fusion/op_kind.h"
+#include "loop/affine.h"
 #include "loop/contraction_lowering.h"
 #include "reference/kernel_util.h"
 #include "support/error.h"
@@ -259,7 +260,7 @@ Expr ContractionLowering::result(Expr acc, Expr channel) {
 std::vector<std::pair<Expr, Expr>> ContractionLowering::epilogue_stores(Index& point, const Expr& with) {
   const Value* y = c_->output(0);
   const Expr point_flat = L_.flat(point);
-  const std::string at = print_expr(point_flat);
+  const std::string at = position_key(point_flat);
   std::unordered_map<const ExprNode*, Expr> memo;
   std::vector<std::pair<Expr, Expr>> stores;
   for (const Value* v : grp_.outputs) {
@@ -275,7 +276,7 @@ Expr ContractionLowering::substitute(const Expr& e, const std::string& at, const
   if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
   Expr r = e;
   if (e->kind == ExprKind::Load && e->buffer == placeholder_) {
-    if (print_expr(e->args[0]) != at)
+    if (position_key(e->args[0]) != at)
       refuse(cat("an epilogue op reads the ", c_->op_type(), " output at another position (not lowered to loops yet)"));
     r = with;
   } else if (!e->args.empty()) {

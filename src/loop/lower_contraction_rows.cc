@@ -276,6 +276,16 @@ bool ContractionLowering::rows_tiled(const ContractionRows& plan, size_t lead) c
          c_->input(1)->shape()[0] >= sched_.contraction.mr;
 }
 
+// Is `v` computed by arithmetic or a remap in the group (not only a chain of views of an input)?
+bool ContractionLowering::computed_by_members(const Value* v) const {
+  for (const Node* p = v->producer(); p && std::count(grp_.nodes.begin(), grp_.nodes.end(), p);) {
+    if (!is_view(*p)) return true;
+    v = p->input(0);
+    p = v ? v->producer() : nullptr;
+  }
+  return false;
+}
+
 // A 1x1, stride-1, unpadded conv whose input is a plain buffer: B is the input image itself.
 bool ContractionLowering::conv_in_place() const {
   bool in_place = is_group_input(c_->input(0));
@@ -457,6 +467,21 @@ LoopKernel ContractionLowering::build_rows() {
   // Tiled: the products of a block of rows come from the micro-kernel into kiln_acc (see
   // rows_tiled); the untiled nest computes each element's K loop in place.
   const bool tiled_rows = rows_tiled(plan, lead);
+  // The untiled nest is a dot product per element, reading B down its columns: fine for the
+  // small or oddly shaped contractions it exists for, 30-100x slower than the micro-kernel on a
+  // real layer. A group that is untiled only because fusion made an operand computed (a prologue
+  // in the loads) is refused, so the partitioner keeps the prologue apart instead of planning a
+  // slow kernel (swin_t's LayerNorm tail -> patch-merging MatMul -> LayerNorm: 45 ms untiled).
+  // (A remapped B, attention's K^T, is read along K in that nest and stays accepted: the chain
+  // it grows into is tiled.)
+  if (!tiled_rows && sched_.tile_contractions && dtype_ == DType::Float32 && c_->op_type() == "MatMul" &&
+      is_group_input(c_->input(1)) && computed_by_members(c_->input(0))) {
+    const int64_t k = c_->input(0)->shape().back();
+    if (numel * k >= sched_.parallel_min_work)
+      refuse(cat("the row passes after MatMul would need the untiled dot-product nest (", numel * k,
+                 " multiply-adds, B read down its columns) because its left operand is computed in the kernel; the "
+                 "tiled rows read it in place"));
+  }
   const int64_t row_len = tiled_rows ? rows_ld(plan.row) : plan.row;
   int64_t acc_rows_n = 1;
   if (tiled_rows) {
@@ -479,7 +504,7 @@ LoopKernel ContractionLowering::build_rows() {
   std::vector<St> stores;
   {
     Expr with = result(out, acc_t);
-    const std::string at = print_expr(point_flat);
+    const std::string at = position_key(point_flat);
     std::unordered_map<const ExprNode*, Expr> memo;
     auto value = [&](const Value* v, Index& idx) { return v == y ? with : substitute(L_.value_at(v, idx), at, with, memo); };
     std::vector<Expr> lead_out(lead, int_imm(0));

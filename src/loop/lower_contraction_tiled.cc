@@ -30,12 +30,27 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   const int64_t kc = (pack_a || pack_b) ? std::clamp<int64_t>(s.contraction.kc, 1, std::max<int64_t>(v.k, 1)) : v.k;
   const int64_t kblocks = ceil_div(v.k, kc);
   // M blocks bound the accumulator tile (and give the threads more tiles when N is narrow).
-  const int64_t mc = std::min<int64_t>(v.m, std::max<int64_t>(mr, (256 / mr) * mr));
-  const int64_t mblocks = ceil_div(v.m, mc), ntiles = ceil_div(v.n, nr);
+  int64_t mc = std::min<int64_t>(v.m, std::max<int64_t>(mr, (256 / mr) * mr));
+  const int64_t ntiles_n = ceil_div(v.n, nr);
+  // A packed A (a computed operand: a prologue such as LayerNorm's tail, a remap) is packed once
+  // per tile and K block; with one column tile per tile it would be recomputed N / nr times. So a
+  // tile then spans a panel of q column tiles (ideally all of N) and reuses its packed A for each,
+  // with the accumulators of the whole panel (mc × q·nr) within Schedule::rows_block_bytes: fewer
+  // rows per tile, never fewer columns than needed. Swin-T's QKV projection after a fused
+  // LayerNorm and window shift: A recomputed 36 times -> once.
+  int64_t q = 1;
+  if (pack_a && !v.b.packer && ntiles_n > 1) {
+    const int64_t budget = std::max<int64_t>(s.rows_block_bytes / int64_t(sizeof(float)), mr * nr);
+    int64_t rows = std::max<int64_t>(mr, (budget / (ntiles_n * nr)) / mr * mr);
+    mc = std::min(mc, rows);
+    q = std::clamp<int64_t>(budget / (mc * nr), 1, ntiles_n);
+  }
+  const int64_t nc = q * nr;  // columns of a tile's accumulators
+  const int64_t mblocks = ceil_div(v.m, mc), ntiles = ceil_div(v.n, nc);
   const int64_t nbatch = shape_numel(v.batch);
   const int64_t tiles = nbatch * mblocks * ntiles;
 
-  auto acc = std::make_shared<Buffer>(Buffer{"kiln_acc", DType::Float32, {mc * nr}, Scope::Local});
+  auto acc = std::make_shared<Buffer>(Buffer{"kiln_acc", DType::Float32, {mc * nc}, Scope::Local});
   auto bpack = std::make_shared<Buffer>(Buffer{"kiln_bpack", DType::Float32, {kc * nr}, Scope::Local});
   auto apack = std::make_shared<Buffer>(Buffer{"kiln_apack", DType::Float32, {mc * kc}, Scope::Local});
 
@@ -53,39 +68,50 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
       batch.push_back(e == 1 ? int_imm(0) : mod(div_floor(var("kiln_bt"), int_imm(stride)), int_imm(e)));
     }
   }
-  const Expr m0 = mul(var("kiln_mb"), int_imm(mc)), j0 = mul(var("kiln_jt"), int_imm(nr));
+  // kiln_j0 / kiln_nc: the column tile the micro-kernels and B's packing work on; with a panel
+  // (q > 1) they are set per column tile inside the K block, and kiln_p0 / kiln_pn give the
+  // panel's first column and width for the epilogue.
+  const Expr m0 = mul(var("kiln_mb"), int_imm(mc)), p0 = mul(var("kiln_jt"), int_imm(nc));
   tile.push_back(let("kiln_m0", m0));
-  tile.push_back(let("kiln_j0", j0));
+  tile.push_back(let(q > 1 ? "kiln_p0" : "kiln_j0", p0));
   tile.push_back(let("kiln_mc", minimum(int_imm(mc), sub(int_imm(v.m), var("kiln_m0")))));
-  tile.push_back(let("kiln_nc", minimum(int_imm(nr), sub(int_imm(v.n), var("kiln_j0")))));
+  tile.push_back(let(q > 1 ? "kiln_pn" : "kiln_nc", minimum(int_imm(nc), sub(int_imm(v.n), var(q > 1 ? "kiln_p0" : "kiln_j0")))));
+  const Expr panel0 = var(q > 1 ? "kiln_p0" : "kiln_j0"), panel_n = var(q > 1 ? "kiln_pn" : "kiln_nc");
   const Expr mcv = var("kiln_mc"), ncv = var("kiln_nc");
 
   std::vector<Stmt> in_acc;
-  in_acc.push_back(for_loop("kiln_z", int_imm(mc * nr), {store(acc, var("kiln_z"), float_imm(0))}, ForKind::Vectorized));
+  in_acc.push_back(for_loop("kiln_z", int_imm(mc * nc), {store(acc, var("kiln_z"), float_imm(0))}, ForKind::Vectorized));
 
-  // One K block.
+  // One K block: A packed once, then for each column tile of the panel B packed and the
+  // micro-kernels run (a panel of one tile has no loop around it).
   std::vector<Stmt> kblock;
   const Expr k0 = mul(var("kiln_kb"), int_imm(kc));
   kblock.push_back(let("kiln_k0", k0));
   kblock.push_back(let("kiln_kc", minimum(int_imm(kc), sub(int_imm(v.k), var("kiln_k0")))));
   const Expr k0v = var("kiln_k0"), kcv = var("kiln_kc");
+  if (pack_a) {
+    Expr val = v.a.value(batch, add(var("kiln_m0"), var("kiln_pi")), add(k0v, var("kiln_pk")));
+    kblock.push_back(for_loop(
+        "kiln_pi", mcv,
+        {for_loop("kiln_pk", kcv, {store(apack, add(mul(var("kiln_pi"), int_imm(kc)), var("kiln_pk")), val)})}));
+  }
+  std::vector<Stmt> coltile;
+  if (q > 1) {
+    coltile.push_back(let("kiln_j0", add(var("kiln_p0"), mul(var("kiln_q"), int_imm(nr)))));
+    coltile.push_back(let("kiln_nc", minimum(int_imm(nr), sub(int_imm(v.n), var("kiln_j0")))));
+  }
+  const Expr acc_col = q > 1 ? mul(var("kiln_q"), int_imm(nr)) : int_imm(0);
   if (pack_b && v.b.packer) {
-    for (auto& st : v.b.packer->pack(batch, k0v, kcv, bpack, nr, int_imm(0), int_imm(nr))) kblock.push_back(st);
+    for (auto& st : v.b.packer->pack(batch, k0v, kcv, bpack, nr, int_imm(0), int_imm(nr))) coltile.push_back(st);
   } else if (pack_b) {
     // Columns past N are zeros (their accumulators are never stored); the value is only read at a
     // clamped, in-range column so every load stays in bounds.
     const Expr j = add(var("kiln_j0"), var("kiln_pj"));
     Expr val = v.b.value(batch, add(k0v, var("kiln_pk")), minimum(j, int_imm(v.n - 1)));
     if (v.n % nr != 0) val = select(lt(var("kiln_pj"), ncv), val, float_imm(0));
-    kblock.push_back(for_loop("kiln_pk", kcv,
-                              {for_loop("kiln_pj", int_imm(nr),
-                                        {store(bpack, add(mul(var("kiln_pk"), int_imm(nr)), var("kiln_pj")), val)})}));
-  }
-  if (pack_a) {
-    Expr val = v.a.value(batch, add(var("kiln_m0"), var("kiln_pi")), add(k0v, var("kiln_pk")));
-    kblock.push_back(for_loop(
-        "kiln_pi", mcv,
-        {for_loop("kiln_pk", kcv, {store(apack, add(mul(var("kiln_pi"), int_imm(kc)), var("kiln_pk")), val)})}));
+    coltile.push_back(for_loop("kiln_pk", kcv,
+                               {for_loop("kiln_pj", int_imm(nr),
+                                         {store(bpack, add(mul(var("kiln_pk"), int_imm(nr)), var("kiln_pj")), val)})}));
   }
   // Micro-kernel arguments for the row tile starting at row `r` (relative to m0).
   auto a_args = [&](Expr r) -> std::vector<Expr> {
@@ -102,8 +128,8 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
     std::vector<Expr> args = {std::move(rows), std::move(cols), kcv};
     for (auto& e : a_args(r)) args.push_back(e);
     for (auto& e : b_args()) args.push_back(e);
-    args.push_back(address(acc, mul(r, int_imm(nr))));
-    args.push_back(int_imm(nr));
+    args.push_back(address(acc, add(mul(r, int_imm(nc)), acc_col)));
+    args.push_back(int_imm(nc));
     return call_stmt(kernels::kMicroKernelF32, std::move(args));
   };
   // Full row tiles; a packed B always has nr columns (zero padded), an in-place B may not.
@@ -112,10 +138,16 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   Stmt full = for_loop("kiln_r", full_rows, {mk(int_imm(mr), int_imm(nr), row)});
   if (!pack_b && v.n % nr != 0)
     full = if_then(binary(BinOp::Eq, ncv, int_imm(nr)), {full}, {for_loop("kiln_r", full_rows, {mk(int_imm(mr), ncv, row)})});
-  kblock.push_back(full);
+  coltile.push_back(full);
   if (v.m % mr != 0 || mc % mr != 0) {
     const Expr rest_row = mul(full_rows, int_imm(mr));
-    kblock.push_back(if_then(lt(rest_row, mcv), {mk(sub(mcv, rest_row), pack_b ? int_imm(nr) : ncv, rest_row)}));
+    coltile.push_back(if_then(lt(rest_row, mcv), {mk(sub(mcv, rest_row), pack_b ? int_imm(nr) : ncv, rest_row)}));
+  }
+  if (q > 1) {
+    const Expr cols = div_floor(add(var("kiln_pn"), int_imm(nr - 1)), int_imm(nr));
+    kblock.push_back(for_loop("kiln_q", cols, std::move(coltile)));
+  } else {
+    for (auto& st : coltile) kblock.push_back(std::move(st));
   }
   Stmt kloop = for_loop("kiln_kb", int_imm(kblocks), std::move(kblock));
   if (pack_a) kloop = allocate(apack, {kloop});
@@ -124,9 +156,9 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
 
   // The epilogue over the tile.
   {
-    const Expr i = add(var("kiln_m0"), var("kiln_ei")), j = add(var("kiln_j0"), var("kiln_ej"));
+    const Expr i = add(var("kiln_m0"), var("kiln_ei")), j = add(panel0, var("kiln_ej"));
     std::vector<TileStore> stores =
-        v.epilogue(batch, i, j, load(acc, add(mul(var("kiln_ei"), int_imm(nr)), var("kiln_ej"))));
+        v.epilogue(batch, i, j, load(acc, add(mul(var("kiln_ei"), int_imm(nc)), var("kiln_ej"))));
     std::vector<Stmt> body;
     SharedExprHoister h(next_let);
     for (auto& st : stores) {
@@ -141,7 +173,7 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
       bufs.push_back(st.buffer);
     }
     append_stores(body, bufs, std::move(pairs), next_let);
-    in_acc.push_back(for_loop("kiln_ei", mcv, {for_loop("kiln_ej", ncv, std::move(body))}));
+    in_acc.push_back(for_loop("kiln_ei", mcv, {for_loop("kiln_ej", panel_n, std::move(body))}));
   }
   if (pack_b && v.b.packer) {
     std::vector<Stmt> inner = v.b.packer->setup(batch, var("kiln_j0"), ncv);
@@ -154,7 +186,7 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
 
   const bool parallel = tiles > 1 && nbatch * v.m * v.n * std::max<int64_t>(v.k, 1) >= s.parallel_min_work;
   return {comment(cat("tiled contraction: ", nbatch, " x [", v.m, " x ", v.k, "] * [", v.k, " x ", v.n, "], tile ", mc,
-                      "x", nr, ", micro-kernel ", mr, "x", nr, ", K block ", kc, (pack_a ? ", A packed" : ""),
+                      "x", nc, ", micro-kernel ", mr, "x", nr, ", K block ", kc, (pack_a ? ", A packed" : ""),
                       (pack_b ? ", B packed" : ""))),
           for_loop("kiln_t", int_imm(tiles), std::move(tile), parallel ? ForKind::Parallel : ForKind::Serial)};
 }

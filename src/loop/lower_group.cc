@@ -26,6 +26,7 @@
 #include <unordered_set>
 
 #include "fusion/op_kind.h"
+#include "loop/affine.h"
 #include "loop/lower_internal.h"
 #include "support/error.h"
 
@@ -155,7 +156,7 @@ Expr Lowerer::value_at(const Value* v, Index idx) {
   KILN_CHECK(v && idx.shape == v->shape(), "index of shape ", shape_str(idx.shape), " into ",
              v ? v->name() : "?", " of shape ", v ? shape_str(v->shape()) : "?");
   const Expr f = flat(idx);
-  const std::string where = print_expr(f);
+  const std::string where = position_key(f);
   char key_prefix[32];
   std::snprintf(key_prefix, sizeof key_prefix, "%p@", static_cast<const void*>(v));
   const std::string key = key_prefix + where;
@@ -310,7 +311,7 @@ std::vector<Stmt> Lowerer::nest(const std::vector<const Value*>& outs, const std
     }
     point = Index::from_dims(domain, std::move(d));
   }
-  domain_flat_ = print_expr(flat(point));
+  domain_flat_ = position_key(flat(point));
 
   std::vector<std::pair<Expr, Expr>> stores;  // (index, value) per output
   for (const Value* v : outs) {

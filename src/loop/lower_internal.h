@@ -127,7 +127,7 @@ class Lowerer {
   std::unordered_map<const Value*, BufferPtr> input_buffers_;
   std::set<const Node*> members_;
   std::unordered_map<std::string, Expr> memo_;
-  std::string domain_flat_;          // printed flat index of the loop point
+  std::string domain_flat_;          // position_key of the flat index of the loop point
   std::set<const ExprNode*> at_point_;  // node values at the loop point (each gets a Let)
 };
 

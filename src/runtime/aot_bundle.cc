@@ -138,16 +138,6 @@ class Locator {
   std::map<std::pair<const void*, int64_t>, int64_t> placed_;
 };
 
-// The tensor a view output copies: follow the group's view ops back to their data input.
-const Value* view_source(const FusionGroup& grp, const Value* out) {
-  std::set<const Node*> members(grp.nodes.begin(), grp.nodes.end());
-  const Value* v = out;
-  while (v->producer() && members.count(v->producer())) v = v->producer()->input(0);
-  KILN_CHECK(v != out && value_bytes(v) == value_bytes(out), "aot: view '", grp.name, "' has no data input of '",
-             out->name(), "'");
-  return v;
-}
-
 void check_all_generated(const Executable& ex) {
   std::vector<const KernelInfo*> lib;
   for (const KernelInfo& k : ex.kernels())
@@ -296,7 +286,11 @@ std::string driver_run_body(const Executable& ex, AotBundle& b) {
       // A view moves no data in row-major order: its output is a copy of its data input (memmove:
       // the memory plan may give both the same place).
       for (const Value* o : grp.outputs)
-        os << "  memmove(" << at(o) << ", " << at(view_source(grp, o)) << ", " << bytes(o) << ");\n";
+      {
+        const Value* src = view_source(grp, o);
+        KILN_CHECK(src, "aot: view '", grp.name, "' has no data input of '", o->name(), "'");
+        os << "  memmove(" << at(o) << ", " << at(src) << ", " << bytes(o) << ");\n";
+      }
       continue;
     }
     os << "  { void* const a[] = {";

@@ -15,6 +15,17 @@
 
 namespace kiln::runtime {
 
+const Value* view_source(const FusionGroup& grp, const Value* out) {
+  const Value* v = out;
+  while (v->producer() && std::count(grp.nodes.begin(), grp.nodes.end(), v->producer())) {
+    // Only a view's data output copies its input (a Dropout's mask written as a graph output
+    // does not).
+    if (v != v->producer()->output(0)) return nullptr;
+    v = v->producer()->input(0);
+  }
+  return v != out && value_bytes(v) == value_bytes(out) ? v : nullptr;
+}
+
 std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const BuildOptions& opts,
                                               const std::function<void(const std::string&)>& progress) {
   auto ex = std::unique_ptr<Executable>(new Executable());
@@ -38,7 +49,7 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
     info.group = i;
     info.name = loop::sanitize_identifier(grp.name);
     if (!grp.counts_as_kernel()) {
-      info.reason = "view: copies its input";
+      info.reason = "view: a memmove of its input";
     } else if (grp.is_library()) {
       info.reason = "library kernel: " + grp.library_reason;
     } else if (!opts.generate_code) {
@@ -72,6 +83,18 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
     for (const Value* v : grp.outputs) refs.push_back(ex->locate(v));
     max_args = std::max(max_args, refs.size());
     ex->arg_refs_.push_back(std::move(refs));
+    std::vector<std::pair<size_t, size_t>> copies;
+    bool copies_only = !grp.counts_as_kernel();
+    for (size_t o = 0; copies_only && o < grp.outputs.size(); ++o) {
+      const Value* src = view_source(grp, grp.outputs[o]);
+      size_t i = size_t(std::find(grp.inputs.begin(), grp.inputs.end(), src) - grp.inputs.begin());
+      copies_only = src && i < grp.inputs.size();
+      copies.push_back({grp.inputs.size() + o, i});
+    }
+    // A view group that writes something other than a copy (a Dropout mask) runs its reference
+    // kernels, like a library kernel.
+    if (!copies_only) copies.clear();
+    ex->view_copies_.push_back(std::move(copies));
   }
   ex->args_.assign(max_args, nullptr);
   ex->io_.assign(ex->graph_->inputs().size() + ex->graph_->outputs().size(), nullptr);
@@ -137,6 +160,14 @@ void Executable::run_into(const std::vector<const void*>& inputs, const std::vec
         const FusionGroup& grp = plan_.groups[k];
         for (size_t i = 0; i < grp.outputs.size(); ++i)
           observe(k, grp.outputs[i], args_[grp.inputs.size() + i]);
+      }
+    } else if (!view_copies_[k].empty()) {
+      // A view: memmove (the memory plan may give its output its input's place).
+      const FusionGroup& grp = plan_.groups[k];
+      for (auto [o, i] : view_copies_[k]) {
+        void* dst = address(refs[o], io_.data());
+        std::memmove(dst, address(refs[i], io_.data()), size_t(value_bytes(grp.outputs[o - grp.inputs.size()])));
+        if (observe) observe(k, grp.outputs[o - grp.inputs.size()], dst);
       }
     } else {
       run_library_kernel(k, io_.data(), observe);

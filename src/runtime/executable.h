@@ -37,6 +37,10 @@ struct KernelInfo {
   size_t group = 0;    // index into plan().groups
 };
 
+// The tensor a view group's output copies: the group's view ops followed back to their data
+// input (a view moves no data in row-major order, so running it is one memmove).
+const Value* view_source(const FusionGroup& grp, const Value* out);
+
 class Executable {
  public:
   // `g` must be simplified and lowered (what partition() expects). `progress` (optional) is called
@@ -80,6 +84,8 @@ class Executable {
   ArgRef locate(const Value* v);
   void* address(const ArgRef& r, void* const* io) const { return r.io >= 0 ? io[r.io] : r.fixed; }
   void run_library_kernel(size_t k, void* const* io, const Observer& observe);
+  // Per view group: (output, the input it copies) as argument slots of arg_refs_.
+  std::vector<std::vector<std::pair<size_t, size_t>>> view_copies_;
 
   std::unique_ptr<Graph> graph_;
   FusionPlan plan_;

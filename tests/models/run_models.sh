@@ -7,6 +7,8 @@
 #   KILN       path to the kiln binary
 #   NAME...    models to check (default: every model make_models.py knows)
 # Environment: KILN_MODEL_TOL overrides the relative-error tolerance (default 1e-4);
+#              KILN_EXPORTER names the exporter (default bench/models/make_models.py; e.g.
+#              bench/models/extra_models.py, same command line and files);
 #              KILN_RUN_MODE=fused-plan runs the fusion plan kernel by kernel instead of --reference;
 #              KILN_RUN_MODE=check runs the compiled executable and compares every kernel with the reference.
 # Exits nonzero when any model fails to export or to match.
@@ -22,7 +24,7 @@ shift 2
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 python=/usr/bin/python3
-make_models="$here/../../bench/models/make_models.py"
+make_models="${KILN_EXPORTER:-$here/../../bench/models/make_models.py}"
 check_model="$here/check_model.py"
 
 if [ ! -x "$kiln" ]; then

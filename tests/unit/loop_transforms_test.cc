@@ -32,6 +32,22 @@ TEST(SchedAffine, LinearFormsOfIndices) {
   EXPECT_EQ(f->coef_of("i"), -4);
 }
 
+// Positions are compared as affine functions, never as printed text (STYLE.md 15).
+TEST(SchedAffine, PositionKeysCompareAsMath) {
+  // (i * 4 + j) * 2 and 2j + 8i + 0 are one position; i + 1 is another.
+  Expr a = mul(lin("i", 4, "j"), I(2));
+  Expr b = add(add(mul(v("j"), I(2)), mul(I(8), v("i"))), I(0));
+  EXPECT_TRUE(same_position(a, b)) << position_key(a) << " vs " << position_key(b);
+  EXPECT_FALSE(same_position(v("i"), add(v("i"), I(1))));
+  // Non-linear parts are atoms whose operands are keyed the same way.
+  Expr d1 = div_floor(lin("i", 4, "j"), I(3)), d2 = div_floor(add(v("j"), mul(v("i"), I(4))), I(3));
+  EXPECT_TRUE(same_position(add(d1, v("j")), add(v("j"), d2)));
+  EXPECT_FALSE(same_position(d1, mod(lin("i", 4, "j"), I(3))));
+  auto table = gbuf("table", {8});
+  EXPECT_TRUE(same_position(cast(DType::Int64, load(table, add(v("i"), v("j")))),
+                            cast(DType::Int64, load(table, add(v("j"), v("i"))))));
+}
+
 TEST(SchedAffine, InvariantSubexpressionsAreAtoms) {
   auto table = gbuf("table", {8});
   const AffineScope scope{{"j"}, {}};

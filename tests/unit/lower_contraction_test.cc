@@ -242,6 +242,12 @@ TEST(LowerContraction, TiledIsBitIdenticalToUntiled) {
       {"mm_prologue_a", R"(  %t: f32[9,7] = Transpose(%x) {perm=[1,0]} name="tr"
   %y: f32[9,10] = MatMul(%t, %w) name="mm"
 )", "%x: f32[7,9], %w: f32[7,10]", "%y"},
+      // A computed (packed) A: a tile spans a panel of column tiles and packs A once for all.
+      {"mm_computed_a_panel", R"(  %s: f32[2,13,11] = Sigmoid(%x) name="sig"
+  %m: f32[2,13,11] = Mul(%x, %s) name="silu"
+  %y: f32[2,13,19] = MatMul(%m, %w) name="mm"
+  %z: f32[2,13,19] = Relu(%y) name="relu"
+)", "%x: f32[2,13,11], %w: f32[11,19]", "%z"},
   };
   for (size_t i : {9, 10, 11, 12, 13}) cs.push_back(cases()[i]);
   for (const Case& c : cs) {
@@ -253,13 +259,18 @@ TEST(LowerContraction, TiledIsBitIdenticalToUntiled) {
     for (const auto& grp : plan.groups) {
       if (!is_contraction_group(grp)) continue;
       loop::Schedule dflt;
-      for (const loop::Schedule* sp : {&small, &dflt}) {
+      // Panels narrower than N: accumulators for 2 rows x 2 column tiles only.
+      loop::Schedule narrow = small;
+      narrow.rows_block_bytes = 2 * 2 * 8 * 4;
+      for (const loop::Schedule* sp : {&small, &dflt, &narrow}) {
         const loop::Schedule& sched = *sp;
         auto tiled = loop::lower_group(grp, "t", sched), plain = loop::lower_group(grp, "p", untiled());
         ASSERT_TRUE(tiled.kernel && plain.kernel) << tiled.reason << plain.reason;
         // Fewer output channels per group than mr (the depthwise case) stay untiled.
-        if (sp == &small && c.name != "depthwise_clip")
+        if (sp != &dflt && c.name != "depthwise_clip")
           EXPECT_NE(loop::print_kernel(*tiled.kernel).find("kiln_mk_f32"), std::string::npos);
+        if (c.name == "mm_computed_a_panel" && sp != &dflt)  // the column loop of a panel
+          EXPECT_NE(loop::print_kernel(*tiled.kernel).find("kiln_q"), std::string::npos);
         auto a = testing::interpret_group(*tiled.kernel, grp, values),
              b = testing::interpret_group(*plain.kernel, grp, values);
         for (size_t o = 0; o < a.size(); ++o)
