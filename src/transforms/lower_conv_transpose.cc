@@ -16,7 +16,7 @@ int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 
 // Per spatial dim: stride, dilation, kernel size, input and output length, and the amount the
 // equivalent Conv pads the zero-inserted input before and after (negative: crops).
 struct Geometry {
-  std::vector<int64_t> stride, dilation, kernel, in, out, before, after;
+  std::vector<int64_t> stride, dilation, kernel, in, out, before, after, pad_begin;
   int64_t group = 1, m = 0;  // output channels
 };
 
@@ -85,6 +85,7 @@ std::optional<Geometry> geometry(const Node& n, std::string* why) {
     g.kernel.push_back(k);
     g.in.push_back(in);
     g.out.push_back(out);
+    g.pad_begin.push_back(pb);
     g.before.push_back(dl * (k - 1) - pb);
     g.after.push_back(out + dl * (k - 1) - in * s - g.before.back());
   }
@@ -145,9 +146,94 @@ Value* transposed_flipped_weights(NodeRewriter& rw, Value* w, int64_t group) {
                  {w->dtype(), out}, "weights");
 }
 
+// The sub-pixel form applies to 2-D ConvTransposes with one stride s > 1 on both axes, no
+// dilation, one group and constant weights: it computes only the products that are not zeros.
+bool subpixel_applies(const Geometry& geo, const Value* w) {
+  return geo.in.size() == 2 && geo.group == 1 && w->is_constant() && geo.stride[0] == geo.stride[1] &&
+         geo.stride[0] > 1 && geo.dilation[0] == 1 && geo.dilation[1] == 1;
+}
+
+// Sub-pixel ConvTranspose: with o + pad_begin = s*q + r (0 <= r < s), y[o] = sum over t of
+// x[q - t] * w[r + s*t], so every output phase r is a stride-1 correlation of x with the taps
+// r, r+s, ... of the kernel (T = ceil(K/s) of them, the missing ones 0). All s*s phases are one
+// Conv with M*s*s output channels (phase-minor, as DepthToSpace CRD reads them) over x padded by
+// T-1-q0 before (q0 = floor(pad_begin / s), the first q needed); DepthToSpace interleaves the
+// phases and a Slice from pad_begin - s*q0 cuts the output. Against the zero-inserted input this
+// skips the (s*s - 1) / (s*s) of the products that multiply inserted zeros.
+void lower_subpixel(NodeRewriter& rw, const Geometry& geo) {
+  Value* x = rw.input(0);
+  Value* b = rw.input(2);
+  Value* y = rw.output(0);
+  const DType dt = x->dtype();
+  const Tensor& w = rw.input(1)->constant();
+  const int64_t s = geo.stride[0], c = w.shape()[0], m = w.shape()[1];
+  int64_t taps[2], q0[2], lq[2], pads[4];
+  for (int d = 0; d < 2; ++d) {
+    const int64_t k = geo.kernel[size_t(d)], pb = geo.pad_begin[size_t(d)];
+    taps[d] = (k + s - 1) / s;
+    q0[d] = floor_div(pb, s);
+    lq[d] = floor_div(geo.out[size_t(d)] - 1 + pb, s) - q0[d] + 1;
+    pads[d] = taps[d] - 1 - q0[d];
+    pads[d + 2] = lq[d] - geo.in[size_t(d)] - pads[d] + taps[d] - 1;
+  }
+  // W'' [M*s*s, C, T_h, T_w]: W''[(m*s + rh)*s + rw, c, jh, jw] = W[c, m, rh + s*(T_h-1-jh), rw + s*(T_w-1-jw)].
+  Tensor wp(dt, {m * s * s, c, taps[0], taps[1]});
+  const size_t es = dtype_size(dt);
+  const int64_t kh = geo.kernel[0], kw = geo.kernel[1];
+  const auto* src = static_cast<const uint8_t*>(w.raw());
+  auto* dst = static_cast<uint8_t*>(wp.raw());
+  for (int64_t mi = 0; mi < m; ++mi)
+    for (int64_t rh = 0; rh < s; ++rh)
+      for (int64_t rw_ = 0; rw_ < s; ++rw_)
+        for (int64_t ci = 0; ci < c; ++ci)
+          for (int64_t jh = 0; jh < taps[0]; ++jh)
+            for (int64_t jw = 0; jw < taps[1]; ++jw) {
+              const int64_t ih = rh + s * (taps[0] - 1 - jh), iw = rw_ + s * (taps[1] - 1 - jw);
+              if (ih >= kh || iw >= kw) continue;  // a missing tap stays 0
+              const int64_t to = ((((mi * s + rh) * s + rw_) * c + ci) * taps[0] + jh) * taps[1] + jw;
+              const int64_t from = ((ci * m + mi) * kh + ih) * kw + iw;
+              std::memcpy(dst + size_t(to) * es, src + size_t(from) * es, es);
+            }
+  Value* z = x;
+  const int64_t batch = x->shape()[0];
+  // Negative padding crops x first; the rest is the Conv's own padding.
+  std::vector<int64_t> conv_pads(4), crop(8, 0);
+  Shape cropped = x->shape();
+  bool crops = false;
+  for (int d = 0; d < 2; ++d) {
+    conv_pads[size_t(d)] = std::max<int64_t>(0, pads[d]);
+    conv_pads[size_t(d + 2)] = std::max<int64_t>(0, pads[d + 2]);
+    crop[size_t(d + 2)] = std::min<int64_t>(0, pads[d]);
+    crop[size_t(d + 6)] = std::min<int64_t>(0, pads[d + 2]);
+    crops = crops || pads[d] < 0 || pads[d + 2] < 0;
+    cropped[size_t(d + 2)] += crop[size_t(d + 2)] + crop[size_t(d + 6)];
+  }
+  if (crops) z = rw.emit("Pad", {z, int_list(rw, "crop_pads", crop)}, {dt, cropped}, "cropped");
+  AttributeMap attrs{{"dilations", std::vector<int64_t>{1, 1}},
+                     {"group", int64_t(1)},
+                     {"kernel_shape", std::vector<int64_t>{taps[0], taps[1]}},
+                     {"pads", conv_pads},
+                     {"strides", std::vector<int64_t>{1, 1}}};
+  Value* phases = rw.emit("Conv", {z, rw.constant("phase_weights", std::move(wp))}, {dt, {batch, m * s * s, lq[0], lq[1]}},
+                          "phases", std::move(attrs));
+  Value* full = rw.emit("DepthToSpace", {phases}, {dt, {batch, m, s * lq[0], s * lq[1]}}, "interleaved",
+                        {{"blocksize", s}, {"mode", std::string("CRD")}});
+  const int64_t sh = geo.pad_begin[0] - s * q0[0], sw = geo.pad_begin[1] - s * q0[1];
+  Value* cut = rw.emit("Slice",
+                       {full, int_list(rw, "cut_starts", {sh, sw}),
+                        int_list(rw, "cut_ends", {sh + geo.out[0], sw + geo.out[1]}), int_list(rw, "cut_axes", {2, 3})},
+                       y->type(), "cut", {}, b ? nullptr : y);
+  if (b) rw.binary("Add", cut, rw.reshape(b, {m, 1, 1}, "bias_channels"), "biased", y);
+}
+
 void lower(Graph& g, Node* n) {
   std::string why;
   const Geometry geo = *geometry(*n, &why);
+  if (subpixel_applies(geo, n->input(1))) {
+    NodeRewriter rw(g, n);
+    lower_subpixel(rw, geo);
+    return;
+  }
   const size_t nd = geo.in.size();
   NodeRewriter rw(g, n);
   Value* x = rw.input(0);

@@ -89,6 +89,13 @@ TEST(LowerConvTranspose, MatchesTheReferenceOnEveryGeometry) {
       {{"[1,1,5]", "", "[1,1,1]", "{pads=[3, 2]}"}, {1, 1, 2}},  // crops before the Conv
       {{"[1,2,4,4]", "", "[1,2,4,4]", "{strides=[2, 2], pads=[3, 3, 3, 3], output_padding=[1, 1]}", true}, {2, 2, 3, 3}},
       {{"[1,1,3]", "", "[1,1,6]", "{strides=[2], auto_pad=\"VALID\"}"}, {1, 1, 2}},
+      // The sub-pixel form (2-D, one stride on both axes, no dilation, one group).
+      {{"[1,2,3,4]", "", "[1,3,7,9]", "{strides=[2, 2]}", true}, {2, 3, 3, 3}},
+      {{"[1,1,3,3]", "", "[1,2,8,8]", "{strides=[3, 3]}"}, {1, 2, 2, 2}},  // kernel smaller than the stride
+      {{"[1,3,4,4]", "", "[1,2,8,8]", "{strides=[2, 2], pads=[1, 1, 1, 1]}", true}, {3, 2, 4, 4}},
+      {{"[1,1,4,4]", "", "[1,1,6,6]", "{strides=[2, 2], pads=[3, 0, 0, 3]}"}, {1, 1, 3, 3}},
+      {{"[1,1,3,3]", "", "[1,1,8,7]", "{strides=[2, 2], output_shape=[8, 7]}"}, {1, 1, 3, 3}},
+      {{"[1,1,3,3]", "", "[1,1,3,1]", "{strides=[2, 2], pads=[2, 3, 2, 3]}"}, {1, 1, 3, 3}},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     std::mt19937 rng(unsigned(i + 1));
