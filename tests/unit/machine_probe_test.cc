@@ -191,10 +191,9 @@ TEST(MachineProbe, QuickProbeIsSane) {
   EXPECT_GT(m.dram_1t.read_gbps, 0.1);
   EXPECT_GT(m.dram_1t.triad_gbps, 0.1);
   EXPECT_LT(m.dram_1t.read_gbps, m.l1_1t.read_gbps);
-  EXPECT_LT(m.dram_nt.read_gbps, m.l1_nt.read_gbps);
-  // N-thread figures exist; how they compare with one thread is not checked here: ctest runs
-  // tests in parallel on a 2-core machine, so another test may hold the second core (this
-  // comparison failed that way).
+  // N-thread figures exist; how they compare with one thread, or with each other, is not
+  // checked here: ctest runs tests in parallel on a 2-core machine, so another test may hold the
+  // second core during one probe and not the next (dram_nt > l1_nt was seen that way).
   EXPECT_GT(m.peak_gflops_nt, 0.1);
   EXPECT_GT(m.l1_nt.read_gbps, 0.1);
   EXPECT_GT(m.dram_nt.read_gbps, 0.1);
