@@ -15,8 +15,9 @@
 //  - all loads of an iteration precede its stores (multi-output kernels store Let variables), so
 //    in-place memory reuse of a same-shaped input read at the same point is safe.
 // A group is refused (LoweredGroup::reason) for a non-elementwise kind, an op or form with no exact
-// loop spelling yet (Resize, GatherND, integer Pow, run-time Slice/Pad parameters, ...), or an
-// attribute the reference kernel would reject — the runtime then runs the reference kernels.
+// loop spelling (Scatter*, integer Pow, run-time Slice/Pad parameters, ...), or an attribute the
+// reference kernel would reject. The partitioner asks this same entry point (analyze_group), so a
+// refused set of nodes is never planned as one kernel; a node refused alone is a library kernel.
 #include "loop/lower_group.h"
 
 #include <algorithm>
