@@ -281,6 +281,13 @@ class RowPipeline {
       st.b_stride = f->coef_of(K);
     }
     const int64_t pack_bytes = st.k * st.n * int64_t(dtype_size(st.c->input(1)->dtype()));
+    // Every row tile reads each stage's right operand again. One that does not stay in L2 between
+    // tiles makes the pipeline slower than its stages as separate kernels: the encoder's FFN
+    // (768x3072 and 3072x768 weights) took 23.8 ms as one chain and 17.9 ms as two kernels (one
+    // thread, kiln bench --kernels, 2026-12-01). Refused, so the partitioner keeps them apart.
+    if (pack_bytes > sched_.chain.max_stream_bytes)
+      refuse(cat("stage ", s + 1, " of the chain streams its right operand (", pack_bytes, " bytes) once per row tile; "
+                 "more than the ", sched_.chain.max_stream_bytes, " that stay in cache between tiles"));
     st.pack = !st.b_buf && st.n > 1 && pack_bytes <= sched_.chain.max_pack_bytes;
     st.axpy = st.n > 1 && (contiguous || st.b_buf || st.pack);
     st.mk = sched_.tile_contractions && st.axpy && st.dtype == DType::Float32 && (st.b_buf || st.pack);

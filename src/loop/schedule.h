@@ -25,6 +25,9 @@ struct ChainTile {
   int64_t min_tiles = 2;               // tiles to share among threads before making them bigger
   // Local rows of one tile (the stages' rows): bigger tiles read each stage's B fewer times.
   int64_t max_local_bytes = 2 * 1024 * 1024;
+  // A stage's right operand (one matrix) streams once per row tile; past this size (the L2, from
+  // the target) every tile reads it from L3/DRAM and the pipeline loses to the kernels apart.
+  int64_t max_stream_bytes = 1024 * 1024;
 };
 
 struct Schedule {
