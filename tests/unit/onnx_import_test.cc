@@ -94,6 +94,48 @@ TEST_F(OnnxImportTest, ImportsAndRunsASmallGraph) {
   EXPECT_EQ(std::vector<float>(y, y + 6), (std::vector<float>{1, 0, 3, 2, 0, 0}));
 }
 
+// libonnx's shape inference counts a ceil_mode pool's last window even when it starts past the
+// input (33 rows, stride 3: 12); ONNX Runtime and the reference drop it (11). The importer types
+// the pool and everything after it by the reference's geometry.
+TEST_F(OnnxImportTest, CeilModePoolIsTypedByTheWindowsItComputes) {
+  add_io(model_.mutable_graph()->mutable_input(), "x", {"1", "1", "33", "66"});
+  add_io(model_.mutable_graph()->mutable_output(), "y", {});
+  model_.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->clear_shape();
+  auto* pool = add_node("MaxPool", {"x"}, {"p"}, "pool");
+  auto attr = [&](const char* name, std::vector<int64_t> v) {
+    auto* a = pool->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (int64_t x : v) a->add_ints(x);
+  };
+  attr("kernel_shape", {1, 1});
+  attr("strides", {3, 1});
+  auto* cm = pool->add_attribute();
+  cm->set_name("ceil_mode");
+  cm->set_type(onnx::AttributeProto::INT);
+  cm->set_i(1);
+  add_node("Relu", {"p"}, {"y"}, "relu");
+  auto g = import_onnx(write());
+  EXPECT_EQ(g->find_value("p")->type().str(), "f32[1,1,11,66]");
+  EXPECT_EQ(g->find_value("y")->type().str(), "f32[1,1,11,66]");
+  auto out = run_reference(*g, {{"x", Tensor(DType::Float32, {1, 1, 33, 66})}});
+  EXPECT_EQ(out.at("y").shape(), (Shape{1, 1, 11, 66}));
+}
+
+// At opset 13 ReduceSum's axes are an input; an `axes` attribute is not ReduceSum's, and would be
+// honoured by shape inference and ignored by the kernel.
+TEST_F(OnnxImportTest, AttributeTheOpDoesNotHaveAtThisOpsetIsRejected) {
+  add_io(model_.mutable_graph()->mutable_input(), "x", {"130", "7"});
+  add_io(model_.mutable_graph()->mutable_output(), "y", {});
+  model_.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->clear_shape();
+  auto* n = add_node("ReduceSum", {"x"}, {"y"}, "sum");
+  auto* a = n->add_attribute();
+  a->set_name("axes");
+  a->set_type(onnx::AttributeProto::INTS);
+  a->add_ints(1);
+  expect_error(write(), {"node 'sum'", "ReduceSum", "attribute 'axes' is not defined for ReduceSum at opset 13"});
+}
+
 TEST_F(OnnxImportTest, TruncatedFileIsMalformed) {
   add_io(model_.mutable_graph()->mutable_input(), "x", {"2"});
   add_io(model_.mutable_graph()->mutable_output(), "y", {"2"});

@@ -4,6 +4,7 @@
 
 #include "reference/kernel_util.h"
 #include "reference/op_registry.h"
+#include "reference/ops/nn_internal.h"
 #include "transforms/fold_constants.h"
 
 namespace kiln {
@@ -51,9 +52,44 @@ void record_known(const Node* n, const OpInfo& info, KnownValues& known) {
 
 }  // namespace
 
+// ONNX's shape inference (libonnx before 1.16) counts a ceil_mode pool's last window even when it
+// would start inside the end padding; ONNX Runtime, PyTorch and the reference kernel drop it. The
+// pool's output type then disagrees with every kernel (33 rows, kernel 1, stride 3: 12 vs 11).
+// The reference's geometry is the semantics kiln implements, so it types the output; what ONNX
+// typed downstream of it is untyped again, so that complete_types types it from the kernels.
+void untype_downstream(Value* v) {
+  for (auto [user, slot] : v->uses())
+    for (Value* o : user->outputs())
+      if (o && o->dtype() != DType::Undefined) {
+        o->set_type(TensorType{});
+        untype_downstream(o);
+      }
+}
+
+void retype_ceil_mode_pool(Node* n) {
+  const std::string& op = n->op_type();
+  if ((op != "MaxPool" && op != "AveragePool" && op != "LpPool") || n->attr_int("ceil_mode", 0) == 0) return;
+  const Value* x = n->input(0);
+  Value* y = n->output(0);
+  if (!x || x->dtype() == DType::Undefined || y->dtype() == DType::Undefined || x->shape().size() < 3) return;
+  const Shape spatial(x->shape().begin() + 2, x->shape().end());
+  nn::WindowGeometry geo = nn::window_geometry(*n, spatial, n->attr_ints("kernel_shape"), /*ceil_mode=*/true);
+  Shape out = y->shape();
+  if (out.size() != x->shape().size()) return;
+  std::copy(geo.out.begin(), geo.out.end(), out.begin() + 2);
+  if (out == y->shape()) return;
+  y->set_type(TensorType{y->dtype(), out});
+  untype_downstream(y);
+  if (n->num_outputs() > 1 && n->output(1)->dtype() != DType::Undefined) {  // MaxPool's Indices
+    n->output(1)->set_type(TensorType{n->output(1)->dtype(), out});
+    untype_downstream(n->output(1));
+  }
+}
+
 void complete_types(Graph& g, Node* n, KnownValues& known) {
   const OpInfo* info = OpRegistry::global().find(n->op_type());
   if (!info) user_error("unsupported op");
+  retype_ceil_mode_pool(n);
   bool complete = std::all_of(n->outputs().begin(), n->outputs().end(),
                               [](Value* v) { return v->dtype() != DType::Undefined; });
   if (!complete) {

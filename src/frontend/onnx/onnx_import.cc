@@ -105,6 +105,12 @@ class Importer {
       for (const auto& a : n.attribute())
         if (a.type() == onnx::AttributeProto::GRAPH || a.type() == onnx::AttributeProto::GRAPHS || a.has_g())
           user_error(ctx, ": unsupported attribute '", a.name(), "' (subgraphs are not supported)");
+      // An attribute the op does not have at this opset (ReduceSum's `axes` became an input at 13)
+      // would be read by some code and ignored by other: reject it, as ONNX's checker does.
+      if (const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(n.op_type(), opset_, ""))
+        for (const auto& a : n.attribute())
+          if (!schema->attributes().count(a.name()))
+            user_error(ctx, ": attribute '", a.name(), "' is not defined for ", n.op_type(), " at opset ", opset_);
     }
   }
 
