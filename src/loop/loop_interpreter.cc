@@ -1,6 +1,7 @@
 #include "loop/loop_interpreter.h"
 
 #include <cmath>
+#include <set>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -81,6 +82,9 @@ class Interpreter {
     switch (s->kind) {
       case StmtKind::For: {
         const int64_t n = eval(s->extent).i;
+        // As in the C emitter: an inner loop named like an enclosing one would capture its uses.
+        KILN_CHECK(loops_.insert(s->var).second, "interpreter: loop variable '", s->var,
+                   "' shadows an enclosing loop's");
         vars_.push_back({s->var, Scalar{}});
         const size_t slot = vars_.size() - 1;
         for (int64_t i = 0; i < n; ++i) {
@@ -88,6 +92,7 @@ class Interpreter {
           exec_list(s->body);
         }
         vars_.pop_back();
+        loops_.erase(s->var);
         break;
       }
       case StmtKind::Store: {
@@ -344,6 +349,7 @@ class Interpreter {
 
   std::unordered_map<const Buffer*, Tensor*> buffers_;
   std::vector<std::pair<std::string, Scalar>> vars_;
+  std::set<std::string> loops_;  // names of the enclosing loops
 };
 
 }  // namespace
