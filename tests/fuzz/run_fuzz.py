@@ -1,0 +1,177 @@
+#!/usr/bin/python3
+"""Differential fuzzing of kiln on random ONNX graphs (gen_graph.py), and replay of stored
+reproducers.
+
+    run_fuzz.py [--kiln build/kiln] [--start S] [--count N] [--jobs 2] [--keep DIR] [--no-ort]
+    run_fuzz.py --replay tests/fuzz/regressions/active.txt   (every stored reproducer must pass)
+    run_fuzz.py --replay tests/fuzz/regressions/pending.txt --expect-fail
+                                                   (reports which pending ones pass now)
+
+Each seed's graph runs through kiln's reference, fused and --no-fusion paths and ONNX Runtime
+(fuzz_check.py says what is compared and how failures are classed). One line per failure:
+    FAIL seed=S class[path]: detail | repro: <command>
+then a summary with the per-seed cost; exit status 1 on any failure. The JIT cache goes to a
+temporary folder for the run (or --jit-cache DIR), so the user's cache is not touched.
+"""
+import argparse
+import multiprocessing as mp
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import fuzz_check  # noqa: E402
+
+_state = {}
+
+
+def _init(args, cache):
+    _state["args"], _state["cache"] = args, cache
+    _state["ort"] = fuzz_check.OrtWorker(args.ort_python) if args.use_ort else None
+
+
+def run_seed(seed):
+    import gen_graph
+    args = _state["args"]
+    case = os.path.join(args.work, f"seed_{seed}")
+    t0 = time.monotonic()
+    try:
+        gen_graph.write(seed, case)
+    except Exception as e:  # a generator bug is a failure of this test too
+        return seed, [fuzz_check.Failure("gen-error", "generator", f"{type(e).__name__}: {e}"[:400])], {}, case
+    times = {"generate": time.monotonic() - t0}
+    failures, t = fuzz_check.check_case(args.kiln, case, _state["ort"], _state["cache"])
+    times.update(t)
+    if not failures and not args.keep_all:
+        shutil.rmtree(case, ignore_errors=True)
+    return seed, failures, times, case
+
+
+def run_stored(entry):
+    """A reproducer from a manifest: NAME.onnx and NAME.npz (the inputs) into a case folder."""
+    import numpy as np
+    name, d = entry
+    args = _state["args"]
+    case = os.path.join(args.work, name)
+    os.makedirs(case, exist_ok=True)
+    shutil.copy(os.path.join(d, name + ".onnx"), os.path.join(case, "model.onnx"))
+    with np.load(os.path.join(d, name + ".npz")) as z:
+        for k in z.files:
+            np.save(os.path.join(case, k + ".npy"), z[k])
+    failures, times = fuzz_check.check_case(args.kiln, case, _state["ort"], _state["cache"])
+    return name, failures, times, case
+
+
+def read_manifest(path):
+    """Lines `NAME  CLASS  what it found`; '#' starts a comment."""
+    entries = []
+    with open(path) as f:
+        for line in f:
+            line = line.split("#", 1)[0].strip()
+            if line:
+                parts = line.split(None, 2)
+                entries.append((parts[0], parts[1] if len(parts) > 1 else "", parts[2] if len(parts) > 2 else ""))
+    return entries
+
+
+def repro(args, seed):
+    me = os.path.relpath(os.path.abspath(__file__))
+    ort = "" if args.use_ort else " --no-ort"
+    return f"/usr/bin/python3 {me} --kiln {args.kiln} --start {seed} --count 1 --keep /tmp/kiln-fuzz-{seed}{ort}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kiln", default="build/kiln")
+    ap.add_argument("--start", type=int, default=0)
+    ap.add_argument("--count", type=int, default=100)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--keep", metavar="DIR", help="work in DIR and keep failing cases there")
+    ap.add_argument("--keep-all", action="store_true", help="keep passing cases too")
+    ap.add_argument("--jit-cache", metavar="DIR", help="XDG_CACHE_HOME for kiln (default: a temporary folder)")
+    ap.add_argument("--ort-python", default="python3", help="a Python with onnxruntime (default python3)")
+    ap.add_argument("--no-ort", action="store_true")
+    ap.add_argument("--require-ort", action="store_true", help="fail when onnxruntime is not importable")
+    ap.add_argument("--replay", metavar="MANIFEST", action="append", default=[],
+                    help="run the reproducers a manifest lists (repeatable)")
+    ap.add_argument("--expect-fail", action="store_true", help="with --replay: the listed cases are known to fail")
+    args = ap.parse_args()
+    args.kiln = os.path.abspath(args.kiln) if os.path.exists(args.kiln) else args.kiln
+    if not os.access(args.kiln, os.X_OK):
+        sys.exit(f"run_fuzz: no kiln executable at {args.kiln}")
+    args.use_ort = not args.no_ort and fuzz_check.ort_available(args.ort_python)
+    if not args.use_ort and not args.no_ort:
+        msg = f"onnxruntime is not importable by {args.ort_python}: kiln's reference is not cross-checked"
+        if args.require_ort:
+            sys.exit("run_fuzz: " + msg)
+        print("run_fuzz: note: " + msg)
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+        args.work = os.path.abspath(args.keep)
+    else:
+        args.work = tempfile.mkdtemp(prefix="kiln-fuzz-")
+    cache = os.path.abspath(args.jit_cache) if args.jit_cache else tempfile.mkdtemp(prefix="kiln-fuzz-jit-")
+
+    if args.replay:
+        jobs = []
+        for mpath in args.replay:
+            for name, cls, what in read_manifest(mpath):
+                jobs.append(((name, os.path.dirname(os.path.abspath(mpath))), cls, what))
+        fn, items = run_stored, [j[0] for j in jobs]
+    else:
+        fn, items = run_seed, list(range(args.start, args.start + args.count))
+
+    t0 = time.monotonic()
+    n_fail, results, totals = 0, 0, {}
+    ctx = mp.get_context("fork")
+    with ctx.Pool(max(1, args.jobs), initializer=_init, initargs=(args, cache)) as pool:
+        for ident, failures, times, case in pool.imap(fn, items, chunksize=1):
+            results += 1
+            for k, v in times.items():
+                totals[k] = totals.get(k, 0.0) + v
+            if args.replay:
+                n_fail += report_replay(args, ident, failures, case)
+                continue
+            for f in failures:
+                print(f"FAIL seed={ident} {f.cls}[{f.path}]: {f.detail} | repro: {repro(args, ident)}", flush=True)
+            n_fail += bool(failures)
+            if failures and args.keep:
+                inputs, _ = fuzz_check.case_inputs(case)
+                for mode in ("reference", "fused", "no-fusion"):
+                    cmd = fuzz_check.kiln_command(args.kiln, case, inputs, os.path.join(case, mode), mode)
+                    print(f"    {mode}: XDG_CACHE_HOME={cache} " + " ".join(cmd))
+    wall = time.monotonic() - t0
+    per = ", ".join(f"{k} {v / max(results, 1) * 1000:.0f} ms" for k, v in totals.items())
+    what = "reproducers" if args.replay else f"seeds [{args.start}, {args.start + args.count})"
+    print(f"run_fuzz: {results} {what}, {n_fail} failing; {wall:.1f} s wall with {args.jobs} jobs "
+          f"({wall / max(results, 1) * args.jobs:.2f} s per case per job; mean per case: {per})")
+    if not args.jit_cache:
+        shutil.rmtree(cache, ignore_errors=True)
+    if not args.keep:
+        shutil.rmtree(args.work, ignore_errors=True)
+    elif n_fail:
+        print(f"run_fuzz: failing cases kept under {args.work}")
+    sys.exit(1 if n_fail else 0)
+
+
+def report_replay(args, name, failures, case):
+    """Active reproducers must pass; pending ones are expected to fail (a pass means: move it)."""
+    if args.expect_fail:
+        if failures:
+            print(f"still failing {name}: " + "; ".join(f"{f.cls}[{f.path}]" for f in failures))
+            return 0
+        print(f"PASSES NOW {name}: move it from pending.txt to active.txt")
+        return 0
+    for f in failures:
+        print(f"FAIL {name} {f.cls}[{f.path}]: {f.detail} | case: {case}")
+    if not failures:
+        print(f"ok   {name}")
+    return bool(failures)
+
+
+if __name__ == "__main__":
+    main()
