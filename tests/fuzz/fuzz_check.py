@@ -29,13 +29,18 @@ import numpy as np
 
 RTOL = 1e-4    # of the output's max |reference|: kiln's numerics contract
 ATOL = 1e-6    # so outputs that are all (nearly) zero do not divide by nothing
-ORT_RTOL = 1e-4
+ORT_RTOL = 1e-3  # ONNX Runtime is another implementation (MLAS sums in other orders, with FMA):
+                 # kiln's 1e-4 contract binds kiln, not it; reference bugs are gross
 TIMEOUT_S = 120
 
 
 class Failure:
-    def __init__(self, cls, path, detail, signature=""):
+    def __init__(self, cls, path, detail, signature="", more_signatures=()):
         self.cls, self.path, self.detail, self.signature = cls, path, detail, signature
+        self.more = list(more_signatures)  # a library-kernel failure: the other reasons' signatures
+
+    def matches(self, key):
+        return key == self.key or key in (f"{self.cls}:{self.path}:{s}" for s in self.more)
 
     @property
     def key(self):
@@ -208,7 +213,8 @@ def check_case(kiln, case, ort=None, cache_dir=None, work=None, modes=MODES):
         if lib:
             reasons = library_reasons(kiln, case, inputs, mode, env, os.path.join(work, mode + "-check"))
             failures.append(Failure("library-kernel", mode, f"{len(lib)} kernel(s) {', '.join(lib[:3])}: "
-                                    + "; ".join(reasons)[:400], signature(reasons[0]) if reasons else ""))
+                                    + "; ".join(reasons)[:400], signature(reasons[0]) if reasons else "",
+                                    [signature(r) for r in reasons[1:]]))
     oracle = None
     if ort is not None:
         t0 = time.monotonic()

@@ -404,6 +404,11 @@ def layernorm(b, x, axis):
     r, s = x.rank, x.shape
     axis = axis % r
     norm_shape = s[axis:]
+    # A row that is constant (a clamp's plateau, a broadcast) has variance 0, and its normalised
+    # value is float rounding times 1/sqrt(eps): no implementation agrees on it. A fixed ramp
+    # added over the normalised axes keeps every row's variance away from 0.
+    ramp = np.linspace(-1.0, 1.0, numel(norm_shape)).reshape(norm_shape) * 0.25 * max(x.mag, 1.0)
+    x = b.op1("Add", [x, b.const(ramp.astype(np.float32), "ramp")], s, 1.25 * x.mag + 0.25)
     gamma = b.const((1 + 0.2 * b.r.standard_normal(norm_shape)).astype(np.float32), "gamma")
     beta = b.weight(norm_shape, 0.2, "beta") if b.chance(0.7) else None
     eps = b.choice([1e-5, 1e-6, 1e-12])

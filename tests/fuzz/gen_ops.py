@@ -372,7 +372,7 @@ def pick_family(b):
         (gen_layout.fam_squeeze, 1), (gen_layout.fam_unsqueeze, 1), (gen_layout.fam_concat, 2),
         (gen_layout.fam_split, 1), (gen_layout.fam_slice, 2), (gen_layout.fam_pad, 2),
         (gen_layout.fam_gather, 2), (gen_layout.fam_expand, 1), (gen_layout.fam_tile, 1),
-        (gen_layout.fam_resize, 2),
+        (gen_layout.fam_resize, 1),
     ]
     return b.choice([f for f, _ in fams], p=[w for _, w in fams])
 

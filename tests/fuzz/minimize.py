@@ -107,7 +107,7 @@ class Minimizer:
         self.write(model, inputs, case)
         failures, _ = fuzz_check.check_case(self.args.kiln, case, self.ort if self.check_ort else None,
                                             self.cache, modes=self.modes)
-        return any(f.key == self.key for f in failures)
+        return any(f.matches(self.key) for f in failures)
 
     def values(self):
         """Every node output's value on the current inputs (ONNX Runtime, else kiln --reference)."""
