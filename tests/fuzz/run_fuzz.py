@@ -6,8 +6,9 @@ reproducers.
                 [--known tests/fuzz/known_failures.txt] [--write-known FILE]
     run_fuzz.py --replay tests/fuzz/regressions/active.txt [--count N]
                                    (every stored reproducer must pass; with --count, seeds too)
-    run_fuzz.py --replay tests/fuzz/regressions/pending.txt --expect-fail
-                                   (says which pending ones pass now and may move to active.txt)
+    run_fuzz.py --replay tests/fuzz/regressions/pending.txt --expect-fail [--only NAME --keep DIR]
+                                   (says which pending ones pass now and may move to active.txt;
+                                   --keep DIR leaves each case there with its kiln commands)
 
 Each seed's graph runs through kiln's reference, fused and --no-fusion paths and ONNX Runtime
 (fuzz_check.py says what is compared and how failures are classed). One line per failure:
@@ -124,6 +125,8 @@ def main():
     ap.add_argument("--replay", metavar="MANIFEST", action="append", default=[],
                     help="run the reproducers a manifest lists (repeatable)")
     ap.add_argument("--expect-fail", action="store_true", help="with --replay: the listed cases are known to fail")
+    ap.add_argument("--only", metavar="NAME", action="append", default=[],
+                    help="with --replay: just this reproducer (repeatable)")
     ap.add_argument("--known", metavar="FILE", help="seeds known to fail (SEED CLASS[PATH] CAUSE per line): "
                     "those failures are reported as known, not counted; any other failure still fails")
     ap.add_argument("--write-known", metavar="FILE", help="write this run's failures in --known's format")
@@ -150,6 +153,8 @@ def main():
     items = []
     for mpath in args.replay:
         for name, cls, _ in read_manifest(mpath):
+            if args.only and name not in args.only:
+                continue
             items.append(("stored", (name, os.path.dirname(os.path.abspath(mpath)), cls)))
     if not args.replay or args.count_given:
         items += [("seed", s) for s in range(args.start, args.start + args.count)]
@@ -164,6 +169,8 @@ def main():
                 totals[k] = totals.get(k, 0.0) + v
             if kind == "stored":
                 n_fail += report_replay(args, ident, failures, case)
+                if failures and args.keep:
+                    print_commands(args, case, cache)
                 continue
             found += [(ident, f) for f in failures]
             expected = known.get(ident, {})
@@ -176,10 +183,7 @@ def main():
             n_known += bool(failures) and not new
             n_fail += bool(new)
             if failures and args.keep:
-                inputs, _ = fuzz_check.case_inputs(case)
-                for mode in ("reference", "fused", "no-fusion"):
-                    cmd = fuzz_check.kiln_command(args.kiln, case, inputs, os.path.join(case, mode), mode)
-                    print(f"    {mode}: XDG_CACHE_HOME={cache} " + " ".join(cmd))
+                print_commands(args, case, cache)
     wall = time.monotonic() - t0
     per = ", ".join(f"{k} {v / max(results, 1) * 1000:.0f} ms" for k, v in totals.items())
     if n_fixed:
@@ -204,6 +208,13 @@ def main():
     elif n_fail:
         print(f"run_fuzz: failing cases kept under {args.work}")
     sys.exit(1 if n_fail else 0)
+
+
+def print_commands(args, case, cache):
+    inputs, _ = fuzz_check.case_inputs(case)
+    for mode in fuzz_check.MODES:
+        cmd = fuzz_check.kiln_command(args.kiln, case, inputs, os.path.join(case, mode), mode)
+        print(f"    {mode}: XDG_CACHE_HOME={cache} " + " ".join(cmd))
 
 
 def report_replay(args, ident, failures, case):
