@@ -27,7 +27,6 @@ import tempfile
 
 import numpy as np
 import onnx
-from onnx import helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
