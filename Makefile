@@ -3,7 +3,7 @@
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all build setup test demo clean conformance-report
+.PHONY: all build setup test demo clean conformance-report fuzz
 
 all: build
 
@@ -29,3 +29,12 @@ clean:
 conformance-report: build
 	/usr/bin/python3 tests/onnx/conformance_report.py $(BUILD_DIR)/kiln /usr/share/libonnx-testdata/data \
 	  docs/conformance.md tests/onnx/expected_pass.txt
+
+# Differential fuzzing on random ONNX graphs (tests/fuzz/README.md): SEEDS graphs from seed START
+# through kiln's reference, fused and --no-fusion paths and ONNX Runtime. Failing cases are kept
+# under $(BUILD_DIR)/fuzz-failures with the command that reproduces each.
+SEEDS ?= 1000
+START ?= 0
+fuzz: build
+	/usr/bin/python3 tests/fuzz/run_fuzz.py --kiln $(BUILD_DIR)/kiln --start $(START) --count $(SEEDS) \
+	  --jobs $(JOBS) --keep $(BUILD_DIR)/fuzz-failures

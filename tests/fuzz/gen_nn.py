@@ -1,0 +1,443 @@
+"""Neural-network op families for gen_graph.py: MatMul/Gemm (weights, batched, attention, MLP),
+Conv (grouped, depthwise, strided, dilated, explicit and auto padding), pools, Reduce*/ArgMax,
+Softmax and LayerNorm as ONNX ops and spelled out as primitives, BatchNormalization."""
+import math
+
+import numpy as np
+
+import gen_layout
+import gen_ops as ops
+from gen_graph import I64, MAX_ELEMS, Skip, broadcast, numel
+
+INF = math.inf
+ODD_N = [1, 7, 16, 64, 66, 128, 130]
+
+
+# ---------------------------------------------------------------- MatMul / Gemm
+
+def matmul_weight(b, x, n=None, bias=None):
+    """x @ W (+ bias): W a constant [K, N] scaled by 1/sqrt(K), as a linear layer."""
+    k = x.shape[-1]
+    n = n or b.choice(ODD_N + [b.randint(2, 40)])
+    out = x.shape[:-1] + (n,) if x.rank >= 2 else (n,)
+    if numel(out) > MAX_ELEMS or k * n > MAX_ELEMS:
+        raise Skip()
+    x = ops.tame(b, x, 100.0)
+    y = b.op1("MatMul", [x, b.weight((k, n), 1 / math.sqrt(k))], out, 1.5 * x.mag + 1)
+    if bias if bias is not None else b.chance(0.5):
+        y = b.op1("Add", [y, b.weight((n,), 0.5, "bias")], out, y.mag + 2)
+    return y
+
+
+def fam_matmul(b):
+    kind = b.choice(["weight", "left_weight", "vector", "gemm", "batched", "attention", "mlp"],
+                    p=[4, 1, 1, 3, 3, 2, 2])
+    if kind == "weight":
+        return matmul_weight(b, b.pick(lambda v: v.rank >= 1 and v.shape[-1] <= 256))
+    if kind == "left_weight":  # W [P, M] @ x [..., M, N]
+        x = ops.tame(b, b.pick(lambda v: v.rank >= 2), 100.0)
+        m, p = x.shape[-2], b.choice(ODD_N)
+        out = x.shape[:-2] + (p, x.shape[-1])
+        if numel(out) > MAX_ELEMS or p * m > MAX_ELEMS:
+            raise Skip()
+        return b.op1("MatMul", [b.weight((p, m), 1 / math.sqrt(m)), x], out, 1.5 * x.mag + 1)
+    if kind == "vector":  # x [..., M, K] @ v [K]
+        x = ops.tame(b, b.pick(lambda v: v.rank >= 2), 100.0)
+        k = x.shape[-1]
+        return b.op1("MatMul", [x, b.weight((k,), 1 / math.sqrt(k))], x.shape[:-1], 1.5 * x.mag + 1)
+    if kind == "gemm":
+        return gemm(b)
+    if kind == "batched":
+        return batched(b)
+    if kind == "attention":
+        return attention(b)
+    x = b.pick(lambda v: v.rank >= 1 and v.shape[-1] <= 256)
+    h = matmul_weight(b, x, b.choice([16, 64, 66, 130]), bias=True)
+    h = ops.unary(b, h, b.choice(["Relu", "Gelu", "Swish", "GeluTanh", "Tanh"]))
+    y = matmul_weight(b, h, x.shape[-1] if x.rank >= 1 and b.chance(0.6) else None, bias=True)
+    if y.shape == x.shape and b.chance(0.6):
+        y = b.op1("Add", [x, y], x.shape, x.mag + y.mag)
+    return y
+
+
+def gemm(b):
+    x = b.pick(lambda v: v.rank >= 1)
+    if x.rank != 2:
+        x = gen_layout.flatten(b, x, 1 if x.rank > 1 and b.chance(0.7) else b.randint(0, x.rank))
+    x = ops.tame(b, x, 100.0)
+    trans_a = b.chance(0.15)
+    k, m = (x.shape[0], x.shape[1]) if trans_a else (x.shape[1], x.shape[0])
+    n = b.choice(ODD_N + [b.randint(2, 40)])
+    if m * n > MAX_ELEMS or k * n > MAX_ELEMS:
+        raise Skip()
+    trans_b = b.chance(0.4)
+    w = b.weight((n, k) if trans_b else (k, n), 1 / math.sqrt(k))
+    alpha, beta = b.choice([1.0, 1.0, 0.5, 2.0]), b.choice([1.0, 1.0, 0.5, 2.0])
+    c_shape = b.choice([None, (n,), (1, n), (m, n), (m, 1), ()])
+    ins = [x, w] + ([b.weight(c_shape, 0.5, "bias")] if c_shape is not None else [])
+    attrs = {}
+    if trans_a:
+        attrs["transA"] = 1
+    if trans_b:
+        attrs["transB"] = 1
+    if alpha != 1.0:
+        attrs["alpha"] = alpha
+    if beta != 1.0 and c_shape is not None:
+        attrs["beta"] = beta
+    return b.op1("Gemm", ins, (m, n), 1.5 * alpha * x.mag + 2 * beta, **attrs)
+
+
+def batched(b):
+    """Activation x activation: x [..., M, K] @ y [..., K, N], y from the pool or a transposed value."""
+    x = ops.tame(b, b.pick(lambda v: v.rank >= 2 and v.shape[-1] <= 256), 30.0)
+    k = x.shape[-1]
+
+    def fits(v, kdim):
+        bt = broadcast(x.shape[:-2], v.shape[:-2])
+        return v.rank >= 2 and v.shape[kdim] == k and bt is not None and numel(bt) * x.shape[-2] * (
+            v.shape[-1] if kdim == -2 else v.shape[-2]) <= MAX_ELEMS
+
+    try:
+        y = b.pick(lambda v: v is not x and fits(v, -2))
+    except Skip:
+        z = b.pick(lambda v: fits(v, -1))  # often x itself: x @ x^T
+        perm = list(range(z.rank))
+        perm[-1], perm[-2] = perm[-2], perm[-1]
+        y = b.op1("Transpose", [z], tuple(z.shape[p] for p in perm), z.mag, z.lb, perm=perm)
+    y = ops.tame(b, y, 30.0)
+    out = broadcast(x.shape[:-2], y.shape[:-2]) + (x.shape[-2], y.shape[-1])
+    mag = x.mag * y.mag * (k if x.lb >= 0 and y.lb >= 0 else math.sqrt(k) / 2)
+    return b.op1("MatMul", [x, y], out, mag)
+
+
+def attention(b):
+    """Scaled dot-product attention on [B, T, D]: one head, or heads split with Reshape/Transpose."""
+    x = b.pick(lambda v: v.rank == 3 and v.shape[-1] <= 130 and v.shape[1] <= 64)
+    bs, t, d = x.shape
+    dk = b.choice([8, 16, d])
+    heads = b.choice([h for h in (2, 4) if dk % h == 0] or [1]) if b.chance(0.5) else 1
+    if bs * heads * t * t > MAX_ELEMS or bs * t * dk > MAX_ELEMS:
+        raise Skip()
+    q, k, v = (matmul_weight(b, x, dk) for _ in range(3))
+    if heads == 1:
+        kt = b.op1("Transpose", [k], (bs, dk, t), k.mag, perm=[0, 2, 1])
+    else:
+        dh = dk // heads
+        shape = b.ints([bs, t, heads, dh], "shape")
+        q = b.op1("Reshape", [q, shape], (bs, t, heads, dh), q.mag)
+        q = b.op1("Transpose", [q], (bs, heads, t, dh), q.mag, perm=[0, 2, 1, 3])
+        k = b.op1("Reshape", [k, shape], (bs, t, heads, dh), k.mag)
+        kt = b.op1("Transpose", [k], (bs, heads, dh, t), k.mag, perm=[0, 2, 3, 1])
+        v = b.op1("Reshape", [v, shape], (bs, t, heads, dh), v.mag)
+        v = b.op1("Transpose", [v], (bs, heads, t, dh), v.mag, perm=[0, 2, 1, 3])
+    lead = (bs,) if heads == 1 else (bs, heads)
+    s = b.op1("MatMul", [q, kt], lead + (t, t), q.mag * k.mag)
+    scale = 1 / math.sqrt(dk // heads)
+    if b.chance(0.5):
+        s = b.op1("Mul", [s, b.scalar(scale)], s.shape, s.mag * scale)
+    else:
+        s = b.op1("Div", [s, b.scalar(1 / scale)], s.shape, s.mag * scale)
+    p = softmax(b, s, -1)
+    o = b.op1("MatMul", [p, v], lead + (t, dk // heads), v.mag)
+    if heads > 1:
+        o = b.op1("Transpose", [o], (bs, t, heads, dk // heads), o.mag, perm=[0, 2, 1, 3])
+        o = b.op1("Reshape", [o, b.ints([bs, t, dk] if b.chance(0.5) else [0, 0, -1], "shape")], (bs, t, dk), o.mag)
+    if dk == d and b.chance(0.5):
+        o = b.op1("Add", [x, o], x.shape, x.mag + o.mag)
+    return o
+
+
+# ---------------------------------------------------------------- Conv
+
+def conv_out(n, k, s, d, pb, pe):
+    return (n + pb + pe - (d * (k - 1) + 1)) // s + 1
+
+
+def conv(b, x, same=False):
+    """Conv on [N, C, spatial...]: groups 1, C (depthwise) or a divisor of C; `same` keeps the
+    shape (stride 1, symmetric padding, as many output channels as input channels)."""
+    c, spatial = x.shape[1], x.shape[2:]
+    g = b.choice([1, c, b.choice([d for d in range(1, c + 1) if c % d == 0])], p=[5, 3, 2])
+    if same:
+        m = c
+    elif g == c:
+        m = c * b.choice([1, 1, 2])
+    else:
+        m = g * b.choice([1, 2, 4, 8, 16])
+    if same:
+        ks = [b.choice([1, 3, 5]) for _ in spatial]
+        dil = [b.choice([1, 1, 2]) for _ in spatial]
+        strides = [1] * len(spatial)
+        pads = [d * (k - 1) // 2 for k, d in zip(ks, dil)] * 2
+        auto = None
+    else:
+        ks = [b.choice([1, 2, 3, 3, 5, 7]) for _ in spatial]
+        strides = [b.choice([1, 1, 2, 3]) for _ in spatial]
+        dil = [b.choice([1, 1, 1, 2]) for _ in spatial]
+        auto = b.choice([None, None, "SAME_UPPER", "SAME_LOWER", "VALID"])
+        pads = [b.randint(0, k - 1) if k > 1 else 0 for k in ks for _ in (0,)]
+        pads = pads + ([b.randint(0, k - 1) for k in ks] if b.chance(0.3) else pads)
+        if auto is not None:
+            pads = [0] * (2 * len(spatial))
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            # ONNX Runtime refuses dilated SAME convolutions, and strides above the kernel (the
+            # spec's total padding goes negative): no oracle for those.
+            dil = [1] * len(spatial)
+            strides = [min(s, k) for s, k in zip(strides, ks)]
+    r = len(spatial)
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        out_sp = [-(-n // s) for n, s in zip(spatial, strides)]
+    else:
+        out_sp = [conv_out(n, k, s, d, pads[i], pads[i + r])
+                  for i, (n, k, s, d) in enumerate(zip(spatial, ks, strides, dil))]
+    if min(out_sp) < 1 or (auto is None and any(d * (k - 1) + 1 > n + pads[i] + pads[i + r]
+                                              for i, (n, k, d) in enumerate(zip(spatial, ks, dil)))):
+        raise Skip()
+    out = (x.shape[0], m) + tuple(out_sp)
+    fan_in = c // g * numel(ks)
+    if numel(out) > MAX_ELEMS or m * fan_in > MAX_ELEMS:
+        raise Skip()
+    x = ops.tame(b, x, 100.0)
+    ins = [x, b.weight((m, c // g) + tuple(ks), 1 / math.sqrt(fan_in))]
+    if b.chance(0.6):
+        ins.append(b.weight((m,), 0.5, "bias"))
+    attrs = {"kernel_shape": ks} if b.chance(0.7) else {}
+    if auto is not None:
+        attrs["auto_pad"] = auto
+    elif any(pads) or b.chance(0.3):
+        attrs["pads"] = pads
+    if any(s != 1 for s in strides) or b.chance(0.2):
+        attrs["strides"] = strides
+    if any(d != 1 for d in dil) or b.chance(0.2):
+        attrs["dilations"] = dil
+    if g != 1:
+        attrs["group"] = g
+    return b.op1("Conv", ins, out, 1.5 * x.mag + 2, **attrs)
+
+
+def fam_conv(b):
+    x = b.pick(lambda v: v.rank == 4 or (v.rank == 3 and b.chance(0.3)))
+    y = conv(b, x, same=b.chance(0.2))
+    if b.chance(0.3):
+        y = batchnorm(b, y)
+    if b.chance(0.7):
+        y = ops.unary(b, y, b.choice(["Relu", "Relu", "Clip", "HardSwish", "Swish", "LeakyRelu"]))
+    if y.shape == x.shape and b.chance(0.4):
+        y = b.op1("Add", [y, x], y.shape, y.mag + x.mag)
+    return y
+
+
+def batchnorm(b, x):
+    c = x.shape[1]
+    ins = [x, b.weight((c,), 0.3, "gamma"), b.weight((c,), 0.3, "beta"), b.weight((c,), 0.3, "mean"),
+           b.const(b.r.uniform(0.5, 2.0, size=(c,)).astype(np.float32), "var")]
+    # gamma = 1 + 0.3 n would need an Add; a constant near 1 is what trained models have
+    ins[1] = b.const((1 + 0.3 * b.r.standard_normal(c)).astype(np.float32), "gamma")
+    return b.op1("BatchNormalization", ins, x.shape, 2 * x.mag + 2, epsilon=b.choice([1e-5, 1e-3]))
+
+
+def fam_batchnorm(b):
+    return batchnorm(b, b.pick(lambda v: v.rank >= 2))
+
+
+# ---------------------------------------------------------------- pools
+
+def fam_pool(b):
+    x = b.pick(lambda v: v.rank == 4 or (v.rank == 3 and b.chance(0.3)))
+    op = b.choice(["MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"], p=[4, 3, 2, 1])
+    spatial = x.shape[2:]
+    if op.startswith("Global"):
+        return b.op1(op, [x], x.shape[:2] + (1,) * len(spatial), x.mag, x.lb)
+    r = len(spatial)
+    ks = [b.randint(1, min(n, 5)) if n > 1 else 1 for n in spatial]
+    strides = [b.choice([1, 2, 2, 3]) for _ in spatial]
+    dil = [b.choice([1, 1, 2]) if op == "MaxPool" else 1 for _ in spatial]
+    auto = b.choice([None, None, None, "SAME_UPPER", "VALID"])
+    pads = [0] * (2 * r)
+    if auto is None and b.chance(0.6):
+        pads = [b.randint(0, k - 1) if k > 1 else 0 for k in ks] * 2
+        if b.chance(0.3):
+            pads[r:] = [b.randint(0, k - 1) if k > 1 else 0 for k in ks]
+    if auto == "SAME_UPPER":
+        # ONNX Runtime's pools get SAME with dilations wrong (MaxPool [4,2] k=[3,1] d=[2,1] gives
+        # H 2, not ceil(4/1) = 4) and refuse strides above the kernel: no oracle for those.
+        dil = [1] * r
+        strides = [min(s, k) for s, k in zip(strides, ks)]
+    ceil = auto is None and b.chance(0.3)
+    eff = [d * (k - 1) + 1 for k, d in zip(ks, dil)]
+    if auto == "SAME_UPPER":
+        out_sp = [-(-n // s) for n, s in zip(spatial, strides)]
+    else:
+        out_sp = []
+        for i, (n, e, s) in enumerate(zip(spatial, eff, strides)):
+            span = n + pads[i] + pads[i + r] - e
+            if span < 0:
+                raise Skip()
+            lo, hi = span // s + 1, -(-span // s) + 1
+            # Ceil mode's extra window must start inside the input or its left padding: beyond,
+            # PyTorch, ONNX Runtime and the spec's versions disagree, so that case is not generated.
+            if ceil and hi > lo and (hi - 1) * s >= n + pads[i]:
+                ceil = False
+            out_sp.append((hi, lo))
+        out_sp = [hi if ceil else lo for hi, lo in out_sp]
+    out = x.shape[:2] + tuple(out_sp)
+    attrs = {"kernel_shape": ks}
+    if auto is not None:
+        attrs["auto_pad"] = auto
+    elif any(pads) or b.chance(0.2):
+        attrs["pads"] = pads
+    if any(s != 1 for s in strides) or b.chance(0.3):
+        attrs["strides"] = strides
+    if ceil:
+        attrs["ceil_mode"] = 1
+    if op == "MaxPool" and (any(d != 1 for d in dil) or b.chance(0.1)):
+        attrs["dilations"] = dil
+    if op == "AveragePool" and b.chance(0.4):
+        attrs["count_include_pad"] = 1
+    lb = x.lb if op == "MaxPool" or auto is None and not any(pads) else min(x.lb, 0.0)
+    return b.op1(op, [x], out, x.mag, lb, **attrs)
+
+
+# ---------------------------------------------------------------- reductions
+
+REDUCE = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceL2", "ReduceL1", "ReduceSumSquare",
+          "ReduceLogSumExp", "ReduceProd", "ArgMax", "ArgMin"]
+REDUCE_P = [4, 4, 3, 2, 1, 1, 1, 1, 1, 1, 1]
+
+
+def reduce(b, x, op, axes, keepdims):
+    """One Reduce* node; `axes` None means all axes (the attribute/input omitted)."""
+    r = x.rank
+    norm = sorted(set(a % r for a in axes)) if axes is not None else list(range(r))
+    n = numel([x.shape[a] for a in norm])
+    out = tuple((1 if i in norm else d) for i, d in enumerate(x.shape) if keepdims or i not in norm)
+    attrs = {"keepdims": keepdims} if keepdims == 0 or b.chance(0.5) else {}
+    ins = [x]
+    if axes is not None:
+        if op == "ReduceSum":
+            ins.append(b.ints(axes, "axes"))
+        else:
+            attrs["axes"] = list(axes)
+    mag, lb = x.mag, -INF
+    if op == "ReduceSum":
+        mag = x.mag * (n if x.lb >= 0 else 2 * math.sqrt(n))
+        lb = n * x.lb if x.lb >= 0 else -INF
+    elif op in ("ReduceMean", "ReduceMax", "ReduceMin"):
+        lb = x.lb
+    elif op == "ReduceL1":
+        mag, lb = x.mag * n, 0.0
+    elif op == "ReduceL2":
+        mag, lb = x.mag * math.sqrt(n), 0.0
+    elif op == "ReduceSumSquare":
+        mag, lb = x.mag ** 2 * n, 0.0
+    elif op == "ReduceLogSumExp":
+        mag = x.mag + math.log(n) + 1
+    elif op == "ReduceProd":
+        mag = x.mag ** n
+    return b.op1(op, ins, out, mag, lb, **attrs)
+
+
+def fam_reduce(b):
+    x = b.pick(lambda v: v.rank >= 1)
+    op = b.choice(REDUCE, p=REDUCE_P)
+    r = x.rank
+    keepdims = b.choice([0, 1])
+    if op in ("ArgMax", "ArgMin"):
+        axis = b.randint(-r, r - 1)
+        out = tuple((1 if i == axis % r else d) for i, d in enumerate(x.shape) if keepdims or i != axis % r)
+        attrs = {"axis": axis, "keepdims": keepdims}
+        if b.chance(0.3):
+            attrs["select_last_index"] = 1
+        return b.op1(op, [x], out, 1, dtype=I64, **attrs)
+    if b.chance(0.15):
+        axes = None
+    else:
+        chosen = [i for i in range(r) if b.chance(0.4)] or [b.randint(0, r - 1)]
+        b.r.shuffle(chosen)
+        axes = [a - r if b.chance(0.4) else a for a in chosen]
+    norm = range(r) if axes is None else sorted(set(a % r for a in axes))
+    n = numel([x.shape[a] for a in norm])
+    if op == "ReduceProd":
+        if n > 12:
+            raise Skip()
+        x = ops.tame(b, x, 1.5)
+    elif op == "ReduceLogSumExp":
+        x = ops.tame(b, x, 20.0)
+    elif op == "ReduceSumSquare":
+        x = ops.tame(b, x, 30.0)
+    return reduce(b, x, op, axes, keepdims)
+
+
+# ---------------------------------------------------------------- Softmax / LayerNorm
+
+def softmax(b, x, axis):
+    """Softmax over `axis`: the ONNX op, LogSoftmax, or spelled out (with or without max shift)."""
+    kind = b.choice(["op", "log", "spelled", "naive"], p=[4, 1, 3, 1 if x.mag <= 20 else 0])
+    s = x.shape
+    if kind == "op":
+        return b.op1("Softmax", [x], s, 1.0, 0.0, axis=axis)
+    if kind == "log":
+        return b.op1("LogSoftmax", [x], s, 2 * x.mag + math.log(s[axis]) + 1, axis=axis)
+    red = tuple(1 if i == axis % x.rank else d for i, d in enumerate(s))
+    if kind == "spelled":
+        m = b.op1("ReduceMax", [x], red, x.mag, axes=[axis], keepdims=1)
+        d = b.op1("Sub", [x, m], s, 2 * x.mag)
+        e = b.op1("Exp", [d], s, 1.0, 0.0)
+    else:
+        e = b.op1("Exp", [x], s, math.exp(x.mag), math.exp(-x.mag))
+    t = b.op1("ReduceSum", [e, b.ints([axis], "axes")], red, e.mag * s[axis], 1e-9)
+    return b.op1("Div", [e, t], s, 1.0, 0.0)
+
+
+def fam_softmax(b):
+    x = b.pick(lambda v: v.rank >= 1)
+    if b.chance(0.3):  # a temperature, as attention scores have
+        x = b.op1("Mul", [ops.tame(b, x, 100.0), b.scalar(b.choice([0.125, 0.5, 2.0]))], x.shape,
+                  2 * min(x.mag, 100.0))
+    return softmax(b, x, b.randint(-x.rank, x.rank - 1))
+
+
+def layernorm(b, x, axis):
+    """Normalises over axes [axis, rank): LayerNormalization (opset 17) or spelled out as
+    ReduceMean, Sub, Pow/Mul, ReduceMean, Add eps, Sqrt, Div/Reciprocal·Mul, scale, shift."""
+    x = ops.tame(b, x, 1000.0)
+    r, s = x.rank, x.shape
+    axis = axis % r
+    norm_shape = s[axis:]
+    # A row that is constant (a clamp's plateau, a broadcast) has variance 0, and its normalised
+    # value is float rounding times 1/sqrt(eps): no implementation agrees on it. A fixed ramp
+    # added over the normalised axes keeps every row's variance away from 0.
+    ramp = np.linspace(-1.0, 1.0, numel(norm_shape)).reshape(norm_shape) * 0.25 * max(x.mag, 1.0)
+    x = b.op1("Add", [x, b.const(ramp.astype(np.float32), "ramp")], s, 1.25 * x.mag + 0.25)
+    gamma = b.const((1 + 0.2 * b.r.standard_normal(norm_shape)).astype(np.float32), "gamma")
+    beta = b.weight(norm_shape, 0.2, "beta") if b.chance(0.7) else None
+    eps = b.choice([1e-5, 1e-6, 1e-12])
+    mag = 4.0 * 1.6 + 1
+    if b.chance(0.5):
+        attrs = {"epsilon": eps} if eps != 1e-5 else {}
+        if axis != r - 1 or b.chance(0.3):
+            attrs["axis"] = axis - r if b.chance(0.5) else axis
+        return b.op1("LayerNormalization", [x, gamma] + ([beta] if beta else []), s, mag, **attrs)
+    axes = list(range(axis - r, 0)) if b.chance(0.5) else list(range(axis, r))
+    red = s[:axis] + (1,) * (r - axis)
+    mean = b.op1("ReduceMean", [x], red, x.mag, axes=axes)
+    d = b.op1("Sub", [x, mean], s, 2 * x.mag)
+    sq = b.op1("Pow", [d, b.scalar(2.0)], s, 4 * x.mag ** 2, 0.0) if b.chance(0.5) else \
+        b.op1("Mul", [d, d], s, 4 * x.mag ** 2, 0.0)
+    var = b.op1("ReduceMean", [sq], red, sq.mag, 0.0, axes=axes)
+    ve = b.op1("Add", [var, b.scalar(eps)], red, sq.mag, eps)
+    sd = b.op1("Sqrt", [ve], red, math.sqrt(sq.mag), math.sqrt(eps))
+    if b.chance(0.5):
+        y = b.op1("Div", [d, sd], s, 4.0)
+    else:
+        inv = b.op1("Reciprocal", [sd], red, 1 / math.sqrt(eps), 0.0)
+        y = b.op1("Mul", [d, inv], s, 4.0)
+    y = b.op1("Mul", [y, gamma], s, mag)
+    if beta:
+        y = b.op1("Add", [y, beta], s, mag)
+    return y
+
+
+def fam_layernorm(b):
+    x = b.pick(lambda v: v.rank >= 1 and v.shape[-1] > 1)
+    return layernorm(b, x, -1 if b.chance(0.6) else b.randint(-x.rank, x.rank - 1))
