@@ -24,22 +24,7 @@ class Within {
  public:
   Within(const GroupGraph& gg, const Members& m) : gg_(gg), m_(m) {}
   bool depends(const Node* to, const Node* from) const {
-    if (to == from) return false;
-    std::vector<const Node*> stack{to};
-    std::set<const Node*> seen;
-    while (!stack.empty()) {
-      const Node* n = stack.back();
-      stack.pop_back();
-      if (!seen.insert(n).second) continue;
-      for (const Value* v : n->inputs()) {
-        if (!v || !v->producer()) continue;
-        const Node* p = v->producer();
-        if (!std::binary_search(m_.begin(), m_.end(), gg_.index(p))) continue;
-        if (p == from) return true;
-        stack.push_back(p);
-      }
-    }
-    return false;
+    return depends_through(to, from, [&](const Node* p) { return std::binary_search(m_.begin(), m_.end(), gg_.index(p)); });
   }
 
  private:

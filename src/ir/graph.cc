@@ -268,4 +268,22 @@ std::unique_ptr<Graph> Graph::clone() const {
   return g;
 }
 
+bool depends_through(const Node* to, const Node* from, const std::function<bool(const Node*)>& inside) {
+  if (to == from) return false;
+  std::vector<const Node*> stack{to};
+  std::unordered_set<const Node*> seen;
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n).second) continue;
+    for (const Value* v : n->inputs()) {
+      const Node* p = v ? v->producer() : nullptr;
+      if (!p || !inside(p)) continue;
+      if (p == from) return true;
+      stack.push_back(p);
+    }
+  }
+  return false;
+}
+
 }  // namespace kiln

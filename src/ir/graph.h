@@ -8,6 +8,7 @@
 //   keep it so (insert_node_before) or call topo_sort().
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <optional>
@@ -160,5 +161,9 @@ class Graph {
   std::vector<Value*> inputs_, outputs_;
   uint64_t name_counter_ = 0;
 };
+
+// Does `to` read `from`'s result, directly or through producers for which `inside` holds (a fusion
+// group's members)? False for to == from. Fusion legality and the lowering's placements ask it.
+bool depends_through(const Node* to, const Node* from, const std::function<bool(const Node*)>& inside);
 
 }  // namespace kiln

@@ -401,22 +401,9 @@ LoopKernel Lowerer::lower(const std::string& name) {
 
 namespace {
 
-// Does contraction `a` (transitively, through members of grp) read contraction `b`'s result?
+// Does `a` (transitively, through members of grp) read `b`'s result?
 bool depends_within(const FusionGroup& grp, const Node* a, const Node* b) {
-  std::vector<const Node*> stack{a};
-  std::set<const Node*> seen;
-  while (!stack.empty()) {
-    const Node* n = stack.back();
-    stack.pop_back();
-    if (!seen.insert(n).second) continue;
-    for (const Value* v : n->inputs()) {
-      const Node* p = v ? v->producer() : nullptr;
-      if (!p || std::find(grp.nodes.begin(), grp.nodes.end(), p) == grp.nodes.end()) continue;
-      if (p == b) return true;
-      stack.push_back(p);
-    }
-  }
-  return false;
+  return depends_through(a, b, [&](const Node* p) { return std::count(grp.nodes.begin(), grp.nodes.end(), p) > 0; });
 }
 
 // The emitter a group goes to, and where each member is computed (Halide's compute_at), named for

@@ -24,19 +24,6 @@ namespace {
 
 using testing::random_inputs;
 
-// "" when got agrees with want within tol x max|want| (NaN where want is NaN).
-std::string within_contract(const Tensor& got, const Tensor& want, double tol = 1e-4) {
-  if (got.dtype() != want.dtype() || got.shape() != want.shape()) return "type or shape differs";
-  double scale = 0;
-  for (int64_t i = 0; i < want.numel(); ++i)
-    if (std::isfinite(want.as_double(i))) scale = std::max(scale, std::fabs(want.as_double(i)));
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    const double g = got.as_double(i), w = want.as_double(i);
-    const bool ok = std::isnan(w) ? std::isnan(g) : std::isinf(w) ? g == w : std::fabs(g - w) <= tol * scale;
-    if (!ok) return cat("element ", i, ": got ", g, ", want ", w, " (max |want| ", scale, ")");
-  }
-  return "";
-}
 
 struct Checked {
   int lowered = 0;
@@ -67,7 +54,7 @@ Checked check_all_kernels(const std::string& ir, TensorMap inputs = {}, const Fu
     SCOPED_TRACE(grp.name + " (interpreted)");
     auto got = testing::interpret_group(*lg.kernel, grp, values);
     for (size_t i = 0; i < got.size(); ++i)
-      EXPECT_EQ(within_contract(got[i], values.at(grp.outputs[i])), "") << "output " << grp.outputs[i]->name();
+      EXPECT_EQ(testing::within_max_magnitude(got[i], values.at(grp.outputs[i])), "") << "output " << grp.outputs[i]->name();
     kernels.push_back(std::move(*lg.kernel));
     groups.push_back(&grp);
   }
@@ -87,7 +74,7 @@ Checked check_all_kernels(const std::string& ir, TensorMap inputs = {}, const Fu
     for (auto& t : outs) args.push_back(t.raw());
     module->get(kernels[k].name)(args.data());
     for (size_t i = 0; i < outs.size(); ++i)
-      EXPECT_EQ(within_contract(outs[i], values.at(grp.outputs[i])), "") << "output " << grp.outputs[i]->name();
+      EXPECT_EQ(testing::within_max_magnitude(outs[i], values.at(grp.outputs[i])), "") << "output " << grp.outputs[i]->name();
   }
   module.reset();
   std::filesystem::remove_all(dir);

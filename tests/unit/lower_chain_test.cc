@@ -246,20 +246,6 @@ bool calls_prelude_math(const std::string& source, const std::string& kernel) {
   return body.find("kiln_expf(") != std::string::npos || body.find("kiln_erff(") != std::string::npos;
 }
 
-// "" when got matches want within tol × the largest finite |want| (NaN matches NaN, infinities
-// must be equal).
-std::string within_max_magnitude(const Tensor& got, const Tensor& want, double tol) {
-  if (got.dtype() != want.dtype() || got.shape() != want.shape()) return "type or shape differs";
-  double scale = 0;
-  for (int64_t i = 0; i < want.numel(); ++i)
-    if (std::isfinite(want.as_double(i))) scale = std::max(scale, std::fabs(want.as_double(i)));
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    const double g = got.as_double(i), w = want.as_double(i);
-    const bool ok = std::isnan(w) ? std::isnan(g) : std::isinf(w) ? g == w : std::fabs(g - w) <= tol * scale;
-    if (!ok) return cat("element ", i, ": got ", g, ", want ", w, " (largest |want| ", scale, ")");
-  }
-  return "";
-}
 
 TEST(LowerChain, JitMatchesReference) {
   std::vector<std::unique_ptr<Graph>> graphs;
@@ -306,7 +292,7 @@ TEST(LowerChain, JitMatchesReference) {
     module->get(r.name)(args.data());
     const bool expf = calls_prelude_math(source, r.name);
     for (size_t i = 0; i < got.size(); ++i) {
-      EXPECT_EQ(expf ? within_max_magnitude(got[i], r.want[i], 1e-5) : compare_tensors(got[i], r.want[i]), "")
+      EXPECT_EQ(expf ? testing::within_max_magnitude(got[i], r.want[i], 1e-5) : compare_tensors(got[i], r.want[i]), "")
           << "output " << i;
       if (r.exact && !expf) {
         EXPECT_EQ(std::memcmp(got[i].raw(), r.want[i].raw(), got[i].nbytes()), 0) << "output " << i;

@@ -189,6 +189,21 @@ inline TensorMap random_inputs(const Graph& g, unsigned seed = 3, const TensorMa
 }
 
 // Partitions g, runs it lowered and unfused, and checks every output. Returns the run.
+// "" when got matches want within tol × the largest finite |want| (NaN matches NaN, infinities
+// must be equal): the numerics contract.
+inline std::string within_max_magnitude(const Tensor& got, const Tensor& want, double tol = 1e-4) {
+  if (got.dtype() != want.dtype() || got.shape() != want.shape()) return "type or shape differs";
+  double scale = 0;
+  for (int64_t i = 0; i < want.numel(); ++i)
+    if (std::isfinite(want.as_double(i))) scale = std::max(scale, std::fabs(want.as_double(i)));
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double g = got.as_double(i), w = want.as_double(i);
+    const bool ok = std::isnan(w) ? std::isnan(g) : std::isinf(w) ? g == w : std::fabs(g - w) <= tol * scale;
+    if (!ok) return cat("element ", i, ": got ", g, ", want ", w, " (largest |want| ", scale, ")");
+  }
+  return "";
+}
+
 // Every node of `g` as one group (what the partitioner would refuse to form when the lowering
 // refuses it): reads the graph inputs and the constants, writes the graph outputs.
 inline FusionGroup whole_group(const Graph& g) {
