@@ -489,6 +489,16 @@ LoopKernel ContractionLowering::build_rows() {
                  " multiply-adds, B read down its columns) because its left operand is computed in the kernel; the "
                  "tiled rows read it in place"));
   }
+  // A grouped or depthwise Conv with row passes (squeeze-excitation's global pool after the
+  // depthwise conv) has no tiled rows form, and its untiled rows nest ran 2-3x slower than the
+  // conv's own direct nest plus a separate pool kernel (EfficientNet-B0's first block: 1.96 ms
+  // fused against about 0.8 ms apart, kiln bench --kernels, 2 threads, 2026-12-01).
+  if (!tiled_rows && sched_.tile_contractions && dtype_ == DType::Float32 && c_->op_type() == "Conv") {
+    const int64_t k = shape_numel(c_->input(1)->shape()) / std::max<int64_t>(c_->input(1)->shape()[0], 1);
+    if (numel * k >= sched_.parallel_min_work)
+      refuse(cat("the row passes after a Conv with ", group_, " groups would need the untiled rows nest (",
+                 numel * k, " multiply-adds); its own direct nest and a separate row kernel are faster"));
+  }
   const int64_t row_len = tiled_rows ? rows_ld(plan.row) : plan.row;
   int64_t acc_rows_n = 1;
   if (tiled_rows) {
