@@ -353,7 +353,9 @@ def fam_fanout(b):
     r = unary(b, x, b.choice(UNARY, p=UNARY_P))
     join = b.choice(["Mul", "Add", "Sub", "Concat"])
     if join == "Concat":
-        return gen_layout.concat_of(b, [l, r], b.randint(-l.rank, l.rank - 1)) if l.rank else binary(b, "Add", l, r)
+        # The two branches may differ in rank (a unary op that reshapes): then they are added.
+        ok = l.rank and l.rank == r.rank
+        return gen_layout.concat_of(b, [l, r], b.randint(-l.rank, l.rank - 1)) if ok else binary(b, "Add", l, r)
     return binary(b, join, tame(b, l, 100.0), tame(b, r, 100.0))
 
 

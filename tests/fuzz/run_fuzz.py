@@ -211,6 +211,8 @@ def main():
 
 
 def print_commands(args, case, cache):
+    if not os.path.exists(os.path.join(case, "model.onnx")):  # the generator failed: nothing to run
+        return
     inputs, _ = fuzz_check.case_inputs(case)
     for mode in fuzz_check.MODES:
         cmd = fuzz_check.kiln_command(args.kiln, case, inputs, os.path.join(case, mode), mode)

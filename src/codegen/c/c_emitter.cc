@@ -316,6 +316,9 @@ std::string emit_expr(const Expr& ep, Ctx ctx) {
     case ExprKind::Unary: return emit_unary(e, ctx);
     case ExprKind::Binary: return emit_binary(e, ctx);
     case ExprKind::Select:
+      if (is_float(e.type))  // kiln_select_*: see the prelude (a GCC -O3 miscompile of ?: with loads)
+        return std::string("kiln_select_") + suffix(e.type) + "(" + emit_expr(e.args[0], ctx) + ", " +
+               emit_expr(e.args[1], ctx) + ", " + emit_expr(e.args[2], ctx) + ")";
       return "(" + emit_expr(e.args[0], ctx) + " ? " + emit_expr(e.args[1], ctx) + " : " + emit_expr(e.args[2], ctx) + ")";
     case ExprKind::Cast: return convert(emit_expr(e.args[0], ctx), e.args[0]->type, e.type);
     case ExprKind::Address: return "(" + ident(e.buffer->name) + " + (" + emit_expr(e.args[0], Ctx::Index) + "))";

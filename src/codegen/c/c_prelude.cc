@@ -143,7 +143,14 @@ void float_helpers(std::ostringstream& os, const char* t, const char* s) {
      << "static inline " << t << " kiln_max_" << s << "(" << t << " a, " << t
      << " b) { return isnan(a) ? a : isnan(b) ? b : (a < b ? b : a); }\n"
      << "static inline bool kiln_isnan_" << s << "(" << t << " x) { return isnan(x) != 0; }\n"
-     << "static inline bool kiln_isinf_" << s << "(" << t << " x) { return isinf(x) != 0; }\n";
+     << "static inline bool kiln_isinf_" << s << "(" << t << " x) { return isinf(x) != 0; }\n"
+     // A float select with both values as arguments: both are evaluated (loop-IR expressions are
+     // total), so no conditional load reaches the C compiler. GCC 12 at -O3 miscompiles the
+     // if-converted, vectorized form of `acc + (c ? x : a[i])` in a reduction (wrong sums; -O2,
+     // -fno-tree-loop-if-convert or clang are right): LayerNorm over a Where of a broadcast, found
+     // by the random-graph tests (tests/fuzz/regressions/c8_layernorm_fused).
+     << "static inline " << t << " kiln_select_" << s << "(bool c, " << t << " a, " << t
+     << " b) { return c ? a : b; }\n";
 }
 
 void int_helpers(std::ostringstream& os, const IntType& it) {
