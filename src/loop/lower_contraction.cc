@@ -28,6 +28,7 @@
 // axes, Gemm (run_lowering turns it into MatMul), ConvTranspose, and anything the reference kernel
 // would reject.
 #include <algorithm>
+#include <set>
 #include <unordered_set>
 
 #include "fusion/op_kind.h"
@@ -46,7 +47,24 @@ LoopKernel ContractionLowering::lower() {
   if (out_shape_ != c_->output(0)->shape())
     refuse(cat(c_->op_type(), " output is ", shape_str(c_->output(0)->shape()), ", expected ", shape_str(out_shape_)));
   if (has_reductions_) return build_rows();
-  return tiled() ? build_tiled() : build();
+  if (tiled()) return build_tiled();
+  // The untiled nest applies the epilogue per output element after its K loop, unvectorised: an
+  // epilogue with a transcendental op (SiLU's sigmoid after a depthwise conv) then costs more than
+  // the conv. EfficientNet-B0's depthwise conv + SiLU: 1.5 ms fused against about 0.7 ms as the
+  // conv and a vectorised elementwise kernel (kiln bench --kernels, 2 threads, 2026-12-01). Above
+  // parallel_min_work such a group is refused, so the partitioner keeps the activation apart.
+  if (sched_.tile_contractions) {
+    static const std::set<std::string> transcendental = {"Exp", "Log", "Sigmoid", "Tanh", "Erf", "Pow",
+                                                          "Softplus", "Elu", "Selu", "Celu", "HardSwish"};
+    int64_t k = 1;
+    for (int64_t e : k_extents_) k *= e;
+    const int64_t work = shape_numel(out_shape_) * k;
+    for (const Node* n : grp_.nodes)
+      if (n != c_ && transcendental.count(n->op_type()) && work >= sched_.parallel_min_work)
+        refuse(cat(n->op_type(), " in the epilogue of the untiled ", c_->op_type(), " nest (", work,
+                   " multiply-adds) would run per element, unvectorised; as its own kernel it vectorises"));
+  }
+  return build();
 }
 
 // ---- analysis
