@@ -6,15 +6,22 @@
 //
 // a register tile of mr × nr accumulators loaded from and stored back to `c` (a local tile the
 // epilogue then reads), A read with any strides (a weight row, a packed panel), B rows contiguous
-// in j (a packed panel or a row-major operand). Each product is rounded, then added, in ascending
-// k, one accumulator per element: the same sequence of float operations as the reference kernels,
-// so a tiled contraction is bit-identical to the untiled one (no FMA unless the user allows
-// contraction).
+// in j (a packed panel or a row-major operand). Every element sums its products in ascending k
+// with one accumulator; how each product enters the sum is the build's numerics mode
+// (docs/codegen.md "Numerics contract"):
+//   - default (FMA): c = fma(a, b, c), one rounding per step, as MLAS and oneDNN do. The C source
+//     has hand-written intrinsics for the ISA the object is compiled for, picked by the
+//     preprocessor from the compiler's target macros (-march=native in the JIT, the bundle's
+//     -march for AOT): AVX-512F (zmm accumulators, one broadcast of A per row and k), AVX2+FMA
+//     (ymm), else GCC/Clang vector extensions that the compiler contracts into FMAs where the
+//     target has them.
+//   - strict (--strict-fp): the product is rounded, then added — the reference kernels' exact
+//     sequence of operations, so a tiled contraction is bit-identical to the untiled one and to
+//     the reference. Vector extensions only, compiled with -ffp-contract=off.
 //
 // Loop IR carries it as a Call statement named kMicroKernelF32 with mr and nr as its first two
-// arguments; the C emitter picks an implementation: a specialisation for the (mr, nr) tile when
-// one is generated (GCC/Clang vector extensions: plain C that keeps the tile in SIMD registers), or
-// the generic loop. Hand-written intrinsics (AVX-512 FMA, NEON, CUDA mma) plug in at the same point.
+// arguments; the C emitter calls the (mr, nr) specialisation when one is generated, else the
+// generic loop.
 #pragma once
 #include <cstdint>
 #include <set>
@@ -25,7 +32,8 @@ namespace kiln::kernels {
 
 inline constexpr const char* kMicroKernelF32 = "kiln_mk_f32";
 
-// The interface's semantics (the loop interpreter runs this; the C implementations must agree).
+// The interface's semantics in strict order (the loop interpreter runs this; the C
+// implementations must agree: bitwise in strict mode, within the FMA contract otherwise).
 void microkernel_f32(int64_t mr, int64_t nr, int64_t kc, const float* a, int64_t as_i, int64_t as_k, const float* b,
                      int64_t bs_k, float* c, int64_t ldc);
 
@@ -33,7 +41,8 @@ void microkernel_f32(int64_t mr, int64_t nr, int64_t kc, const float* a, int64_t
 bool has_specialisation(int64_t mr, int64_t nr);
 // The C name of the (mr, nr) specialisation, e.g. kiln_mk_f32_6x32.
 std::string specialisation_name(int64_t mr, int64_t nr);
-// C source: the generic implementation and one specialisation per tile in `tiles`.
-std::string microkernel_c_source(const std::set<std::pair<int64_t, int64_t>>& tiles);
+// C source: the generic implementation and one specialisation per tile in `tiles`; `fma` selects
+// the default numerics (fused multiply-adds, intrinsics per ISA), false the strict order.
+std::string microkernel_c_source(const std::set<std::pair<int64_t, int64_t>>& tiles, bool fma);
 
 }  // namespace kiln::kernels

@@ -102,6 +102,7 @@ class ContractionLowering {
   // instead of packed (the encoder's QKV projection reads its input through a Reshape). B needs
   // contiguous columns.
   void read_in_place_when_affine(GemmOperand& op, size_t batch_rank, bool unit_columns);
+  void pack_constant_b(GemmOperand& op, const Value* b, int64_t k, int64_t n);
 
   // The epilogue as the tiled nest needs it: the group's stores at `point` from the accumulator.
   std::vector<TileStore> tile_stores(Index point, const Expr& acc, const Expr& channel);
@@ -112,6 +113,8 @@ class ContractionLowering {
   GemmView folded_matmul_view();
 
   GemmView conv_view();
+  bool implicit_conv() const;
+  GemmView implicit_conv_view();
 
   // Row kernels whose rows are the columns of one GEMM per batch: a MatMul's last axis (LayerNorm,
   // softmax; A and B read in place, B a plain [K, N] matrix, so all output rows form one GEMM) or

@@ -359,7 +359,16 @@ void interpret(const LoopKernel& k, const std::vector<Tensor*>& inputs, const st
              k.inputs.size(), " inputs and ", k.outputs.size(), " outputs, got ", inputs.size(), " and ",
              outputs.size());
   Interpreter in;
-  for (size_t i = 0; i < inputs.size(); ++i) in.bind(k.inputs[i], inputs[i]);
+  // Packed inputs (weights in panel layout) are given row-major, like every input: pack them here.
+  std::vector<Tensor> packed;
+  std::vector<Tensor*> bound = inputs;
+  if (!k.packed_inputs.empty()) {
+    std::vector<Tensor> given;
+    for (Tensor* t : inputs) given.push_back(*t);
+    packed = kernel_arguments(k, std::move(given));
+    for (const PackedInput& p : k.packed_inputs) bound[p.input] = &packed[p.input];
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) in.bind(k.inputs[i], bound[i]);
   for (size_t i = 0; i < outputs.size(); ++i) in.bind(k.outputs[i], outputs[i]);
   if (k.body) in.exec(k.body);
 }

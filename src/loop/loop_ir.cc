@@ -288,6 +288,17 @@ std::string print_stmt(const Stmt& s, int indent) {
   return os.str();
 }
 
+std::vector<Tensor> kernel_arguments(const LoopKernel& k, std::vector<Tensor> inputs) {
+  for (const PackedInput& p : k.packed_inputs) {
+    KILN_CHECK(p.input < inputs.size(), "kernel ", k.name, ": packed input ", p.input, " is not given");
+    const Tensor& src = inputs[p.input];
+    KILN_CHECK(src.dtype() == DType::Float32 && src.numel() == p.layout.batch * p.layout.rows * p.layout.cols,
+               "kernel ", k.name, ": packed input ", p.input, " does not match its layout");
+    inputs[p.input] = Tensor::from_vector(pack_panels(src.data<float>(), p.layout), {p.layout.packed_numel()});
+  }
+  return inputs;
+}
+
 std::string print_kernel(const LoopKernel& k) {
   std::ostringstream os;
   os << "kernel " << k.name << "(";
@@ -299,6 +310,8 @@ std::string print_kernel(const LoopKernel& k) {
       first = false;
     }
   os << ") {\n";
+  for (const PackedInput& p : k.packed_inputs)
+    os << "  // " << k.inputs[p.input]->name << " packed: " << p.layout.str() << "\n";
   if (!k.sources.empty()) {
     os << "  // from:";
     for (const auto& s : k.sources) os << " " << s;

@@ -17,6 +17,7 @@
 
 #include "ir/dtype.h"
 #include "ir/tensor.h"
+#include "loop/panel_layout.h"
 
 namespace kiln::loop {
 
@@ -135,12 +136,21 @@ Stmt comment(const std::string& text);
 
 // ---------------------------------------------------------------- kernels
 
+// A kernel input the kernel reads in the micro-kernel's panel layout (panel_layout.h) instead
+// of row-major: always a graph constant (weights). Whoever binds the kernel's arguments passes
+// the row-major tensor through pack_panels first (the executable once at build time).
+struct PackedInput {
+  size_t input = 0;  // index into LoopKernel::inputs
+  PanelLayout layout;
+};
+
 struct LoopKernel {
   std::string name;                  // C identifier, e.g. fused_conv_add_relu_7
   std::vector<std::string> sources;  // ONNX node names it came from (for the source comment)
   std::vector<BufferPtr> inputs;     // read-only global buffers, in argument order
   std::vector<BufferPtr> outputs;    // written global buffers, after the inputs
   Stmt body;
+  std::vector<PackedInput> packed_inputs;
 };
 
 // A copy of statement `s` with every expression it holds (extent, index, value, cond, call
@@ -155,6 +165,11 @@ Stmt map_stmt(const Stmt& s, FE&& fe, FS&& fs) {
     for (auto& b : *list) b = fs(b);
   return c;
 }
+
+// The argument tensors of kernel `k` from its inputs given row-major (as the graph stores them):
+// each packed input replaced by its panel-layout copy. Whoever runs a kernel outside the
+// executable (the interpreter, tests calling a compiled module) binds through this.
+std::vector<Tensor> kernel_arguments(const LoopKernel& k, std::vector<Tensor> inputs);
 
 std::string print_expr(const Expr& e);
 std::string print_stmt(const Stmt& s, int indent = 0);

@@ -14,6 +14,7 @@
 // order. A value a part hands to the trailing part that is not a group output lives in a local
 // buffer of the kernel (kiln_mid<k>; the C emitter heap-allocates big ones).
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <set>
 #include <unordered_map>
@@ -212,6 +213,33 @@ class MultiContraction {
     for (const auto& part : parts_) groups.push_back(&part.grp);
     if (!trailing_.core.empty()) groups.push_back(&trailing_.grp);
     KILN_CHECK(groups.size() == kernels.size(), "one kernel per part");
+    // Weights a part reads in panel layout become packed inputs of the merged kernel; every part
+    // must then read them so (one argument per input).
+    std::map<size_t, PanelLayout> packed;  // merged input index -> layout
+    std::set<size_t> row_major;
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      const FusionGroup& g = *groups[i];
+      for (size_t j = 0; j < g.inputs.size(); ++j) {
+        auto at = std::find(grp_.inputs.begin(), grp_.inputs.end(), g.inputs[j]);
+        if (at == grp_.inputs.end()) continue;
+        const size_t mi = size_t(at - grp_.inputs.begin());
+        auto p = std::find_if(kernels[i].packed_inputs.begin(), kernels[i].packed_inputs.end(),
+                              [&](const PackedInput& q) { return q.input == j; });
+        if (p == kernels[i].packed_inputs.end()) {
+          row_major.insert(mi);
+        } else if (packed.count(mi) && !(packed.at(mi) == p->layout)) {
+          refuse(cat("two parts read '", g.inputs[j]->name(), "' in different panel layouts"));
+        } else {
+          packed[mi] = p->layout;
+        }
+      }
+    }
+    for (const auto& [mi, layout] : packed) {
+      if (row_major.count(mi)) refuse(cat("'", grp_.inputs[mi]->name(), "' is read both packed and row-major"));
+      k.inputs[mi] = std::make_shared<Buffer>(Buffer{k.inputs[mi]->name, DType::Float32, {layout.packed_numel()}, Scope::Global});
+      where[grp_.inputs[mi]] = k.inputs[mi];
+      k.packed_inputs.push_back({mi, layout});
+    }
     std::vector<Stmt> body;
     for (size_t i = 0; i < kernels.size(); ++i) {
       const FusionGroup& g = *groups[i];

@@ -33,6 +33,13 @@ struct GemmOperand {
   BufferPtr buffer;
   std::function<Expr(const std::vector<Expr>& batch)> base;
   int64_t stride_r = 0, stride_c = 0;
+  // A only, read in place: the address of A(i, k) is affine in k only within segments of
+  // GemmView::k_segment terms (a conv's kernel positions); segment_base(batch, s) is the offset of
+  // A(0, s · k_segment), and A(i, k) = segment_base + i · stride_r + (k mod k_segment) · stride_c.
+  std::function<Expr(const std::vector<Expr>& batch, Expr segment)> segment_base;
+  // B only: the buffer holds B in the micro-kernel's panel layout (panel_layout.h) with panels of
+  // panel_nr columns (the schedule's nr); base(b) is the batch's offset, strides are unused.
+  int64_t panel_nr = 0;
   // The operand's value (float32) at (batch, r, c): A(i, k) or B(k, j). Used to pack it.
   std::function<Expr(const std::vector<Expr>& batch, Expr r, Expr c)> value;
   // Optional (B only): a packer that does better than evaluating `value` per element (a conv's
@@ -60,6 +67,18 @@ struct GemmView {
   GemmOperand a, b;
   // The group's stores at output (batch, i, j) given the accumulated value (float32).
   std::function<std::vector<TileStore>(const std::vector<Expr>& batch, Expr i, Expr j, Expr acc)> epilogue;
+  // K blocks never straddle a multiple of k_segment (0: no segments); see GemmOperand::segment_base.
+  int64_t k_segment = 0;
+  // Optional: whether row i is an output at all (rows computed only to keep A's row stride
+  // uniform, such as a conv's padding columns, are not stored).
+  std::function<Expr(const std::vector<Expr>& batch, Expr i)> row_valid;
+  // The epilogue walks each column's rows innermost (the output is contiguous along i: a conv
+  // seen as positions × channels).
+  bool epilogue_columns_outer = false;
+  // Statements run once before the tiles (staging an operand), with the buffers they fill
+  // allocated around the whole nest.
+  std::vector<BufferPtr> staging_locals;
+  std::vector<Stmt> staging;
 };
 
 // The tiled nest (statements of the kernel body). Lets are numbered from next_let.

@@ -40,6 +40,11 @@ struct Schedule {
   // reference's row order (bit-identical to it, but a serial chain of adds). Not taken from the
   // target, so that a model's results do not depend on the machine that compiled it.
   int reduction_lanes = 16;
+  // Whether a contraction may sum its K terms in another order than the reference's (a conv's K
+  // as (kernel position, input channel) instead of (input channel, kernel position), so that its
+  // input is read in place per kernel position; lower_contraction_gemm.cc). False under
+  // --strict-fp, with reduction_lanes = 0: every float sum then runs in the reference's order.
+  bool reorder_sums = true;
   // Iterations × inner work (multiply-adds for a contraction) below which a nest stays serial:
   // waking the worker threads costs tens of microseconds, more than a small kernel gains.
   int64_t parallel_min_work = int64_t(1) << 19;

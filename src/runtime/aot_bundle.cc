@@ -119,16 +119,24 @@ class Locator {
     throw InternalError(cat("aot: no storage for '", v->name(), "'"));
   }
 
+  // Input `i` of kernel `group`: weights the kernel reads packed (Executable::packed_input) are
+  // stored packed in weights.bin.
+  std::string input(size_t group, size_t i, const Value* v) {
+    if (const std::vector<float>* p = ex_.packed_input(group, i))
+      return "(void*)(W + " + std::to_string(weight_offset(p->data(), int64_t(p->size() * sizeof(float)))) + ")";
+    return (*this)(v);
+  }
+
  private:
+  int64_t weight_offset(const Value* v) { return weight_offset(v->constant().raw(), int64_t(v->constant().nbytes())); }
   // Each constant once; two values sharing storage (clones) share the bytes too.
-  int64_t weight_offset(const Value* v) {
-    const Tensor& t = v->constant();
-    auto key = std::make_pair(t.raw(), int64_t(t.nbytes()));
+  int64_t weight_offset(const void* data, int64_t bytes) {
+    auto key = std::make_pair(data, bytes);
     auto it = placed_.find(key);
     if (it != placed_.end()) return it->second;
     int64_t off = b_.weights_bytes;
-    b_.weights.push_back({t.raw(), int64_t(t.nbytes()), off});
-    b_.weights_bytes = align_up(off + int64_t(t.nbytes()), kAotWeightAlignment);
+    b_.weights.push_back({data, bytes, off});
+    b_.weights_bytes = align_up(off + bytes, kAotWeightAlignment);
     placed_[key] = off;
     return off;
   }
@@ -295,8 +303,8 @@ std::string driver_run_body(const Executable& ex, AotBundle& b) {
     }
     os << "  { void* const a[] = {";
     size_t n = 0;
-    for (const auto* list : {&grp.inputs, &grp.outputs})
-      for (const Value* v : *list) os << (n++ ? ", " : "") << at(v);
+    for (size_t i = 0; i < grp.inputs.size(); ++i) os << (n++ ? ", " : "") << at.input(k, i, grp.inputs[i]);
+    for (const Value* v : grp.outputs) os << (n++ ? ", " : "") << at(v);
     if (n == 0) os << "0";
     os << "}; " << info.name << "(a); }\n";
   }

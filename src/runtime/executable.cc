@@ -26,11 +26,31 @@ const Value* view_source(const FusionGroup& grp, const Value* out) {
   return v != out && value_bytes(v) == value_bytes(out) ? v : nullptr;
 }
 
-std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const BuildOptions& opts,
+BuildOptions with_numerics(BuildOptions o) {
+  o.emit.strict_fp = o.strict_fp;
+  const std::string contract = o.strict_fp ? "-ffp-contract=off" : "-ffp-contract=fast";
+  bool found = false;
+  for (auto& f : o.compile.flags)
+    if (f.rfind("-ffp-contract=", 0) == 0) {
+      f = contract;
+      found = true;
+    }
+  if (!found) o.compile.flags.push_back(contract);
+  return o;
+}
+
+std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const BuildOptions& opts_in,
                                               const std::function<void(const std::string&)>& progress) {
   auto ex = std::unique_ptr<Executable>(new Executable());
   ex->graph_ = std::move(g);
-  const loop::Schedule sched = opts.schedule ? *opts.schedule : loop::Schedule::for_target(opts.fusion.target);
+  ex->options_ = with_numerics(opts_in);
+  const BuildOptions& opts = ex->options_;
+  loop::Schedule sched = opts.schedule ? *opts.schedule : loop::Schedule::for_target(opts.fusion.target);
+  // Strict numerics: every float sum in the reference's order (one running sum per row).
+  if (opts.strict_fp) {
+    sched.reduction_lanes = 0;
+    sched.reorder_sums = false;
+  }
   // The partitioner asks the lowering under the schedule the kernels will be built with.
   FusionOptions fusion = opts.fusion;
   fusion.schedule = sched;
@@ -42,6 +62,7 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
   ex->threads_ = opts.threads > 0 ? opts.threads : int(std::max(1u, std::thread::hardware_concurrency()));
 
   std::vector<loop::LoopKernel> kernels;
+  ex->packed_.resize(ex->plan_.groups.size());
   for (size_t i = 0; i < ex->plan_.groups.size(); ++i) {
     const FusionGroup& grp = ex->plan_.groups[i];
     if (progress) progress("lowering kernel " + std::to_string(i + 1) + "/" + std::to_string(ex->plan_.groups.size()));
@@ -60,6 +81,13 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
       KILN_CHECK(lg.kernel, "kernel ", info.name, " was planned as generated code, but its lowering refuses: ",
                  lg.reason);
       if (sched.default_transforms) loop::apply_default_schedule(*lg.kernel, sched);
+      // Weights the kernel reads in the micro-kernel's panel layout: packed once, here.
+      for (const loop::PackedInput& p : lg.kernel->packed_inputs) {
+        const Value* v = grp.inputs.at(p.input);
+        KILN_CHECK(v->is_constant() && v->dtype() == DType::Float32, "kernel ", info.name, " packs '", v->name(),
+                   "', which is not a float32 constant");
+        ex->packed_[i][p.input] = loop::pack_panels(v->constant().data<float>(), p.layout);
+      }
       info.generated = true;
       kernels.push_back(std::move(*lg.kernel));
     }
@@ -77,9 +105,13 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
     set_threads(ex->threads_);
   }
   size_t max_args = 0;
-  for (const FusionGroup& grp : ex->plan_.groups) {
+  for (size_t gi = 0; gi < ex->plan_.groups.size(); ++gi) {
+    const FusionGroup& grp = ex->plan_.groups[gi];
     std::vector<ArgRef> refs;
-    for (const Value* v : grp.inputs) refs.push_back(ex->locate(v));
+    for (size_t i = 0; i < grp.inputs.size(); ++i) {
+      const std::vector<float>* packed = ex->packed_input(gi, i);
+      refs.push_back(packed ? ArgRef{const_cast<float*>(packed->data()), -1} : ex->locate(grp.inputs[i]));
+    }
     for (const Value* v : grp.outputs) refs.push_back(ex->locate(v));
     max_args = std::max(max_args, refs.size());
     ex->arg_refs_.push_back(std::move(refs));
@@ -100,6 +132,12 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
   ex->io_.assign(ex->graph_->inputs().size() + ex->graph_->outputs().size(), nullptr);
   ex->kernel_ms_.assign(ex->plan_.groups.size(), 0.0);
   return ex;
+}
+
+const std::vector<float>* Executable::packed_input(size_t group, size_t input) const {
+  if (group >= packed_.size()) return nullptr;
+  auto it = packed_[group].find(input);
+  return it == packed_[group].end() ? nullptr : &it->second;
 }
 
 // Where a tensor lives during run(): constants in the graph, intermediates in the arena (both

@@ -5,6 +5,7 @@
 // the group's inputs. kernels() says which is which and why.
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,7 +29,17 @@ struct BuildOptions {
   bool load_kernels = true;         // false: emit the C source only (kiln compile); run() refuses
   // Loop-nest parameters (tiles, vector width); unset: Schedule::for_target(fusion.target).
   std::optional<loop::Schedule> schedule;
+  // The numerics mode (docs/codegen.md "Numerics contract"), the one switch for it: false (the
+  // default) lets contractions and epilogues use fused multiply-adds, reductions sum in lanes and
+  // exp/erf use kiln's vectorised approximations, all within the 1e-4 tolerance; true (--strict-fp)
+  // keeps the reference executor's exact operations and order, so results are bit-identical to it.
+  // Executable::build applies it to `emit`, the -ffp-contract flag in `compile` and the schedule.
+  bool strict_fp = false;
 };
+
+// `o` with its numerics mode applied to the emitter options and the C compiler flags (what
+// Executable::build compiles with, and what an AOT bundle's Makefile must use).
+BuildOptions with_numerics(BuildOptions o);
 
 struct KernelInfo {
   std::string name;
@@ -71,6 +82,11 @@ class Executable {
   const FusionPlan& plan() const { return plan_; }
   const MemoryPlan& memory() const { return memory_; }
   const std::vector<KernelInfo>& kernels() const { return kernels_; }
+  // Kernel `group`'s input `input` in the panel layout its kernel reads (loop::PackedInput),
+  // packed at build time; nullptr when the kernel reads that input as the graph stores it.
+  const std::vector<float>* packed_input(size_t group, size_t input) const;
+  // The options the build used, numerics applied (with_numerics).
+  const BuildOptions& options() const { return options_; }
   const std::string& source() const { return source_; }  // the generated C ("" when none)
   const JitModule* module() const { return module_.get(); }
 
@@ -90,6 +106,8 @@ class Executable {
   std::unique_ptr<Graph> graph_;
   FusionPlan plan_;
   MemoryPlan memory_;
+  BuildOptions options_;
+  std::vector<std::map<size_t, std::vector<float>>> packed_;  // per group: input index -> packed weights
   std::vector<KernelInfo> kernels_;
   std::vector<KernelFn> fns_;  // per group (nullptr: library kernel)
   std::string source_;

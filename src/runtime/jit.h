@@ -10,7 +10,7 @@ namespace kiln::runtime {
 struct CompileOptions {
   std::string compiler = "cc";
   // One place for the flags; `kiln explain` shows them. No fast-math by default.
-  std::vector<std::string> flags = {"-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off"};
+  std::vector<std::string> flags = {"-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=fast"};
   bool use_cache = true;       // --no-cache bypasses
   std::string cache_dir;       // default: $XDG_CACHE_HOME/kiln or ~/.cache/kiln
 };

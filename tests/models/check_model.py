@@ -35,9 +35,10 @@ def main():
     parser.add_argument("name", help="model name, e.g. resnet18")
     parser.add_argument("--tol", type=float, default=1e-4, help="max relative error (default %(default)g)")
     parser.add_argument("--keep", action="store_true", help="keep kiln's output directory")
-    parser.add_argument("--mode", choices=["reference", "fused-plan", "check"], default="reference",
-                        help="kiln run --reference, --fused-plan (the fusion plan kernel by kernel), or "
-                             "--check (compiled, each kernel compared with the reference)")
+    parser.add_argument("--mode", choices=["reference", "fused-plan", "check", "check-strict"], default="reference",
+                        help="kiln run --reference, --fused-plan (the fusion plan kernel by kernel), "
+                             "--check (compiled, each kernel compared with the reference within 1e-4), or "
+                             "check-strict (--check --strict-fp: each kernel bit-identical to the reference)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds before kiln is killed")
     args = parser.parse_args()
 
@@ -54,7 +55,7 @@ def main():
     out_dir = tempfile.mkdtemp(prefix=f"kiln-{name}-")
     try:
         cmd = [args.kiln, "run", base + ".onnx", "--input", f"{input_name}={base}.input.npy",
-               "--output-dir", out_dir, "--" + args.mode]
+               "--output-dir", out_dir] + (["--check", "--strict-fp"] if args.mode == "check-strict" else ["--" + args.mode])
         t0 = time.perf_counter()
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
@@ -70,7 +71,7 @@ def main():
 
         # A slow path is never silent: kiln names library kernels on stderr, and none of these
         # models may have one (every op they use has a loop spelling).
-        if args.mode == "check" and "run as library kernels" in proc.stderr:
+        if args.mode.startswith("check") and "run as library kernels" in proc.stderr:
             line = next(l for l in proc.stderr.splitlines() if "run as library kernels" in l)
             return fail(name, f"library kernels in the compiled model: {line}")
 

@@ -10,7 +10,8 @@
 #              KILN_EXPORTER names the exporter (default bench/models/make_models.py; e.g.
 #              bench/models/extra_models.py, same command line and files);
 #              KILN_RUN_MODE=fused-plan runs the fusion plan kernel by kernel instead of --reference;
-#              KILN_RUN_MODE=check runs the compiled executable and compares every kernel with the reference.
+#              KILN_RUN_MODE=check runs the compiled executable and compares every kernel with the reference;
+#              KILN_RUN_MODE=check-strict does so under --strict-fp, where every kernel must be bit-identical.
 # Exits nonzero when any model fails to export or to match.
 set -uo pipefail
 

@@ -447,10 +447,10 @@ TEST(CodegenText, PreludeAndFmaPragma) {
   const std::string plain = emit_c({});
   for (const char* inc : {"#include <math.h>", "#include <stdint.h>", "#include <stdbool.h>", "#include <string.h>"})
     EXPECT_NE(plain.find(inc), std::string::npos) << inc;
-  EXPECT_EQ(plain.find("FP_CONTRACT"), std::string::npos);
-  codegen::EmitOptions fma;
-  fma.allow_fma_contraction = true;
-  EXPECT_NE(emit_c({}, fma).find("#pragma STDC FP_CONTRACT ON"), std::string::npos);
+  EXPECT_NE(plain.find("#pragma STDC FP_CONTRACT ON"), std::string::npos);
+  codegen::EmitOptions strict;
+  strict.strict_fp = true;
+  EXPECT_NE(emit_c({}, strict).find("#pragma STDC FP_CONTRACT OFF"), std::string::npos);
 }
 
 size_t count(const std::string& s, const std::string& what) {

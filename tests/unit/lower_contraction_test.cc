@@ -8,6 +8,8 @@
 // KILN_PRINT_NESTS=1 prints every lowered contraction kernel; KILN_LOWER_MODELS=1 adds resnet18,
 // mobilenet_v2 and the encoder to the model sweep.
 #include <gtest/gtest.h>
+
+#include <random>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -232,10 +234,12 @@ TEST(LowerContraction, TiledNestShape) {
 // Tiled and untiled nests give bit-identical float32 results (same products, same ascending
 // summation per element), with every remainder exercised: M, N, K not multiples of the tile, K in
 // several blocks, packed and in-place operands, grouped and padded convs.
+// (Sums in the reference's order: the implicit conv reorders K, ImplicitConv* below.)
 TEST(LowerContraction, TiledIsBitIdenticalToUntiled) {
   loop::Schedule small;
   small.contraction = {2, 8, 5};  // mr, nr, kc: small so that the cases below need every remainder
   small.parallel_min_work = 1;
+  small.reorder_sums = false;
   std::vector<Case> cs = {
       {"mm_remainders", R"(  %y: f32[2,13,19] = MatMul(%x, %w) name="mm"
 )", "%x: f32[2,13,11], %w: f32[11,19]", "%y"},
@@ -259,6 +263,7 @@ TEST(LowerContraction, TiledIsBitIdenticalToUntiled) {
     for (const auto& grp : plan.groups) {
       if (!is_contraction_group(grp)) continue;
       loop::Schedule dflt;
+      dflt.reorder_sums = false;
       // Panels narrower than N: accumulators for 2 rows x 2 column tiles only.
       loop::Schedule narrow = small;
       narrow.rows_block_bytes = 2 * 2 * 8 * 4;
@@ -278,6 +283,97 @@ TEST(LowerContraction, TiledIsBitIdenticalToUntiled) {
       }
     }
   }
+}
+
+// Convs as implicit GEMMs (positions × output channels, the input staged into phase planes, the
+// weights packed): every stride, dilation and padding, a fused prologue and epilogue, output
+// channels that are not a whole number of panels, and remainders of every tile dimension. The
+// weights must be constants for the implicit form (they are packed when the kernel is bound):
+// `consts` become constant lines of random values.
+struct ConvCase {
+  std::string name, body, inputs, outputs;
+  std::vector<std::pair<std::string, Shape>> consts;
+};
+
+std::vector<ConvCase> implicit_conv_cases() {
+  return {
+      {"ic_3x3_pad", R"(  %y: f32[2,40,5,6] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
+)", "%x: f32[2,16,5,6]", "%y", {{"w", {40, 16, 3, 3}}, {"b", {40}}}},
+      {"ic_stride2_asym_pad_relu_residual", R"(  %c: f32[1,32,4,2] = Conv(%x, %w) {kernel_shape=[3,3], pads=[1,0,2,1], strides=[2,2]} name="conv"
+  %a: f32[1,32,4,2] = Add(%c, %r) name="res"
+  %y: f32[1,32,4,2] = Relu(%a) name="relu"
+)", "%x: f32[1,17,7,5], %r: f32[1,32,4,2]", "%y", {{"w", {32, 17, 3, 3}}}},
+      {"ic_dilated_stride3_5x5", R"(  %y: f32[1,33,2,3] = Conv(%x, %w) {kernel_shape=[5,5], dilations=[2,1], strides=[3,2], pads=[2,2,2,2]} name="conv"
+)", "%x: f32[1,18,9,6]", "%y", {{"w", {33, 18, 5, 5}}}},
+      {"ic_prologue_pointwise", R"(  %s: f32[1,24,6,6] = Sigmoid(%x) name="sig"
+  %m: f32[1,24,6,6] = Mul(%x, %s) name="silu"
+  %y: f32[1,64,6,6] = Conv(%m, %w, %b) {kernel_shape=[1,1]} name="conv"
+)", "%x: f32[1,24,6,6]", "%y", {{"w", {64, 24, 1, 1}}, {"b", {64}}}},
+      {"ic_pointwise_stride2", R"(  %y: f32[2,48,3,4] = Conv(%x, %w) {kernel_shape=[1,1], strides=[2,2]} name="conv"
+)", "%x: f32[2,20,6,7]", "%y", {{"w", {48, 20, 1, 1}}}},
+      {"ic_pointwise_in_place", R"(  %y: f32[1,32,3,5] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name="conv"
+)", "%x: f32[1,16,3,5]", "%y", {{"w", {32, 16, 1, 1}}, {"b", {32}}}},
+  };
+}
+
+std::unique_ptr<Graph> make_conv_graph(const ConvCase& c) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 0.3f);
+  std::string consts;
+  for (const auto& [name, shape] : c.consts) {
+    std::string dims, vals;
+    for (size_t d = 0; d < shape.size(); ++d) dims += (d ? "," : "") + std::to_string(shape[d]);
+    for (int64_t i = 0; i < shape_numel(shape); ++i) vals += (i ? ", " : "") + std::to_string(nd(rng));
+    consts += "  %" + name + " = constant f32[" + dims + "] [" + vals + "]\n";
+  }
+  return parse_graph("graph main opset 17 (" + c.inputs + ") -> (" + c.outputs + ") {\n" + consts + c.body + "}\n");
+}
+
+TEST(LowerContraction, ImplicitConvMatchesReference) {
+  loop::Schedule small;
+  small.contraction = {2, 8, 5};  // remainders of rows, output channels and K blocks within segments
+  small.parallel_min_work = 1;
+  KernelBatch batch;
+  for (const ConvCase& c : implicit_conv_cases()) {
+    SCOPED_TRACE(c.name);
+    auto g = make_conv_graph(c);
+    FusionPlan plan = partition(*g);
+    const TensorMap inputs = random_inputs(*g, 3, {}, false);
+    auto values = run_reference_values(*g, inputs);
+    int convs = 0;
+    for (const auto& grp : plan.groups) {
+      if (!is_contraction_group(grp)) continue;
+      ++convs;
+      for (const loop::Schedule* sp : {static_cast<const loop::Schedule*>(&small), static_cast<const loop::Schedule*>(nullptr)}) {
+        auto lg = sp ? loop::lower_group(grp, "ic", *sp) : loop::lower_group(grp, c.name + "_" + grp.name);
+        ASSERT_TRUE(lg.kernel) << lg.reason;
+        const std::string nest = loop::print_kernel(*lg.kernel);
+        // The implicit form: weights packed from their [Cout][Cin][kh][kw] order, K in segments.
+        EXPECT_NE(nest.find("packed: panels of"), std::string::npos) << nest;
+        EXPECT_NE(nest.find("K in segments of"), std::string::npos) << nest;
+        EXPECT_EQ(nest.find("kiln_bpack"), std::string::npos) << "no im2col panel: " << nest;
+        auto got = testing::interpret_group(*lg.kernel, grp, values);
+        for (size_t o = 0; o < got.size(); ++o)
+          EXPECT_EQ(testing::within_max_magnitude(got[o], values.at(grp.outputs[o]), 1e-5), "") << "output " << o;
+        if (!sp) batch.add(std::move(*lg.kernel), grp, values);
+      }
+    }
+    EXPECT_EQ(convs, 1);
+  }
+  batch.check("implicit_conv_test", /*contract=*/true);
+}
+
+// Under strict numerics (reorder_sums false) convs keep the reference's K order: im2col.
+TEST(LowerContraction, ImplicitConvNotUnderStrictNumerics) {
+  loop::Schedule strict;
+  strict.reorder_sums = false;
+  auto g = make_conv_graph(implicit_conv_cases()[0]);
+  for (const auto& grp : partition(*g).groups)
+    if (is_contraction_group(grp)) {
+      auto lg = loop::lower_group(grp, "s", strict);
+      ASSERT_TRUE(lg.kernel) << lg.reason;
+      EXPECT_EQ(loop::print_kernel(*lg.kernel).find("K in segments"), std::string::npos);
+    }
 }
 
 TEST(LowerContraction, ConvPaddingIsPredicated) {

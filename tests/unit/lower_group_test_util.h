@@ -24,6 +24,7 @@
 #include "loop/loop_interpreter.h"
 #include "loop/lower_group.h"
 #include "reference/executor.h"
+#include "runtime/executable.h"
 #include "runtime/jit.h"
 #include "transforms/lowering.h"
 #include "transforms/pipeline.h"
@@ -75,6 +76,16 @@ inline LoweredRun run_lowered(const Graph& g, const FusionPlan& plan, const Tens
 
 // "" when got matches want: floats within 1e-5 relative (plus 1e-6 absolute near zero; NaN
 // matches NaN, infinities must be equal), integers and bool exactly.
+// The emitter and C compiler options of a numerics mode (runtime::with_numerics) with a private
+// cache folder: strict for tests that compare a compiled kernel's bits with the reference, the
+// default (FMA) for tests that compare within tolerance.
+inline runtime::BuildOptions numerics_options(bool strict, const std::string& cache_dir) {
+  runtime::BuildOptions o;
+  o.strict_fp = strict;
+  o.compile.cache_dir = cache_dir;
+  return runtime::with_numerics(o);
+}
+
 inline std::string compare_tensors(const Tensor& got, const Tensor& want) {
   if (got.dtype() != want.dtype() || got.shape() != want.shape())
     return cat("got ", TensorType{got.dtype(), got.shape()}.str(), ", want ", TensorType{want.dtype(), want.shape()}.str());
@@ -415,23 +426,28 @@ class KernelBatch {
   size_t size() const { return entries_.size(); }
 
   // Compiles every kernel into one module (in a temporary cache folder named after `tag`), runs each
-  // on its inputs and compares its outputs with the reference (compare_tensors).
-  void check(const std::string& tag) {
+  // on its inputs and compares its outputs with the reference: element by element (compare_tensors),
+  // or, with `contract`, within the numerics contract (1e-4 of the largest magnitude: sums that run
+  // in another order than the reference's, such as the implicit conv's).
+  void check(const std::string& tag, bool contract = false) {
     if (entries_.empty()) return;
     const auto dir = std::filesystem::temp_directory_path() / ("kiln_" + tag + "_" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir);
-    runtime::CompileOptions opts;
-    opts.cache_dir = dir.string();
-    auto module = runtime::JitModule::build(codegen::emit_c(kernels_), opts);
-    for (auto& e : entries_) {
+    const runtime::BuildOptions o = numerics_options(false, dir.string());
+    auto module = runtime::JitModule::build(codegen::emit_c(kernels_, o.emit), o.compile);
+    for (size_t k = 0; k < entries_.size(); ++k) {
+      auto& e = entries_[k];
       SCOPED_TRACE(e.name);
       std::vector<Tensor> got;
       std::vector<void*> args;
-      for (auto& t : e.ins) args.push_back(t.raw());
+      std::vector<Tensor> ins = loop::kernel_arguments(kernels_[k], e.ins);
+      for (auto& t : ins) args.push_back(t.raw());
       for (const auto& w : e.want) got.emplace_back(w.dtype(), w.shape());
       for (auto& t : got) args.push_back(t.raw());
       module->get(e.name)(args.data());
-      for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(compare_tensors(got[i], e.want[i]), "") << "output " << i;
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_EQ(contract ? within_max_magnitude(got[i], e.want[i]) : compare_tensors(got[i], e.want[i]), "")
+            << "output " << i;
     }
     module.reset();
     std::filesystem::remove_all(dir);

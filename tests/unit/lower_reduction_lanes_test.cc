@@ -78,9 +78,9 @@ std::vector<std::vector<Tensor>> compiled(const std::vector<const Lowered*>& ls,
   std::vector<LoopKernel> ks;
   for (const Lowered* l : ls) ks.push_back(l->k);
   const auto dir = std::filesystem::temp_directory_path() / ("kiln_lanes_" + tag + "_" + std::to_string(::getpid()));
-  runtime::CompileOptions opts;
-  opts.cache_dir = dir.string();
-  auto module = runtime::JitModule::build(codegen::emit_c(ks), opts);
+  // Strict numerics: the lanes' order is the kernel's own; no FMA may change the bits compared.
+  const runtime::BuildOptions o = testing::numerics_options(true, dir.string());
+  auto module = runtime::JitModule::build(codegen::emit_c(ks, o.emit), o.compile);
   std::vector<std::vector<Tensor>> outs;
   for (size_t i = 0; i < ls.size(); ++i) {
     const FusionGroup& grp = ls[i]->plan.groups[0];

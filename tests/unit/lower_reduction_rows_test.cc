@@ -208,9 +208,9 @@ TEST(LowerReductionRows, LongRowsMatchTheReferenceExactly) {
   }
   // Compiled: one module for every case.
   const auto dir = std::filesystem::temp_directory_path() / ("kiln_rows_test_" + std::to_string(::getpid()));
-  runtime::CompileOptions opts;
-  opts.cache_dir = dir.string();
-  auto module = runtime::JitModule::build(codegen::emit_c(kernels), opts);
+  // Strict numerics: compared bit for bit with the reference (softmax within ulps: its exp).
+  const runtime::BuildOptions o = testing::numerics_options(true, dir.string());
+  auto module = runtime::JitModule::build(codegen::emit_c(kernels, o.emit), o.compile);
   for (size_t k = 0; k < kernels.size(); ++k) {
     SCOPED_TRACE(kernels[k].name);
     Tensor got(wants[k][0].dtype(), wants[k][0].shape());

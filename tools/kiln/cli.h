@@ -51,7 +51,8 @@ FusionOptions fusion_options(const Args& a);
 // Builds the (lowered) graph into an Executable and runs it; with `check`, also runs the
 // reference executor and reports per-kernel differences (UserError beyond the tolerance).
 // `library` (optional) receives the op types of the kernels that ran as library kernels; when
-// given, no warning line is printed (the caller reports them).
+// given, no warning line is printed (the caller reports them) and the check prints only the
+// kernels that differ.
 TensorMap run_compiled(std::unique_ptr<Graph> g, const Args& a, const TensorMap& inputs, bool check,
                        std::vector<std::string>* library = nullptr);
 

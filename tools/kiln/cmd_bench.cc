@@ -205,7 +205,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   auto valued = kModelValuedOptions;
   valued.insert(valued.end(), {"threads", "runs", "warmup", "input", "target"});
   auto flags = kModelFlags;
-  flags.insert(flags.end(), {"json", "compare", "no-cache", "no-fusion", "kernels", "fma"});
+  flags.insert(flags.end(), {"json", "compare", "no-cache", "no-fusion", "kernels", "strict-fp"});
   Args a(argv, valued, flags);
   if (a.positional().size() != 1) user_error("bench expects one MODEL.onnx");
   const std::string model = a.positional()[0];

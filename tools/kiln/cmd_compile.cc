@@ -24,7 +24,7 @@ int cmd_compile(const std::vector<std::string>& argv_in) {
   auto valued = kModelValuedOptions;
   valued.insert(valued.end(), {"output", "target", "fusion-fuel", "threads"});
   auto flags = kModelFlags;
-  flags.insert(flags.end(), {"no-fusion", "no-cache"});
+  flags.insert(flags.end(), {"no-fusion", "no-cache", "strict-fp"});
   Args a(argv, valued, flags);
   if (a.positional().size() != 1) user_error("compile expects one MODEL.onnx (see kiln help)");
   if (!a.has("output")) user_error("compile needs -o DIR");
@@ -37,8 +37,10 @@ int cmd_compile(const std::vector<std::string>& argv_in) {
   runtime::AotOptions ao;
   ao.model_path = model;
   ao.threads = bo.threads;
-  ao.compile = bo.compile;
-  ao.emit = bo.emit;
+  // The Makefile compiles with the JIT's flags in the build's numerics mode (-ffp-contract).
+  const runtime::BuildOptions resolved = runtime::with_numerics(bo);
+  ao.compile = resolved.compile;
+  ao.emit = resolved.emit;
 
   Progress progress;
   auto g = load_model(model, a, pipeline_options(a), /*lower=*/true);

@@ -46,7 +46,7 @@ int cmd_roofline(const std::vector<std::string>& argv) {
   auto valued = kModelValuedOptions;
   valued.insert(valued.end(), {"threads", "runs", "warmup", "input", "svg", "html", "target", "fusion-fuel"});
   auto flags = kModelFlags;
-  flags.insert(flags.end(), {"json", "no-fusion", "fused-only", "no-cache", "fma"});
+  flags.insert(flags.end(), {"json", "no-fusion", "fused-only", "no-cache", "strict-fp"});
   Args a(argv, valued, flags);
   if (a.positional().size() != 1) user_error("roofline expects one MODEL.onnx");
   const std::string model = a.positional()[0];

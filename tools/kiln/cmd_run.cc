@@ -34,7 +34,7 @@ int cmd_run(const std::vector<std::string>& argv) {
   valued.insert(valued.end(), {"input", "output-dir"});
   valued.insert(valued.end(), {"target", "fusion-fuel", "threads"});
   auto flags = kModelFlags;
-  flags.insert(flags.end(), {"reference", "fused-plan", "no-fusion", "compiled", "check", "no-cache", "fma"});
+  flags.insert(flags.end(), {"reference", "fused-plan", "no-fusion", "compiled", "check", "no-cache", "strict-fp"});
   Args a(argv, valued, flags);
   if (a.positional().size() != 1) user_error("run expects one MODEL.onnx (see kiln help)");
   int modes = a.has("reference") + a.has("fused-plan") + (a.has("compiled") || a.has("check"));

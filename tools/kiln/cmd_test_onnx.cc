@@ -98,13 +98,18 @@ Tensor as_bfloat16_if_needed(const Tensor& t, DType want) {
 }
 
 // Runs one test folder in this process; returns "" on success or the failure reason.
-enum class Mode { Reference, FusedPlan, Compiled };
+// CompiledStrict: compiled with --strict-fp, and every kernel compared bit for bit with the
+// reference executor (kiln run --check --strict-fp) besides the outputs with the test's.
+enum class Mode { Reference, FusedPlan, Compiled, CompiledStrict };
 
 // Compiled mode: the op types that ran as library kernels (outside generated code), sorted, unique.
 std::string run_test(const fs::path& dir, Mode mode, std::set<std::string>* library) {
   bool fused = mode != Mode::Reference;
   try {
     Args none({}, kModelValuedOptions, kModelFlags);
+    std::vector<std::string> strict_flags = kModelFlags;
+    strict_flags.push_back("strict-fp");
+    Args strict({"--strict-fp"}, kModelValuedOptions, strict_flags);
     auto g = load_model((dir / "model.onnx").string(), none, {}, /*lower=*/fused);
     auto sets = sorted_matching(dir, "test_data_set_");
     if (sets.empty()) return "no test_data_set_* folders";
@@ -124,9 +129,10 @@ std::string run_test(const fs::path& dir, Mode mode, std::set<std::string>* libr
       // --fused executes the fusion plan kernel by kernel (each sees only what the plan stores),
       // so a wrong plan shows up as a wrong output or an internal error.
       TensorMap outputs;
-      if (mode == Mode::Compiled) {
+      if (mode == Mode::Compiled || mode == Mode::CompiledStrict) {
         std::vector<std::string> lib;
-        outputs = run_compiled(g->clone(), none, inputs, /*check=*/false, &lib);
+        const bool st = mode == Mode::CompiledStrict;
+        outputs = run_compiled(g->clone(), st ? strict : none, inputs, /*check=*/st, &lib);
         library->insert(lib.begin(), lib.end());
       } else {
         outputs = fused ? run_plan_reference(*g, partition(*g), inputs) : run_reference(*g, inputs);
@@ -240,9 +246,13 @@ std::string test_id(const fs::path& dir) {
 }  // namespace
 
 int cmd_test_onnx(const std::vector<std::string>& argv) {
-  Args a(argv, {"expect", "write-passed", "expect-library", "write-library"}, {"verbose", "fused", "compiled"});
+  Args a(argv, {"expect", "write-passed", "expect-library", "write-library"},
+         {"verbose", "fused", "compiled", "strict-fp"});
   if (a.has("fused") && a.has("compiled")) user_error("choose one of --fused and --compiled");
-  Mode mode = a.has("compiled") ? Mode::Compiled : a.has("fused") ? Mode::FusedPlan : Mode::Reference;
+  if (a.has("strict-fp") && !a.has("compiled")) user_error("--strict-fp needs --compiled");
+  Mode mode = a.has("compiled") ? (a.has("strict-fp") ? Mode::CompiledStrict : Mode::Compiled)
+              : a.has("fused")  ? Mode::FusedPlan
+                                : Mode::Reference;
   if (a.positional().empty()) user_error("test-onnx expects one or more test folders");
   auto tests = collect_tests(a.positional());
   std::set<std::string> expected;
@@ -328,7 +338,8 @@ int cmd_test_onnx(const std::vector<std::string>& argv) {
     fs::rename(tmp, path);
   }
   std::cout << passed.size() << " passed, " << failed << " failed";
-  if (mode == Mode::Compiled) std::cout << "; " << library_tests << " ran library kernels";
+  if (mode == Mode::Compiled || mode == Mode::CompiledStrict)
+    std::cout << "; " << library_tests << " ran library kernels";
   std::cout << "\n";
   if (library_mismatches) return 1;
   if (a.has("expect")) return regressions || missing ? 1 : 0;

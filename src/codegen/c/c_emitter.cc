@@ -518,14 +518,14 @@ std::string comment_safe(const std::string& s) {
 
 std::string emit_c(const std::vector<LoopKernel>& kernels, const EmitOptions& opts) {
   std::ostringstream os;
-  os << detail::c_prelude();
-  // -ffp-contract=off (the JIT's default flags) is what keeps a*b+c unfused; the pragma is for
-  // compilers that honour it when contraction is allowed.
-  if (opts.allow_fma_contraction) os << "#pragma STDC FP_CONTRACT ON\n\n";
+  os << detail::c_prelude(opts.strict_fp);
+  // The C flags decide contraction (-ffp-contract=fast by default, =off under strict_fp); the
+  // pragma is for compilers that honour it instead.
+  os << (opts.strict_fp ? "#pragma STDC FP_CONTRACT OFF\n\n" : "#pragma STDC FP_CONTRACT ON\n\n");
   std::set<std::pair<int64_t, int64_t>> tiles;
   bool any_microkernel = false;
   for (const auto& k : kernels) collect_tiles(k.body, tiles, any_microkernel);
-  if (any_microkernel) os << kernels::microkernel_c_source(tiles);
+  if (any_microkernel) os << kernels::microkernel_c_source(tiles, !opts.strict_fp);
   for (const auto& k : kernels) emit_kernel(os, k);
   return os.str();
 }

@@ -17,7 +17,11 @@
 namespace kiln::codegen {
 
 struct EmitOptions {
-  bool allow_fma_contraction = false;  // default: no FMA contraction (numerics contract)
+  // docs/codegen.md "Numerics contract". false (default): micro-kernels with fused multiply-adds
+  // and the prelude's vectorised kiln_expf/kiln_erff; true: the reference's operations exactly
+  // (products rounded before they are added, libm's expf/erff). runtime::BuildOptions::strict_fp
+  // sets it (with the matching -ffp-contract flag and reduction order).
+  bool strict_fp = false;
 };
 
 std::string emit_c(const std::vector<loop::LoopKernel>& kernels, const EmitOptions& opts = {});
