@@ -410,12 +410,11 @@ GemmView ContractionLowering::implicit_conv_view() {
   g.b.buffer = packed;
   g.b.base = [](const std::vector<Expr>&) { return int_imm(0); };
   g.b.panel_nr = layout.nr;
-  if (rs != wo) g.row_valid = [rs, wo](const std::vector<Expr>&, Expr i) { return binary(BinOp::Lt, mod(i, int_imm(rs)), int_imm(wo)); };
-  g.epilogue_columns_outer = true;
-  g.epilogue = [this, rs, wo, ho, cout](const std::vector<Expr>& bt, Expr i, Expr j, Expr acc) {
-    Expr pos = rs == wo ? i : add(mul(div_floor(i, int_imm(rs)), int_imm(wo)), mod(i, int_imm(rs)));
-    Expr flat_out = add(mul(add(mul(bt[0], int_imm(cout)), j), int_imm(ho * wo)), pos);
-    return tile_stores(Index::from_flat(out_shape_, flat_out), acc, j);
+  // Rows are lines (output rows) of rs positions, the first wo of them outputs.
+  g.line = rs;
+  g.line_valid = wo;
+  g.line_epilogue = [this, wo, cout](const std::vector<Expr>& bt, Expr y, Expr x, Expr j, Expr acc) {
+    return tile_stores(Index::from_dims(out_shape_, {bt[0], j, std::move(y), std::move(x)}), acc, j);
   };
   return g;
 }

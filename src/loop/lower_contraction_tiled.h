@@ -69,12 +69,14 @@ struct GemmView {
   std::function<std::vector<TileStore>(const std::vector<Expr>& batch, Expr i, Expr j, Expr acc)> epilogue;
   // K blocks never straddle a multiple of k_segment (0: no segments); see GemmOperand::segment_base.
   int64_t k_segment = 0;
-  // Optional: whether row i is an output at all (rows computed only to keep A's row stride
-  // uniform, such as a conv's padding columns, are not stored).
-  std::function<Expr(const std::vector<Expr>& batch, Expr i)> row_valid;
-  // The epilogue walks each column's rows innermost (the output is contiguous along i: a conv
-  // seen as positions × channels).
-  bool epilogue_columns_outer = false;
+  // Optional, instead of `epilogue`: the rows are lines of `line` rows of which the first
+  // `line_valid` are outputs (a conv's positions over a padded plane: the padding columns are
+  // computed to keep A's row stride uniform, not stored). The epilogue then walks, per column,
+  // each line's valid rows innermost — contiguous stores along x, no division per element —
+  // given the line and the position x within it.
+  int64_t line = 0, line_valid = 0;
+  std::function<std::vector<TileStore>(const std::vector<Expr>& batch, Expr line, Expr x, Expr j, Expr acc)>
+      line_epilogue;
   // Statements run once before the tiles (staging an operand), with the buffers they fill
   // allocated around the whole nest.
   std::vector<BufferPtr> staging_locals;
