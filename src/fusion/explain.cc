@@ -74,6 +74,9 @@ std::string explain_text(const Graph& g, const FusionPlan& plan, const ExplainEx
   os << "intermediate bytes to DRAM: " << human_bytes(plan.intermediate_bytes_unfused) << " unfused -> "
      << human_bytes(plan.intermediate_bytes_fused) << " fused\n";
   os << "estimated time: " << fmt(plan.est_us_unfused) << " us unfused -> " << fmt(plan.est_us_fused) << " us fused\n";
+  os << (extras.strict_fp ? "numerics: strict (--strict-fp): the reference's float operations in its order, bit-identical\n"
+                          : "numerics: default: FMA in contractions and epilogues, reordered sums, kiln's exp/erf; within "
+                            "1e-4 of the reference (--strict-fp for its bits)\n");
   if (extras.arena_bytes >= 0)
     os << "memory: peak arena " << human_bytes(extras.arena_bytes) << " for " << human_bytes(extras.intermediate_sum_bytes)
        << " of intermediates (liveness-planned, in-place where elementwise)\n";
@@ -90,6 +93,7 @@ std::string explain_json(const Graph& g, const FusionPlan& plan, const ExplainEx
      << ", \"intermediate_bytes_unfused\": " << plan.intermediate_bytes_unfused
      << ", \"intermediate_bytes_fused\": " << plan.intermediate_bytes_fused
      << ", \"est_us_unfused\": " << fmt(plan.est_us_unfused, 3) << ", \"est_us_fused\": " << fmt(plan.est_us_fused, 3)
+     << ", \"numerics\": " << (extras.strict_fp ? "\"strict\"" : "\"default\"")
      << ", \"peak_arena_bytes\": " << extras.arena_bytes << ", \"intermediate_sum_bytes\": " << extras.intermediate_sum_bytes
      << ",\n \"kernels\": [";
   bool first = true;

@@ -10,6 +10,7 @@ namespace kiln {
 struct ExplainExtras {
   int64_t arena_bytes = -1;          // peak arena after memory planning (-1: not computed)
   int64_t intermediate_sum_bytes = -1;  // all intermediates without reuse
+  bool strict_fp = false;               // the numerics mode the plan is for (--strict-fp)
 };
 
 std::string explain_text(const Graph& g, const FusionPlan& plan, const ExplainExtras& extras = {});

@@ -57,6 +57,11 @@ struct Schedule {
   bool default_transforms = true;     // apply_default_schedule after lowering (loop_transforms.h)
 
   static Schedule for_target(const Target& t);
+  // --strict-fp (runtime::BuildOptions::strict_fp): every float sum in the reference's order.
+  void set_strict_numerics() {
+    reduction_lanes = 0;
+    reorder_sums = false;
+  }
 };
 
 }  // namespace kiln::loop

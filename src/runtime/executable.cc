@@ -47,10 +47,7 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
   const BuildOptions& opts = ex->options_;
   loop::Schedule sched = opts.schedule ? *opts.schedule : loop::Schedule::for_target(opts.fusion.target);
   // Strict numerics: every float sum in the reference's order (one running sum per row).
-  if (opts.strict_fp) {
-    sched.reduction_lanes = 0;
-    sched.reorder_sums = false;
-  }
+  if (opts.strict_fp) sched.set_strict_numerics();
   // The partitioner asks the lowering under the schedule the kernels will be built with.
   FusionOptions fusion = opts.fusion;
   fusion.schedule = sched;

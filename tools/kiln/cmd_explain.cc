@@ -50,16 +50,21 @@ int cmd_explain(const std::vector<std::string>& argv) {
   auto valued = kModelValuedOptions;
   valued.insert(valued.end(), {"dot", "svg", "target", "fusion-fuel"});
   auto flags = kModelFlags;
-  flags.insert(flags.end(), {"json", "no-fusion"});
+  flags.insert(flags.end(), {"json", "no-fusion", "strict-fp"});
   Args a(argv, valued, flags);
   if (a.positional().size() != 1) user_error("explain expects one MODEL.onnx");
   FusionOptions fo = fusion_options(a);
+  // The plan an Executable builds in this numerics mode (its schedule decides what lowers).
+  if (a.has("strict-fp")) {
+    fo.schedule = fo.schedule_or_default();
+    fo.schedule->set_strict_numerics();
+  }
   auto g = load_model(a.positional()[0], a, pipeline_options(a), /*lower=*/true);
   FusionPlan plan = partition(*g, fo);
   FusionPlan ordered = plan;
   runtime::order_for_memory(*g, ordered);
   runtime::MemoryPlan mp = runtime::plan_memory(*g, ordered);
-  ExplainExtras extras{mp.arena_bytes, mp.naive_bytes};
+  ExplainExtras extras{mp.arena_bytes, mp.naive_bytes, a.has("strict-fp")};
   std::cout << (a.has("json") ? explain_json(*g, plan, extras) : explain_text(*g, plan, extras));
   // The same plan's estimate on the probed machine, when one is cached (a description target
   // keeps the plan the same on every machine; this line says what the measured machine predicts).
