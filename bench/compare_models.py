@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Interleaved latency of kiln fused, kiln --no-fusion and ONNX Runtime on models, as a markdown table.
+"""Latency of kiln fused, kiln --no-fusion, ONNX Runtime and OpenVINO on models, as a markdown table.
 
 Usage: /usr/bin/python3 bench/compare_models.py KILN MODEL.onnx... [--threads 1,2] [--runs 20] [--warmup 3]
 
-Each model and thread count is one `kiln bench MODEL --compare --json` run (the three systems
-interleaved round by round on the same inputs; see docs/cli.md). Prints one row per (model,
-threads): medians, kernel counts and the ratios fused/unfused and kiln/onnxruntime.
+Each model and thread count is one `kiln bench MODEL --compare --json` run (the systems in
+alternating blocks of runs on the same inputs, each peer in its own process; see docs/cli.md).
+Prints one row per (model, threads): medians, kernel counts and the ratios fused/unfused,
+kiln/onnxruntime and kiln/openvino, then the geomeans of the ratios per thread count.
 """
 import argparse
 import json
+import math
 import os
 import re
 import subprocess
@@ -30,9 +32,10 @@ def main():
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     a = ap.parse_args()
-    print("| model | threads | kiln fused ms | kiln --no-fusion ms | ONNX Runtime ms | kernels (fused / unfused) "
-          "| fused / unfused | kiln / ORT |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| model | threads | kiln fused ms | kiln --no-fusion ms | ONNX Runtime ms | OpenVINO ms "
+          "| kernels (fused / unfused) | fused / unfused | kiln / ORT | kiln / OpenVINO |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    ratios = {}
     for model in a.models:
         name = os.path.splitext(os.path.basename(model))[0]
         kf, ku = kernel_count(a.kiln, model, False), kernel_count(a.kiln, model, True)
@@ -44,10 +47,20 @@ def main():
                 return 1
             j = json.loads(r.stdout)
             f, u = j["kiln"]["median_ms"], j["kiln_no_fusion"]["median_ms"]
-            o = j.get("onnxruntime", {}).get("median_ms")
-            ort = f"{o:.3f}" if o else "n/a"
-            ratio = f"{f / o:.2f}" if o else "n/a"
-            print(f"| {name} | {t} | {f:.3f} | {u:.3f} | {ort} | {kf} / {ku} | {f / u:.2f} | {ratio} |", flush=True)
+            o = (j.get("onnxruntime") or {}).get("median_ms")
+            v = (j.get("openvino") or {}).get("median_ms")
+            r = ratios.setdefault(t, {"ort": [], "ov": []})
+            if o:
+                r["ort"].append(f / o)
+            if v:
+                r["ov"].append(f / v)
+            cell = lambda x: f"{x:.3f}" if x else "n/a"  # noqa: E731
+            rat = lambda x: f"{f / x:.2f}" if x else "n/a"  # noqa: E731
+            print(f"| {name} | {t} | {f:.3f} | {u:.3f} | {cell(o)} | {cell(v)} | {kf} / {ku} | {f / u:.2f} | {rat(o)} "
+                  f"| {rat(v)} |", flush=True)
+    for t, r in ratios.items():
+        gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")  # noqa: E731
+        print(f"| **geomean** | {t} | | | | | | | **{gm(r['ort']):.2f}** | **{gm(r['ov']):.2f}** |")
     return 0
 
 

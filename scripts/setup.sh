@@ -35,3 +35,8 @@ if ! python3 -c "import onnxruntime" >/dev/null 2>&1; then
   echo "setup: installing onnxruntime (pip)"
   python3 -m pip install --quiet onnxruntime numpy || echo "setup: onnxruntime not installed; kiln bench --compare will be unavailable"
 fi
+# OpenVINO, the second anchor of `kiln bench --compare` (CPU plugin, LATENCY hint, f32).
+if ! python3 -c "import openvino" >/dev/null 2>&1; then
+  echo "setup: installing openvino (pip)"
+  python3 -m pip install --quiet openvino || echo "setup: openvino not installed; kiln bench --compare will run without it"
+fi

@@ -1,9 +1,9 @@
 // kiln bench: latency of the compiled model (median and min over --runs after --warmup).
 // --kernels adds each kernel's median time, compulsory bytes, achieved GB/s and, for kernels
 // without a contraction, the share of the machine's probed bandwidth (src/analysis).
-// --compare runs kiln fused, kiln --no-fusion and ONNX Runtime (bench/ort_runner.py, driven over a
-// pipe) interleaved in one loop on the same inputs and thread count, so machine noise hits all
-// three alike, and prints the ratios.
+// --compare runs kiln fused, kiln --no-fusion, ONNX Runtime and OpenVINO (when installed; each peer
+// in its own bench/peer_runner.py process, driven over a pipe) in alternating blocks of runs on the
+// same inputs and thread count, so machine noise hits all alike, and prints the ratios.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,16 +41,16 @@ double time_ms(const std::function<void()>& f) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// ONNX Runtime driven over pipes (bench/ort_runner.py).
-class OrtRunner {
+// A peer runtime (ONNX Runtime, OpenVINO) in its own process, driven over pipes
+// (bench/peer_runner.py): "block N" runs N inferences and answers their times.
+class PeerRunner {
  public:
-  OrtRunner(const std::string& model, int threads, const TensorMap& inputs, const std::string& tmpdir) {
-    std::vector<std::string> args = {python(), script(), model, std::to_string(threads)};
-    for (const auto& [name, t] : inputs) {
-      std::string path = (fs::path(tmpdir) / (std::to_string(args.size()) + ".npy")).string();
-      write_npy(path, t);
-      args.push_back(name + "=" + path);
-    }
+  // `required`: a peer that cannot start is an error; otherwise missing() says why it is absent.
+  PeerRunner(const std::string& engine, const std::string& model, int threads, const std::vector<std::string>& feeds,
+             bool required)
+      : engine_(engine) {
+    std::vector<std::string> args = {python(), script(), engine, model, std::to_string(threads)};
+    args.insert(args.end(), feeds.begin(), feeds.end());
     int to_child[2], from_child[2];
     if (pipe(to_child) || pipe(from_child)) user_error("--compare: cannot create pipes");
     pid_ = fork();
@@ -71,10 +71,14 @@ class OrtRunner {
     in_ = fdopen(to_child[1], "w");
     out_ = fdopen(from_child[0], "r");
     std::string first = line();
-    if (first.rfind("ready", 0) != 0) user_error("--compare: ONNX Runtime failed: ", first);
-    version_ = first.size() > 6 ? first.substr(6) : "?";
+    if (first.rfind("ready", 0) == 0) {
+      version_ = first.size() > 6 ? first.substr(6) : "?";
+      return;
+    }
+    missing_ = first.rfind("missing ", 0) == 0 ? first.substr(8) : first;
+    if (required || first.rfind("missing ", 0) != 0) user_error("--compare: ", engine, " failed: ", missing_);
   }
-  ~OrtRunner() {
+  ~PeerRunner() {
     if (in_) {
       std::fputs("quit\n", in_);
       std::fclose(in_);
@@ -82,42 +86,57 @@ class OrtRunner {
     if (out_) std::fclose(out_);
     if (pid_ > 0) waitpid(pid_, nullptr, 0);
   }
-  double run() {
-    std::fputs("run\n", in_);
+  bool available() const { return missing_.empty(); }
+  const std::string& missing() const { return missing_; }
+  std::vector<double> block(int n) {
+    std::fprintf(in_, "block %d\n", n);
     std::fflush(in_);
     std::string l = line();
+    std::vector<double> ms;
     try {
-      return std::stod(l);
+      size_t pos = 0;
+      while (pos < l.size()) {
+        size_t used = 0;
+        ms.push_back(std::stod(l.substr(pos), &used));
+        pos += used;
+        while (pos < l.size() && l[pos] == ' ') ++pos;
+      }
     } catch (const std::exception&) {
-      user_error("--compare: ONNX Runtime failed: ", l);
+      user_error("--compare: ", engine_, " failed: ", l);
     }
+    if (int(ms.size()) != n) user_error("--compare: ", engine_, " failed: ", l);
+    return ms;
   }
   const std::string& version() const { return version_; }
 
  private:
   std::string line() {
     char buf[4096];
-    if (!std::fgets(buf, sizeof buf, out_)) return "error ONNX Runtime process ended";
-    std::string s(buf);
+    std::string s;
+    while (std::fgets(buf, sizeof buf, out_)) {
+      s += buf;
+      if (!s.empty() && s.back() == '\n') break;
+    }
+    if (s.empty()) return "error the " + engine_ + " process ended";
     while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
     return s;
   }
   static std::string python() {
-    const char* p = std::getenv("KILN_ORT_PYTHON");
+    const char* p = std::getenv("KILN_PEER_PYTHON");
     return p ? p : "python3";
   }
   static std::string script() {
-    const char* s = std::getenv("KILN_ORT_RUNNER");
+    const char* s = std::getenv("KILN_PEER_RUNNER");
     if (s) return s;
     // The runner lives in the source tree next to the build directory the binary came from.
-    for (fs::path p : {fs::path(KILN_SOURCE_DIR) / "bench/ort_runner.py", fs::path("bench/ort_runner.py")})
+    for (fs::path p : {fs::path(KILN_SOURCE_DIR) / "bench/peer_runner.py", fs::path("bench/peer_runner.py")})
       if (fs::exists(p)) return p.string();
-    user_error("--compare: bench/ort_runner.py not found (set KILN_ORT_RUNNER)");
+    user_error("--compare: bench/peer_runner.py not found (set KILN_PEER_RUNNER)");
   }
+  std::string engine_, version_, missing_;
   pid_t pid_ = -1;
   FILE* in_ = nullptr;
   FILE* out_ = nullptr;
-  std::string version_;
 };
 
 // Per-kernel report of --kernels.
@@ -212,12 +231,6 @@ int cmd_bench(const std::vector<std::string>& argv) {
   int runs = int(a.get_int("runs", 20)), warmup = int(a.get_int("warmup", 3));
   if (runs < 1 || warmup < 0) user_error("--runs must be >= 1 and --warmup >= 0");
   if (a.has("kernels") && a.has("compare")) user_error("--kernels and --compare do not combine (run them one at a time)");
-  // Interleaved with ONNX Runtime (whose spinning is switched off), kiln's OpenMP workers must not
-  // spin long either, or each side would steal the cores the other's next run needs; but sleeping
-  // at once (OMP_WAIT_POLICY=PASSIVE) makes every kernel pay a thread wake-up. A short spin (about
-  // a hundred microseconds) keeps the workers warm between one run's kernels only. libgomp reads
-  // this when the first kernel module loads, so it is set before any is built; a user's value wins.
-  if (a.has("compare")) setenv("GOMP_SPINCOUNT", "100000", /*overwrite=*/0);
   auto g = load_model(model, a, pipeline_options(a), /*lower=*/true);
   TensorMap inputs = analysis::fill_inputs(*g, analysis::read_input_specs(a.all("input")));
   runtime::BuildOptions bo = build_options(a);
@@ -267,41 +280,82 @@ int cmd_bench(const std::vector<std::string>& argv) {
   CallerBuffers fio(*fused, inputs), uio(*unfused, inputs);
   std::string tmp = (fs::temp_directory_path() / ("kiln_bench_" + std::to_string(getpid()))).string();
   fs::create_directories(tmp);
-  Stats sk, su, so;
-  std::string ort_version;
+  // Every system in its own process as shipped (kiln here, each peer in bench/peer_runner.py),
+  // in blocks of runs, the order of the blocks rotating every round, with a pause after each block
+  // so that no side's spinning worker threads are still holding a core when the next one starts.
+  // Medians over all runs of each system.
+  Stats sk, su, so, sv;
+  std::string ort_version, ov_version, ov_missing;
+  constexpr int kBlock = 5;
+  constexpr auto kPause = std::chrono::milliseconds(50);
   try {
-    OrtRunner ort(fs::absolute(model).string(), threads, inputs, tmp);
-    ort_version = ort.version();
-    for (int i = 0; i < warmup; ++i) {
-      fio.run(*fused);
-      uio.run(*unfused);
-      ort.run();
+    std::vector<std::string> feeds;
+    for (const auto& [name, t] : inputs) {
+      std::string path = (fs::path(tmp) / (std::to_string(feeds.size()) + ".npy")).string();
+      write_npy(path, t);
+      feeds.push_back(name + "=" + path);
     }
-    // Interleaved: one run of each per round, so drift and noise affect all three alike; the
-    // order rotates every round so none always follows the same neighbour.
-    for (int i = 0; i < runs; ++i)
-      for (int j = 0; j < 3; ++j) switch ((i + j) % 3) {
-          case 0: sk.ms.push_back(time_ms([&] { fio.run(*fused); })); break;
-          case 1: su.ms.push_back(time_ms([&] { uio.run(*unfused); })); break;
-          default: so.ms.push_back(ort.run()); break;
-        }
+    const std::string abs_model = fs::absolute(model).string();
+    PeerRunner ort("onnxruntime", abs_model, threads, feeds, /*required=*/true);
+    PeerRunner ov("openvino", abs_model, threads, feeds, /*required=*/false);
+    ort_version = ort.version();
+    ov_version = ov.version();
+    ov_missing = ov.missing();
+    auto kiln_block = [&](CallerBuffers& io, runtime::Executable& ex, int n) {
+      std::vector<double> ms;
+      for (int r = 0; r < n; ++r) ms.push_back(time_ms([&] { io.run(ex); }));
+      return ms;
+    };
+    const int systems = ov.available() ? 4 : 3;
+    auto run_block = [&](int who, int n, bool keep) {
+      std::vector<double> ms;
+      switch (who) {
+        case 0: ms = kiln_block(fio, *fused, n); break;
+        case 1: ms = kiln_block(uio, *unfused, n); break;
+        case 2: ms = ort.block(n); break;
+        default: ms = ov.block(n); break;
+      }
+      if (keep) {
+        Stats& s = who == 0 ? sk : who == 1 ? su : who == 2 ? so : sv;
+        s.ms.insert(s.ms.end(), ms.begin(), ms.end());
+      }
+      std::this_thread::sleep_for(kPause);
+    };
+    for (int w = 0; w < systems; ++w) run_block(w, std::max(warmup, 1), false);
+    for (int done = 0, round = 0; done < runs; done += kBlock, ++round) {
+      const int n = std::min(kBlock, runs - done);
+      for (int j = 0; j < systems; ++j) run_block((round + j) % systems, n, true);
+    }
   } catch (...) {
     fs::remove_all(tmp);
     throw;
   }
   fs::remove_all(tmp);
+  const bool have_ov = !sv.ms.empty();
   if (a.has("json")) {
     std::printf("{\"threads\": %d, \"runs\": %d, \"kiln\": {\"median_ms\": %.4f, \"min_ms\": %.4f}, "
                 "\"kiln_no_fusion\": {\"median_ms\": %.4f, \"min_ms\": %.4f}, \"onnxruntime\": {\"version\": \"%s\", "
-                "\"median_ms\": %.4f, \"min_ms\": %.4f}}\n",
+                "\"median_ms\": %.4f, \"min_ms\": %.4f}, \"openvino\": ",
                 threads, runs, sk.median(), sk.min(), su.median(), su.min(), ort_version.c_str(), so.median(), so.min());
+    if (have_ov)
+      std::printf("{\"version\": \"%s\", \"median_ms\": %.4f, \"min_ms\": %.4f}}\n", ov_version.c_str(), sv.median(),
+                  sv.min());
+    else
+      std::printf("null}\n");
     return 0;
   }
-  std::printf("%s, %d threads, %d interleaved runs (medians; min in brackets)\n", model.c_str(), threads, runs);
+  std::printf("%s, %d threads, %d runs each in alternating blocks of %d (medians; min in brackets)\n", model.c_str(),
+              threads, runs, kBlock);
   std::printf("  kiln fused       %9.3f ms  [%8.3f]  %d kernels\n", sk.median(), sk.min(), fused->plan().kernel_count());
   std::printf("  kiln --no-fusion %9.3f ms  [%8.3f]  %d kernels\n", su.median(), su.min(), unfused->plan().kernel_count());
   std::printf("  onnxruntime %-5s %8.3f ms  [%8.3f]\n", ort_version.c_str(), so.median(), so.min());
-  std::printf("  fused / unfused = %.2f, kiln / onnxruntime = %.2f\n", sk.median() / su.median(), sk.median() / so.median());
+  if (have_ov)
+    std::printf("  openvino %-8s %8.3f ms  [%8.3f]\n", ov_version.c_str(), sv.median(), sv.min());
+  else
+    std::printf("  openvino: not run (%s)\n", ov_missing.c_str());
+  std::printf("  fused / unfused = %.2f, kiln / onnxruntime = %.2f", sk.median() / su.median(), sk.median() / so.median());
+  if (have_ov) std::printf(", kiln / openvino = %.2f", sk.median() / sv.median());
+  std::printf("\n");
   return 0;
 }
 
