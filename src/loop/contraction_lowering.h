@@ -115,6 +115,16 @@ class ContractionLowering {
   GemmView conv_view();
   bool implicit_conv() const;
   GemmView implicit_conv_view();
+  GemmView staged_im2col_view();
+  struct PhasePlanes {
+    BufferPtr buffer;
+    int64_t slots = 0, hq = 0, wq = 0, plane = 0;
+    std::vector<int64_t> slot_of;  // per kernel position
+    Stmt fill;
+  };
+  PhasePlanes stage_phase_planes();
+  BufferPtr pack_constant_weights(const Value* w, const PanelLayout& layout);
+  void conv_weights_and_stores(GemmView& g, const Value* w, const PanelLayout& layout, int64_t line, int64_t valid);
 
   // Row kernels whose rows are the columns of one GEMM per batch: a MatMul's last axis (LayerNorm,
   // softmax; A and B read in place, B a plain [K, N] matrix, so all output rows form one GEMM) or

@@ -110,17 +110,9 @@ void ContractionLowering::pack_constant_b(GemmOperand& op, const Value* b, int64
       for (const Value* in : m->inputs())
         if (in == b) return;  // another member reads it row-major
   if (c_->input(0) == b) return;  // X · X
-  const BufferPtr old = L_.input_buffers_.at(b);
-  auto it = std::find(k_.inputs.begin(), k_.inputs.end(), old);
-  KILN_CHECK(it != k_.inputs.end(), "packed operand is not a kernel input");
-  const PanelLayout layout = PanelLayout::row_major(1, k, n, sched_.contraction.nr);
-  auto packed = std::make_shared<Buffer>(Buffer{old->name, DType::Float32, {layout.packed_numel()}, Scope::Global});
-  *it = packed;
-  L_.input_buffers_[b] = packed;
-  k_.packed_inputs.push_back({size_t(it - k_.inputs.begin()), layout});
-  op.buffer = packed;
+  op.buffer = pack_constant_weights(b, PanelLayout::row_major(1, k, n, sched_.contraction.nr));
   op.base = [](const std::vector<Expr>&) { return int_imm(0); };
-  op.panel_nr = layout.nr;
+  op.panel_nr = sched_.contraction.nr;
 }
 
 // The epilogue as the tiled nest needs it: the group's stores at `point` from the accumulator.
@@ -307,19 +299,38 @@ GemmView ContractionLowering::conv_view() {
 // are staged; the fused prologue (a value computed in the group) is evaluated there once. A 1x1,
 // stride-1, unpadded conv of a kernel input reads the input itself. K runs in another order than
 // the reference's, so strict numerics (Schedule::reorder_sums false) keep the im2col form below.
+//
+// With few input channels (a 3-channel stem: a kernel position's segment would be 3 terms, and
+// the micro-kernel would load and store its accumulators every 3 multiply-adds) the staging is
+// instead the transposed im2col, one row per k = (ci, ky, kx) in the reference's order, holding the
+// input each output position reads for that k: A(p, k) = staged[k · M + p], uniform over all of K
+// (one segment, any numerics). Each staged row is a vectorised copy of shifted input rows, once
+// per call — not a gather per tile — stored in blocks of the tile's M block (128 positions × K) so
+// that a tile's K rows lie within a few pages (row-major over all positions, every k of a tile was
+// another page: ResNet's stem 1.8 -> 2.3 ms).
+namespace {
+
+// Kernel position `kpos` (a loop expression) → the constant table[kpos], as a chain of selects.
+Expr table_lookup(const Expr& kpos, const std::vector<int64_t>& table) {
+  Expr r = int_imm(table.back());
+  for (size_t i = table.size() - 1; i-- > 0;) r = select(binary(BinOp::Eq, kpos, int_imm(int64_t(i))), int_imm(table[i]), r);
+  return r;
+}
+
+}  // namespace
+
 bool ContractionLowering::implicit_conv() const {
-  if (!sched_.reorder_sums || c_->op_type() != "Conv" || group_ != 1 || geo_.rank() != 2) return false;
+  if (c_->op_type() != "Conv" || group_ != 1 || geo_.rank() != 2) return false;
+  const int64_t c = c_->input(0)->shape()[1], ks = geo_.kernel[0] * geo_.kernel[1];
+  if (!sched_.reorder_sums && !(c < 16 && ks > 1)) return false;
   const Value* w = c_->input(1);
   if (!is_group_input(w) || !w->is_constant() || w->dtype() != DType::Float32 || c_->input(0) == w) return false;
   for (const Node* m : grp_.nodes)
     if (m != c_)
       for (const Value* in : m->inputs())
         if (in == w) return false;
-  // Output channels fill the micro-kernel's columns (fewer would run mostly zero columns), and a
-  // kernel position's segment of K (the input channels) is long enough to amortise the
-  // micro-kernel's accumulator loads and stores (a 3-channel stem conv stays on im2col).
-  const int64_t c = c_->input(0)->shape()[1], ks = geo_.kernel[0] * geo_.kernel[1];
-  return w->shape()[0] >= sched_.contraction.nr && (ks == 1 || c >= 16) && shape_numel(c_->input(0)->shape()) > 0;
+  // Output channels fill the micro-kernel's columns (fewer would run mostly zero columns).
+  return w->shape()[0] >= sched_.contraction.nr && shape_numel(c_->input(0)->shape()) > 0;
 }
 
 GemmView ContractionLowering::implicit_conv_view() {
@@ -330,65 +341,34 @@ GemmView ContractionLowering::implicit_conv_view() {
   const int64_t kh = geo_.kernel[0], kw = geo_.kernel[1], sy = geo_.stride[0], sx = geo_.stride[1];
   const int64_t dy = geo_.dilation[0], dx = geo_.dilation[1], pt = geo_.pad_begin[0], pl = geo_.pad_begin[1];
   const int64_t cout = w->shape()[0], ks = kh * kw;
-  // The padded input every window reads: hp × wp; per phase hq × wq.
+  // The padded input every window reads: hp × wp.
   const int64_t hp = (ho - 1) * sy + (kh - 1) * dy + 1, wp = (wo - 1) * sx + (kw - 1) * dx + 1;
-  const int64_t hq = (hp + sy - 1) / sy, wq = (wp + sx - 1) / sx;
+  if (c < 16 && ks > 1) return staged_im2col_view();
   const bool direct = is_group_input(x) && ks == 1 && sy == 1 && sx == 1 && pt == 0 && pl == 0 && hp == h && wp == wd;
-  // The phases read, in order of first use, each given a slot of the staged buffer.
-  std::vector<std::pair<int64_t, int64_t>> phases;
-  std::vector<int64_t> slot_of(static_cast<size_t>(ks), 0);
-  for (int64_t ky = 0; ky < kh; ++ky)
-    for (int64_t kx = 0; kx < kw; ++kx) {
-      std::pair<int64_t, int64_t> ph{(ky * dy) % sy, (kx * dx) % sx};
-      auto at = std::find(phases.begin(), phases.end(), ph);
-      if (at == phases.end()) at = phases.insert(phases.end(), ph);
-      slot_of[size_t(ky * kw + kx)] = int64_t(at - phases.begin());
-    }
-  const int64_t nph = int64_t(phases.size()), plane = direct ? h * wd : hq * wq, rs = direct ? wd : wq;
+  const PhasePlanes ph = direct ? PhasePlanes{} : stage_phase_planes();
+  const int64_t nph = direct ? 1 : ph.slots, plane = direct ? h * wd : ph.plane, rs = direct ? wd : ph.wq;
   GemmView g;
   g.batch = {nb};
   g.m = (ho - 1) * rs + wo;
   g.n = cout;
   g.k = ks * c;
   g.k_segment = c;
-  BufferPtr src = direct ? L_.input_buffers_.at(x) : nullptr;
+  BufferPtr src = direct ? L_.input_buffers_.at(x) : ph.buffer;
   if (!direct) {
-    // Plane (n, ci, slot) at ((n · c + ci) · nph + slot) · plane; row r of phase (py, px) is padded
-    // row r · sy + py (input row r · sy + py - pt), zero outside the input.
-    const int64_t total = nb * c * nph * plane;
-    src = std::make_shared<Buffer>(Buffer{"kiln_xph", DType::Float32, {total}, Scope::Local});
-    g.staging_locals.push_back(src);
-    std::vector<Stmt> per_phase;
-    const Expr t = var("kiln_xt"), r = var("kiln_xy"), q = var("kiln_xx");
-    const Expr n = div_floor(t, int_imm(c)), ch = mod(t, int_imm(c));
-    for (int64_t sl = 0; sl < nph; ++sl) {
-      const auto [py, px] = phases[size_t(sl)];
-      const Expr y = sub(add(mul(r, int_imm(sy)), int_imm(py)), int_imm(pt));
-      const Expr xx = sub(add(mul(q, int_imm(sx)), int_imm(px)), int_imm(pl));
-      const Expr inside =
-          binary(BinOp::And, binary(BinOp::And, binary(BinOp::Ge, y, int_imm(0)), binary(BinOp::Lt, y, int_imm(h))),
-                 binary(BinOp::And, binary(BinOp::Ge, xx, int_imm(0)), binary(BinOp::Lt, xx, int_imm(wd))));
-      Expr val = to_compute(L_.value_at(x, Index::from_dims(xs, {n, ch, clamp(y, 0, h - 1), clamp(xx, 0, wd - 1)})));
-      val = select(inside, val, float_imm(0));
-      const Expr at = add(mul(add(mul(add(mul(t, int_imm(nph)), int_imm(sl)), int_imm(hq)), r), int_imm(wq)), q);
-      per_phase.push_back(for_loop("kiln_xy", int_imm(hq), {for_loop("kiln_xx", int_imm(wq), {store(src, at, val)}, ForKind::Vectorized)}));
-    }
-    const bool par = nb * c > 1 && total >= (int64_t(1) << 16);
-    g.staging.push_back(for_loop("kiln_xt", int_imm(nb * c), std::move(per_phase), par ? ForKind::Parallel : ForKind::Serial));
+    g.staging_locals.push_back(ph.buffer);
+    g.staging.push_back(ph.fill);
   }
+  std::vector<int64_t> slot_of = direct ? std::vector<int64_t>(size_t(ks), 0) : ph.slot_of;
   g.a.buffer = src;
   g.a.stride_r = 1;
   g.a.stride_c = nph * plane;
   g.a.segment_base = [=](const std::vector<Expr>& bt, Expr s) {
-    // Kernel position s = (ky, kx): its phase slot and offset within the phase plane, from tables
+    // Kernel position s = (ky, kx): its phase slot and offset within the phase plane, from a table
     // (the segment index is a loop variable).
-    Expr off = int_imm(0);
-    for (int64_t kpos = ks; kpos-- > 0;) {
-      const int64_t ky = kpos / kw, kx = kpos % kw;
-      const int64_t o = slot_of[size_t(kpos)] * plane + ((ky * dy) / sy) * rs + (kx * dx) / sx;
-      off = kpos == ks - 1 ? int_imm(o) : select(binary(BinOp::Eq, s, int_imm(kpos)), int_imm(o), off);
-    }
-    return add(mul(bt[0], int_imm(c * nph * plane)), off);
+    std::vector<int64_t> offset(static_cast<size_t>(ks), 0);
+    for (int64_t kpos = 0; kpos < ks; ++kpos)
+      offset[size_t(kpos)] = slot_of[size_t(kpos)] * plane + ((kpos / kw) * dy / sy) * rs + (kpos % kw) * dx / sx;
+    return add(mul(bt[0], int_imm(c * nph * plane)), table_lookup(s, offset));
   };
   // In place and prepacked: the operands have no per-element value to pack.
   g.a.value = [](const std::vector<Expr>&, Expr, Expr) -> Expr { refuse("implicit conv: A is read in place"); };
@@ -400,23 +380,143 @@ GemmView ContractionLowering::implicit_conv_view() {
   layout.outer_stride = 1;
   layout.col_stride = c * ks;
   layout.batch_stride = 0;
+  // Rows are lines (output rows) of rs positions, the first wo of them outputs.
+  conv_weights_and_stores(g, w, layout, rs, wo);
+  return g;
+}
+
+// The conv input staged into zero-padded phase planes (implicit_conv_view's comment): plane
+// (n, ci, slot) at ((n · c + ci) · slots + slot) · plane; row r of phase (py, px) is padded row
+// r · sy + py (input row r · sy + py − pt); kernel position kpos reads slot slot_of[kpos] at offset
+// (⌊ky·dy / sy⌋, ⌊kx·dx / sx⌋). Only the phases some kernel position reads are staged.
+ContractionLowering::PhasePlanes ContractionLowering::stage_phase_planes() {
+  const Value* x = c_->input(0);
+  const Shape& xs = x->shape();
+  const int64_t nb = xs[0], c = xs[1], h = geo_.in[0], wd = geo_.in[1], ho = geo_.out[0], wo = geo_.out[1];
+  const int64_t kh = geo_.kernel[0], kw = geo_.kernel[1], sy = geo_.stride[0], sx = geo_.stride[1];
+  const int64_t dy = geo_.dilation[0], dx = geo_.dilation[1], pt = geo_.pad_begin[0], pl = geo_.pad_begin[1];
+  const int64_t hp = (ho - 1) * sy + (kh - 1) * dy + 1, wp = (wo - 1) * sx + (kw - 1) * dx + 1;
+  PhasePlanes r;
+  r.hq = (hp + sy - 1) / sy;
+  r.wq = (wp + sx - 1) / sx;
+  r.plane = r.hq * r.wq;
+  std::vector<std::pair<int64_t, int64_t>> phases;
+  r.slot_of.assign(size_t(kh * kw), 0);
+  for (int64_t ky = 0; ky < kh; ++ky)
+    for (int64_t kx = 0; kx < kw; ++kx) {
+      std::pair<int64_t, int64_t> ph{(ky * dy) % sy, (kx * dx) % sx};
+      auto at = std::find(phases.begin(), phases.end(), ph);
+      if (at == phases.end()) at = phases.insert(phases.end(), ph);
+      r.slot_of[size_t(ky * kw + kx)] = int64_t(at - phases.begin());
+    }
+  r.slots = int64_t(phases.size());
+  const int64_t total = nb * c * r.slots * r.plane;
+  r.buffer = std::make_shared<Buffer>(Buffer{"kiln_xph", DType::Float32, {total}, Scope::Local});
+  std::vector<Stmt> per_phase;
+  const Expr t = var("kiln_xt"), row = var("kiln_xy"), q = var("kiln_xx");
+  const Expr n = div_floor(t, int_imm(c)), ch = mod(t, int_imm(c));
+  for (int64_t sl = 0; sl < r.slots; ++sl) {
+    const auto [py, px] = phases[size_t(sl)];
+    const Expr y = sub(add(mul(row, int_imm(sy)), int_imm(py)), int_imm(pt));
+    const Expr xx = sub(add(mul(q, int_imm(sx)), int_imm(px)), int_imm(pl));
+    const Expr inside =
+        binary(BinOp::And, binary(BinOp::And, binary(BinOp::Ge, y, int_imm(0)), binary(BinOp::Lt, y, int_imm(h))),
+               binary(BinOp::And, binary(BinOp::Ge, xx, int_imm(0)), binary(BinOp::Lt, xx, int_imm(wd))));
+    Expr val = to_compute(L_.value_at(x, Index::from_dims(xs, {n, ch, clamp(y, 0, h - 1), clamp(xx, 0, wd - 1)})));
+    val = select(inside, val, float_imm(0));
+    const Expr at = add(mul(add(mul(add(mul(t, int_imm(r.slots)), int_imm(sl)), int_imm(r.hq)), row), int_imm(r.wq)), q);
+    per_phase.push_back(
+        for_loop("kiln_xy", int_imm(r.hq), {for_loop("kiln_xx", int_imm(r.wq), {store(r.buffer, at, val)}, ForKind::Vectorized)}));
+  }
+  const bool par = nb * c > 1 && total >= (int64_t(1) << 16);
+  r.fill = for_loop("kiln_xt", int_imm(nb * c), std::move(per_phase), par ? ForKind::Parallel : ForKind::Serial);
+  return r;
+}
+
+
+// implicit_conv() with few input channels: A is the transposed im2col, staged once per call.
+GemmView ContractionLowering::staged_im2col_view() {
+  const Value* x = c_->input(0);
+  const Value* w = c_->input(1);
+  const Shape& xs = x->shape();
+  const int64_t nb = xs[0], c = xs[1], ho = geo_.out[0], wo = geo_.out[1];
+  const int64_t kh = geo_.kernel[0], kw = geo_.kernel[1];
+  const int64_t cout = w->shape()[0], ks = kh * kw, m = ho * wo, kk = c * ks;
+  const int64_t mr = std::max(1, sched_.contraction.mr), mb = std::max<int64_t>(mr, (128 / mr) * mr);
+  const int64_t blocks = (m + mb - 1) / mb;
+  GemmView g;
+  g.batch = {nb};
+  g.m = m;
+  g.n = cout;
+  g.k = kk;
+  g.m_block = mb;
+  // Position p = y · wo + x of image n, term k: staged[((n · blocks + p / mb) · K + k) · mb + p % mb]
+  // = the input (n, ci, y·sy + ky·dy − pt, x·sx + kx·dx − pl), 0 in the padding.
+  auto staged = std::make_shared<Buffer>(Buffer{"kiln_xcol", DType::Float32, {nb * blocks * kk * mb}, Scope::Local});
+  g.staging_locals.push_back(staged);
+  // From the phase planes: row k = (ci, ky, kx) of image n is, per output row y, the contiguous
+  // run of phase row y + ⌊ky·dy / sy⌋ from column ⌊kx·dx / sx⌋.
+  const PhasePlanes ph = stage_phase_planes();
+  g.staging_locals.push_back(ph.buffer);
+  g.staging.push_back(ph.fill);
+  const int64_t dy = geo_.dilation[0], dx = geo_.dilation[1], sy = geo_.stride[0], sx = geo_.stride[1];
+  std::vector<int64_t> offset(static_cast<size_t>(ks), 0);
+  for (int64_t kpos = 0; kpos < ks; ++kpos)
+    offset[size_t(kpos)] = ph.slot_of[size_t(kpos)] * ph.plane + ((kpos / kw) * dy / sy) * ph.wq + (kpos % kw) * dx / sx;
+  const Expr t = var("kiln_xt"), y = var("kiln_xy"), xo = var("kiln_xx");
+  const Expr n = div_floor(t, int_imm(kk)), k = mod(t, int_imm(kk));
+  std::vector<Stmt> row = {let("kiln_xn", n), let("kiln_xc", div_floor(k, int_imm(ks))),
+                           let("kiln_xo", add(mul(add(mul(var("kiln_xn"), int_imm(c)), var("kiln_xc")), int_imm(ph.slots * ph.plane)),
+                                              table_lookup(mod(k, int_imm(ks)), offset)))};
+  const Expr val = load(ph.buffer, add(var("kiln_xo"), add(mul(y, int_imm(ph.wq)), xo)));
+  const Expr p = add(mul(y, int_imm(wo)), xo);
+  const Expr at = add(mul(add(mul(add(mul(var("kiln_xn"), int_imm(blocks)), div_floor(p, int_imm(mb))), int_imm(kk)), k),
+                          int_imm(mb)),
+                      mod(p, int_imm(mb)));
+  row.push_back(for_loop("kiln_xy", int_imm(ho), {for_loop("kiln_xx", int_imm(wo), {store(staged, at, val)}, ForKind::Vectorized)}));
+  const bool par = nb * kk > 1 && nb * kk * m >= (int64_t(1) << 16);
+  g.staging.push_back(for_loop("kiln_xt", int_imm(nb * kk), std::move(row), par ? ForKind::Parallel : ForKind::Serial));
+  g.a.buffer = staged;
+  g.a.base = [blocks, kk, mb](const std::vector<Expr>& bt) { return mul(bt[0], int_imm(blocks * kk * mb)); };
+  g.a.stride_r = 1;
+  g.a.stride_c = mb;
+  g.a.m_block_stride = kk * mb;
+  g.a.value = [](const std::vector<Expr>&, Expr, Expr) -> Expr { refuse("staged im2col: A is read in place"); };
+  g.b.value = [](const std::vector<Expr>&, Expr, Expr) -> Expr { refuse("staged im2col: B is prepacked"); };
+  // B(k, co) = W[co][k]: the weights' own order.
+  PanelLayout layout = PanelLayout::row_major(1, kk, cout, sched_.contraction.nr);
+  layout.inner_rows = kk;
+  layout.inner_stride = 1;
+  layout.col_stride = kk;
+  layout.batch_stride = 0;
+  conv_weights_and_stores(g, w, layout, wo, wo);
+  return g;
+}
+
+// The implicit conv's B (the weights, packed in `layout`) and its stores: rows are output rows of
+// `line` positions, the first `valid` of them outputs, columns the output channels.
+void ContractionLowering::conv_weights_and_stores(GemmView& g, const Value* w, const PanelLayout& layout, int64_t line,
+                                                  int64_t valid) {
+  g.b.buffer = pack_constant_weights(w, layout);
+  g.b.base = [](const std::vector<Expr>&) { return int_imm(0); };
+  g.b.panel_nr = layout.nr;
+  g.line = line;
+  g.line_valid = valid;
+  g.line_epilogue = [this](const std::vector<Expr>& bt, Expr y, Expr x, Expr j, Expr acc) {
+    return tile_stores(Index::from_dims(out_shape_, {bt[0], j, std::move(y), std::move(x)}), acc, j);
+  };
+}
+
+// Replaces kernel input `w` (a constant) by its packing in `layout` (LoopKernel::packed_inputs).
+BufferPtr ContractionLowering::pack_constant_weights(const Value* w, const PanelLayout& layout) {
   const BufferPtr old = L_.input_buffers_.at(w);
   auto it = std::find(k_.inputs.begin(), k_.inputs.end(), old);
-  KILN_CHECK(it != k_.inputs.end(), "conv weights are not a kernel input");
+  KILN_CHECK(it != k_.inputs.end(), "packed weights are not a kernel input");
   auto packed = std::make_shared<Buffer>(Buffer{old->name, DType::Float32, {layout.packed_numel()}, Scope::Global});
   *it = packed;
   L_.input_buffers_[w] = packed;
   k_.packed_inputs.push_back({size_t(it - k_.inputs.begin()), layout});
-  g.b.buffer = packed;
-  g.b.base = [](const std::vector<Expr>&) { return int_imm(0); };
-  g.b.panel_nr = layout.nr;
-  // Rows are lines (output rows) of rs positions, the first wo of them outputs.
-  g.line = rs;
-  g.line_valid = wo;
-  g.line_epilogue = [this, wo, cout](const std::vector<Expr>& bt, Expr y, Expr x, Expr j, Expr acc) {
-    return tile_stores(Index::from_dims(out_shape_, {bt[0], j, std::move(y), std::move(x)}), acc, j);
-  };
-  return g;
+  return packed;
 }
 
 // The im2col panel of a conv whose input is a plain buffer, without per-element div/mod: per

@@ -43,6 +43,9 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   // rows × nr columns of accumulators (16 KiB) stay in L1 beside the B panel while every K block
   // passes over them (256 rows: ResNet's 3x3 convs with 64-channel K segments 5 % slower).
   int64_t mc = std::min<int64_t>(v.m, std::max<int64_t>(mr, (128 / mr) * mr));
+  KILN_CHECK(!v.a.m_block_stride || (v.m_block > 0 && v.m_block % mr == 0 && v.a.buffer && !v.a.segment_base),
+             "tiled GEMM: a blocked A needs the view's M block, a multiple of mr");
+  if (v.m_block > 0) mc = std::min(v.m, v.m_block);
   const int64_t ntiles_n = ceil_div(v.n, nr);
   // A packed A (a computed operand: a prologue such as LayerNorm's tail, a remap) is packed once
   // per tile and K block; with one column tile per tile it would be recomputed N / nr times. So a
@@ -140,7 +143,9 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
                      add(mul(add(var("kiln_m0"), r), int_imm(v.a.stride_r)), mul(var("kiln_ks"), int_imm(v.a.stride_c))));
       return {address(v.a.buffer, off), int_imm(v.a.stride_r), int_imm(v.a.stride_c)};
     }
-    Expr off = add(v.a.base(batch), add(mul(add(var("kiln_m0"), r), int_imm(v.a.stride_r)), mul(k0v, int_imm(v.a.stride_c))));
+    const Expr row0 = v.a.m_block_stride ? mul(var("kiln_mb"), int_imm(v.a.m_block_stride))
+                                         : mul(var("kiln_m0"), int_imm(v.a.stride_r));
+    Expr off = add(v.a.base(batch), add(add(row0, mul(r, int_imm(v.a.stride_r))), mul(k0v, int_imm(v.a.stride_c))));
     return {address(v.a.buffer, off), int_imm(v.a.stride_r), int_imm(v.a.stride_c)};
   };
   auto b_args = [&]() -> std::vector<Expr> {

@@ -37,6 +37,9 @@ struct GemmOperand {
   // GemmView::k_segment terms (a conv's kernel positions); segment_base(batch, s) is the offset of
   // A(0, s · k_segment), and A(i, k) = segment_base + i · stride_r + (k mod k_segment) · stride_c.
   std::function<Expr(const std::vector<Expr>& batch, Expr segment)> segment_base;
+  // A only, read in place: the operand is stored in blocks of GemmView::m_block rows, block mb at
+  // base + mb · m_block_stride, row r of a block at r · stride_r (0: not blocked).
+  int64_t m_block_stride = 0;
   // B only: the buffer holds B in the micro-kernel's panel layout (panel_layout.h) with panels of
   // panel_nr columns (the schedule's nr); base(b) is the batch's offset, strides are unused.
   int64_t panel_nr = 0;
@@ -69,6 +72,9 @@ struct GemmView {
   std::function<std::vector<TileStore>(const std::vector<Expr>& batch, Expr i, Expr j, Expr acc)> epilogue;
   // K blocks never straddle a multiple of k_segment (0: no segments); see GemmOperand::segment_base.
   int64_t k_segment = 0;
+  // The M block (rows per tile) the operands were laid out for (0: the schedule's choice); a
+  // multiple of the micro-kernel's mr.
+  int64_t m_block = 0;
   // Optional, instead of `epilogue`: the rows are lines of `line` rows of which the first
   // `line_valid` are outputs (a conv's positions over a padded plane: the padding columns are
   // computed to keep A's row stride uniform, not stored). The epilogue then walks, per column,

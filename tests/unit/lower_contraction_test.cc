@@ -313,6 +313,10 @@ std::vector<ConvCase> implicit_conv_cases() {
 )", "%x: f32[2,20,6,7]", "%y", {{"w", {48, 20, 1, 1}}}},
       {"ic_pointwise_in_place", R"(  %y: f32[1,32,3,5] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name="conv"
 )", "%x: f32[1,16,3,5]", "%y", {{"w", {32, 16, 1, 1}}, {"b", {32}}}},
+      // Few input channels (a stem): the staged transposed im2col instead of K segments.
+      {"ic_stem_im2col", R"(  %c: f32[2,40,6,5] = Conv(%x, %w, %b) {kernel_shape=[7,7], pads=[3,3,3,3], strides=[2,2]} name="conv"
+  %y: f32[2,40,6,5] = Relu(%c) name="relu"
+)", "%x: f32[2,3,11,9]", "%y", {{"w", {40, 3, 7, 7}}, {"b", {40}}}},
   };
 }
 
@@ -348,9 +352,13 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
         auto lg = sp ? loop::lower_group(grp, "ic", *sp) : loop::lower_group(grp, c.name + "_" + grp.name);
         ASSERT_TRUE(lg.kernel) << lg.reason;
         const std::string nest = loop::print_kernel(*lg.kernel);
-        // The implicit form: weights packed from their [Cout][Cin][kh][kw] order, K in segments.
+        // The implicit form: weights packed from their [Cout][Cin][kh][kw] order, K in segments
+        // (or, with few channels, the staged transposed im2col).
         EXPECT_NE(nest.find("packed: panels of"), std::string::npos) << nest;
-        EXPECT_NE(nest.find("K in segments of"), std::string::npos) << nest;
+        if (c.name == "ic_stem_im2col")
+          EXPECT_NE(nest.find("kiln_xcol"), std::string::npos) << nest;
+        else
+          EXPECT_NE(nest.find("K in segments of"), std::string::npos) << nest;
         EXPECT_EQ(nest.find("kiln_bpack"), std::string::npos) << "no im2col panel: " << nest;
         auto got = testing::interpret_group(*lg.kernel, grp, values);
         for (size_t o = 0; o < got.size(); ++o)
