@@ -512,6 +512,11 @@ BufferPtr ContractionLowering::pack_constant_weights(const Value* w, const Panel
   const BufferPtr old = L_.input_buffers_.at(w);
   auto it = std::find(k_.inputs.begin(), k_.inputs.end(), old);
   KILN_CHECK(it != k_.inputs.end(), "packed weights are not a kernel input");
+  for (const PackedInput& p : k_.packed_inputs)
+    if (p.input == size_t(it - k_.inputs.begin())) {  // packed already (a second nest of the kernel)
+      KILN_CHECK(p.layout == layout, "weights packed in two layouts");
+      return old;
+    }
   auto packed = std::make_shared<Buffer>(Buffer{old->name, DType::Float32, {layout.packed_numel()}, Scope::Global});
   *it = packed;
   L_.input_buffers_[w] = packed;

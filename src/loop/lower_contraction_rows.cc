@@ -347,19 +347,30 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const std::vector<std::p
     for (auto& st : per_row) row_body.push_back(st);
   }
   const BufferPtr a = L_.input_buffers_.at(c_->input(conv ? 1 : 0));
-  // B: in place (MatMul weights; a 1x1 conv's input image) or the packed im2col panel, whose rows
-  // (and the accumulator rows) are padded to whole column tiles of zeros so that every
-  // micro-kernel call is a full tile.
+  // B: MatMul weights packed once into the micro-kernel's panels (pack_constant_b), else in place
+  // (MatMul activations; a 1x1 conv's input image) or the packed im2col panel, whose rows (and the
+  // accumulator rows) are padded to whole column tiles of zeros so that every micro-kernel call is
+  // a full tile.
   const bool pointwise = !conv || conv_in_place();
-  BufferPtr b = pointwise ? L_.input_buffers_.at(c_->input(conv ? 0 : 1))
-                          : std::make_shared<Buffer>(Buffer{"kiln_bpack", DType::Float32, {k * ld}, Scope::Local});
+  GemmOperand weights;
+  if (!conv && is_group_input(c_->input(1))) pack_constant_b(weights, c_->input(1), k, n);
+  const bool panels = weights.panel_nr > 0;
+  BufferPtr b = panels      ? weights.buffer
+                : pointwise ? L_.input_buffers_.at(c_->input(conv ? 0 : 1))
+                            : std::make_shared<Buffer>(Buffer{"kiln_bpack", DType::Float32, {k * ld}, Scope::Local});
   const Expr b_base = pointwise && conv ? mul(var("kiln_tr_img"), int_imm(k * n)) : int_imm(0);
-  // The micro-kernel on rows [r, r + rows_e) of the block and columns [j0, j0 + cols).
+  // K blocks of kc: the B panel of a block (kc x nr) stays in L1 while the block's row tiles reuse
+  // it (one block over K = 3072 streamed 393 KiB of B per row tile: the encoder's FFN2 + LayerNorm
+  // ran at 32 GFLOP/s).
+  const int64_t kc = std::clamp<int64_t>(sched_.contraction.kc, 1, std::max<int64_t>(k, 1));
+  const Expr k0 = mul(var("kiln_tr_kb"), int_imm(kc)), kcv = var("kiln_tr_kc");
+  // The micro-kernel on rows [r, r + rows_e) of the block, columns [j0, j0 + cols), K block k0.
   auto mk = [&](Expr rows_e, Expr cols, Expr j0, Expr r) {
+    Expr b_at = panels ? add(mul(j0, int_imm(k)), mul(k0, int_imm(nr))) : add(b_base, add(mul(k0, int_imm(ld)), j0));
     return call_stmt(kernels::kMicroKernelF32,
-                     {std::move(rows_e), std::move(cols), int_imm(k),
-                      address(a, mul(add(var("kiln_tr_first"), r), int_imm(k))), int_imm(k), int_imm(1),
-                      address(b, add(b_base, j0)), int_imm(ld), address(acc, add(mul(r, int_imm(ld)), j0)), int_imm(ld)});
+                     {std::move(rows_e), std::move(cols), kcv,
+                      address(a, add(mul(add(var("kiln_tr_first"), r), int_imm(k)), k0)), int_imm(k), int_imm(1),
+                      address(b, b_at), int_imm(panels ? nr : ld), address(acc, add(mul(r, int_imm(ld)), j0)), int_imm(ld)});
   };
   std::vector<Stmt> in_acc;
   in_acc.push_back(for_loop("kiln_tr_z", int_imm(mb * ld), {store(acc, var("kiln_tr_z"), float_imm(0))}, ForKind::Vectorized));
@@ -368,9 +379,11 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const std::vector<std::p
   const Expr j0 = mul(var("kiln_tr_jt"), int_imm(nr)), r0 = mul(var("kiln_tr_rt"), int_imm(mr));
   const Expr full = div_floor(var("kiln_tr_count"), int_imm(mr)), rest = mul(full, int_imm(mr));
   auto panel = [&](Expr cols, Expr jj) {
-    return std::vector<Stmt>{
+    std::vector<Stmt> kblock = {
+        let("kiln_tr_kc", binary(BinOp::Min, int_imm(kc), sub(int_imm(k), k0))),
         for_loop("kiln_tr_rt", full, {mk(int_imm(mr), cols, jj, r0)}),
         if_then(binary(BinOp::Lt, rest, var("kiln_tr_count")), {mk(sub(var("kiln_tr_count"), rest), cols, jj, rest)})};
+    return std::vector<Stmt>{for_loop("kiln_tr_kb", int_imm((k + kc - 1) / kc), std::move(kblock))};
   };
   in_acc.push_back(for_loop("kiln_tr_jt", int_imm(ld / nr), panel(int_imm(nr), j0)));
   if (ld % nr)
@@ -422,7 +435,8 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const std::vector<std::p
                       : for_loop("kiln_tr_img", int_imm(nb), std::move(per_batch), big ? ForKind::Parallel : ForKind::Serial);
   if (nb == 1) body = block({let("kiln_tr_img", int_imm(0)), body});
   return {comment(cat("tiled rows: ", nb, " x [", m, " x ", k, "] * [", k, " x ", n, "], ", mb,
-                      " rows per block, micro-kernel ", mr, "x", nr, pointwise ? "" : ", B packed per batch")),
+                      " rows per block, micro-kernel ", mr, "x", nr, ", K block ", kc,
+                      panels ? ", B prepacked" : pointwise ? "" : ", B packed per batch")),
           body};
 }
 

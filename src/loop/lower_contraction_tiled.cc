@@ -46,7 +46,7 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   KILN_CHECK(!v.a.m_block_stride || (v.m_block > 0 && v.m_block % mr == 0 && v.a.buffer && !v.a.segment_base),
              "tiled GEMM: a blocked A needs the view's M block, a multiple of mr");
   if (v.m_block > 0) mc = std::min(v.m, v.m_block);
-  const int64_t ntiles_n = ceil_div(v.n, nr);
+  const int64_t ntiles_n = ceil_div(v.n, nr), nbatch0 = shape_numel(v.batch);
   // A packed A (a computed operand: a prologue such as LayerNorm's tail, a remap) is packed once
   // per tile and K block; with one column tile per tile it would be recomputed N / nr times. So a
   // tile then spans a panel of q column tiles (ideally all of N) and reuses its packed A for each,
@@ -59,6 +59,15 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
     int64_t rows = std::max<int64_t>(mr, (budget / (ntiles_n * nr)) / mr * mr);
     mc = std::min(mc, rows);
     q = std::clamp<int64_t>(budget / (mc * nr), 1, ntiles_n);
+  } else if (!pack_a && !v.b.packer && ntiles_n > 1 && mc * v.k * int64_t(sizeof(float)) > s.contraction.a_reuse_bytes) {
+    // An in-place A whose M block (mc × K) does not stay in L2 was streamed from L3 once per
+    // column tile; a panel of q column tiles reads each K block of it once for all q (the
+    // encoder's FFN2, [128 x 3072] x [3072 x 768]: A is 1.5 MiB). Rows stay mc; the panel's
+    // accumulators within rows_block_bytes; at least 4 tiles remain for the threads.
+    const int64_t budget = std::max<int64_t>(s.rows_block_bytes / int64_t(sizeof(float)), mr * nr);
+    const int64_t mblocks0 = nbatch0 * ceil_div(v.m, mc);
+    const int64_t keep = std::max<int64_t>(1, ceil_div(4, mblocks0));  // column panels needed for 4 tiles
+    q = std::clamp<int64_t>(std::min(budget / (mc * nr), ntiles_n / keep), 1, ntiles_n);
   }
   const int64_t nc = q * nr;  // columns of a tile's accumulators
   const int64_t mblocks = ceil_div(v.m, mc), ntiles = ceil_div(v.n, nc);

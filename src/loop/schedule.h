@@ -16,6 +16,9 @@ struct ContractionTile {
   int mr = 8;
   int nr = 32;
   int64_t kc = 256;
+  // An in-place A's M block (rows × K) up to this size is re-read from L2 for every column tile;
+  // beyond it a tile spans a panel of column tiles (lower_contraction_tiled.cc). Half the L2.
+  int64_t a_reuse_bytes = 512 * 1024;
 };
 
 // Row pipelines (chains of MatMuls such as attention and MLPs, lower_contraction_chain.cc).

@@ -243,6 +243,8 @@ TEST(LowerContraction, TiledIsBitIdenticalToUntiled) {
   std::vector<Case> cs = {
       {"mm_remainders", R"(  %y: f32[2,13,19] = MatMul(%x, %w) name="mm"
 )", "%x: f32[2,13,11], %w: f32[11,19]", "%y"},
+      {"mm_wide_in_place", R"(  %y: f32[37,60] = MatMul(%x, %w) name="mm"
+)", "%x: f32[37,11], %w: f32[11,60]", "%y"},
       {"mm_prologue_a", R"(  %t: f32[9,7] = Transpose(%x) {perm=[1,0]} name="tr"
   %y: f32[9,10] = MatMul(%t, %w) name="mm"
 )", "%x: f32[7,9], %w: f32[7,10]", "%y"},
@@ -267,15 +269,19 @@ TEST(LowerContraction, TiledIsBitIdenticalToUntiled) {
       // Panels narrower than N: accumulators for 2 rows x 2 column tiles only.
       loop::Schedule narrow = small;
       narrow.rows_block_bytes = 2 * 2 * 8 * 4;
-      for (const loop::Schedule* sp : {&small, &dflt, &narrow}) {
+      // An in-place A too big to re-read per column tile: tiles span panels of column tiles.
+      loop::Schedule a_panels = small;
+      a_panels.contraction.a_reuse_bytes = 1;
+      a_panels.rows_block_bytes = 37 * 2 * 8 * 4;  // 2 column tiles of 8 per panel
+      for (const loop::Schedule* sp : {&small, &dflt, &narrow, &a_panels}) {
         const loop::Schedule& sched = *sp;
         auto tiled = loop::lower_group(grp, "t", sched), plain = loop::lower_group(grp, "p", untiled());
         ASSERT_TRUE(tiled.kernel && plain.kernel) << tiled.reason << plain.reason;
         // Fewer output channels per group than mr (the depthwise case) stay untiled.
         if (sp != &dflt && c.name != "depthwise_clip")
           EXPECT_NE(loop::print_kernel(*tiled.kernel).find("kiln_mk_f32"), std::string::npos);
-        if (c.name == "mm_computed_a_panel" && sp != &dflt)  // the column loop of a panel
-          EXPECT_NE(loop::print_kernel(*tiled.kernel).find("kiln_q"), std::string::npos);
+        if ((c.name == "mm_computed_a_panel" && sp != &dflt) || (c.name == "mm_wide_in_place" && sp == &a_panels))
+          EXPECT_NE(loop::print_kernel(*tiled.kernel).find("kiln_q"), std::string::npos);  // the column loop of a panel
         auto a = testing::interpret_group(*tiled.kernel, grp, values),
              b = testing::interpret_group(*plain.kernel, grp, values);
         for (size_t o = 0; o < a.size(); ++o)
