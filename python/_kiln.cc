@@ -46,7 +46,11 @@ std::string dtype_name(nb::dlpack::dtype dt) {
 
 using Array = nb::ndarray<nb::device::cpu>;
 
+// Row-major and dense, as numpy's C_CONTIGUOUS flag (strides of size-1 axes, and every stride of
+// an empty array, do not matter).
 bool c_contiguous(const Array& a) {
+  for (size_t i = 0; i < a.ndim(); ++i)
+    if (a.shape(i) == 0) return true;
   int64_t expect = 1;
   for (size_t i = a.ndim(); i-- > 0;) {
     if (a.shape(i) != 1 && a.stride(i) != expect) return false;
