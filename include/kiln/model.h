@@ -68,8 +68,9 @@ struct ModelOptions {
   bool fusion = true;         // false: one kernel per op
   bool use_cache = true;      // compiled-kernel cache ($XDG_CACHE_HOME/kiln)
   std::string target;         // fusion target description ("" = default)
-  // No FMA contraction and the reference summation order (ModelOptions -> BuildOptions in one
-  // function, apply_strict_fp in src/api/model.cc). false: kiln's default numerics.
+  // The reference executor's exact float operations and order (no FMA, no reduction lanes):
+  // results bit-identical to it, as `kiln run --strict-fp`. false: kiln's default numerics (FMA,
+  // lane sums, vectorised exp/erf; within 1e-4 of the reference).
   bool strict_fp = false;
   // Called during compile() with the step being done and its position, e.g. ("lowering", 3, 40)
   // for the kernels, then ("compiling", 40, 40) while the C compiler runs (the long step).

@@ -71,8 +71,9 @@ def compile(path_or_bytes, threads=None, input_shapes=None, strict_fp=False, dev
     """Compiles an ONNX model (a path, or the serialized model as bytes) into a :class:`Model`.
 
     threads: kernel threads (None: every hardware thread). input_shapes: {name: dims} fixing
-    symbolic input dimensions (kiln compiles static shapes). strict_fp: no FMA contraction, the
-    reference summation order. device: "cpu" (the only backend). fusion=False: one kernel per op.
+    symbolic input dimensions (kiln compiles static shapes). strict_fp: the reference executor's
+    exact float operations and order (outputs bit-identical to it; default: FMA and lane sums,
+    within 1e-4). device: "cpu" (the only backend). fusion=False: one kernel per op.
     cache=False: do not use the compiled-kernel cache. progress: True/False/None (None: a bar on a
     terminal; KILN_PROGRESS=0 turns it off)."""
     shapes = _check_options(threads, device, input_shapes)

@@ -33,8 +33,9 @@ class InferenceSession:
     """Compiles the model once; run() executes it.
 
     path_or_bytes: an .onnx path or the serialized model. threads: kernel threads (None: all).
-    input_shapes: {name: dims} for symbolic input dimensions. strict_fp: no FMA contraction, the
-    reference summation order. device: "cpu". providers: accepted for onnxruntime compatibility;
+    input_shapes: {name: dims} for symbolic input dimensions. strict_fp: outputs bit-identical to
+    kiln's reference executor (no FMA, its summation order). device: "cpu". providers: accepted
+    for onnxruntime compatibility;
     only "CPUExecutionProvider" is available. Further keywords go to kiln.compile (fusion, cache,
     target, progress)."""
 

@@ -4,7 +4,6 @@
 #include "kiln/model.h"
 
 #include <cstdio>
-#include <cstring>
 
 #include "api/model_impl.h"
 #include "frontend/onnx/onnx_import.h"
@@ -16,15 +15,6 @@ namespace kiln {
 
 namespace {
 TensorInfo info_of(const Value* v) { return {v->name(), std::string(dtype_name(v->dtype())), v->shape()}; }
-
-// `kiln run`'s BuildOptions::emit/compile for --strict-fp, in one place so that it can be pointed
-// at runtime::BuildOptions' own strict-fp switch when that lands: no FMA contraction in the
-// emitted C and none by the C compiler. (Today this equals kiln's default, which may change to FMA.)
-void apply_strict_fp(runtime::BuildOptions& bo) {
-  bo.emit.allow_fma_contraction = false;
-  for (auto& f : bo.compile.flags)
-    if (f.rfind("-ffp-contract=", 0) == 0) f = "-ffp-contract=off";
-}
 
 // Splits the Executable's progress messages ("lowering kernel 3/40", "compiling 40 kernels with
 // cc"; src/runtime/executable.cc) into (step, done, total) for ModelOptions::progress.
@@ -82,7 +72,7 @@ Model Model::compile(const std::string& onnx_path, const ModelOptions& opts) {
     if (!t) throw Error("unknown target '" + opts.target + "'", Error::Kind::Usage);
     bo.fusion.target = *t;
   }
-  if (opts.strict_fp) apply_strict_fp(bo);
+  bo.strict_fp = opts.strict_fp;  // `kiln run --strict-fp`: Executable::build applies it (with_numerics)
 
   std::unique_ptr<Graph> g;
   try {
@@ -123,7 +113,7 @@ const std::vector<TensorInfo>& Model::inputs() const { return impl_->inputs; }
 const std::vector<TensorInfo>& Model::outputs() const { return impl_->outputs; }
 int Model::kernel_count() const { return impl_->exe->plan().kernel_count(); }
 int Model::threads() const { return impl_->exe_threads(); }
-const std::vector<std::string>& Model::compile_flags() const { return impl_->build.compile.flags; }
+const std::vector<std::string>& Model::compile_flags() const { return impl_->exe->options().compile.flags; }
 
 int Model::Impl::exe_threads() const {
   return build.threads > 0 ? build.threads : int(std::max(1u, std::thread::hardware_concurrency()));

@@ -85,8 +85,9 @@ void Model::save_bundle(const std::string& dir) const {
     runtime::AotOptions ao;
     ao.model_path = impl_->path;
     ao.threads = impl_->build.threads;
-    ao.compile = impl_->build.compile;
-    ao.emit = impl_->build.emit;
+    // The Makefile compiles with the JIT's flags in the build's numerics mode (as cmd_compile).
+    ao.compile = impl_->exe->options().compile;
+    ao.emit = impl_->exe->options().emit;
     try {
       bundle = runtime::make_aot_bundle(*impl_->exe, ao);
     } catch (const UserError& e) {
