@@ -19,14 +19,20 @@ namespace kiln {
 
 std::string Model::explain_json() const {
   try {
-    // As cmd_explain: the partition of the lowered graph, with the memory figures of the plan
-    // ordered for memory (the order the Executable runs).
+    // As cmd_explain: the partition of the lowered graph in the model's numerics mode, with the
+    // memory figures of the plan ordered for memory (the order the Executable runs).
     const Graph& g = impl_->exe->graph();
-    FusionPlan plan = partition(g, impl_->build.fusion);
+    FusionOptions fo = impl_->build.fusion;
+    const bool strict = impl_->build.strict_fp;
+    if (strict) {  // the plan under the strict schedule, as `kiln explain --strict-fp`
+      fo.schedule = fo.schedule_or_default();
+      fo.schedule->set_strict_numerics();
+    }
+    FusionPlan plan = partition(g, fo);
     FusionPlan ordered = plan;
     runtime::order_for_memory(g, ordered);
     runtime::MemoryPlan mp = runtime::plan_memory(g, ordered);
-    return kiln::explain_json(g, plan, ExplainExtras{mp.arena_bytes, mp.naive_bytes});
+    return kiln::explain_json(g, plan, ExplainExtras{mp.arena_bytes, mp.naive_bytes, strict});
   } catch (...) {
     rethrow_as_api_error(Phase::Report);
   }

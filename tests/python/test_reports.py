@@ -10,12 +10,12 @@ import pytest
 import kiln
 
 
-@pytest.mark.parametrize("name", ["demo", "mlp_ln"])
-def test_explain_is_the_cli_json(models_dir, kiln_cli, name):
+@pytest.mark.parametrize("name,strict", [("demo", False), ("mlp_ln", False), ("mlp_ln", True)])
+def test_explain_is_the_cli_json(models_dir, kiln_cli, name, strict):
     path = os.path.join(models_dir, name + ".onnx")
-    cli = json.loads(subprocess.run([kiln_cli, "explain", path, "--json"], capture_output=True, text=True,
-                                    check=True).stdout)
-    got = kiln.compile(path).explain()
+    cli = json.loads(subprocess.run([kiln_cli, "explain", path, "--json"] + (["--strict-fp"] if strict else []),
+                                    capture_output=True, text=True, check=True).stdout)
+    got = kiln.compile(path, strict_fp=strict).explain()
     # analysis_ms is the time the partitioner spent: the one field that differs between runs.
     for d in (cli, got):
         d.pop("analysis_ms")
