@@ -15,7 +15,7 @@ class UserError : public std::runtime_error {
 
 // A UserError for valid ONNX that kiln does not implement (an op, an op domain): the Python
 // package raises kiln.UnsupportedOp for it, so a caller can tell "kiln cannot" from "the model is
-// wrong". Add context with with_context(), which keeps the type.
+// wrong". Add context with rethrow_with_context(), which keeps the type.
 class UnsupportedError : public UserError {
  public:
   explicit UnsupportedError(const std::string& msg) : UserError(msg) {}
