@@ -10,8 +10,12 @@ all: build
 setup:
 	@scripts/setup.sh
 
+# ccache, when installed (scripts/setup.sh installs it): rebuilds are cheaper, and the Python wheel
+# test (python_wheel) reuses the objects of this build instead of compiling the library again.
+CCACHE_LAUNCHER := $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+
 $(BUILD_DIR)/CMakeCache.txt:
-	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release $(CCACHE_LAUNCHER) >/dev/null
 
 build: $(BUILD_DIR)/CMakeCache.txt
 	cmake --build $(BUILD_DIR) -j $(JOBS)

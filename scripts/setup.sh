@@ -11,6 +11,7 @@ APT_PACKAGES=(
   python3-onnx python3-numpy
   python3-torch python3-torchvision
   graphviz
+  ccache
 )
 
 missing=()
@@ -39,4 +40,14 @@ fi
 if ! python3 -c "import openvino" >/dev/null 2>&1; then
   echo "setup: installing openvino (pip)"
   python3 -m pip install --quiet openvino || echo "setup: openvino not installed; kiln bench --compare will run without it"
+fi
+
+# The Python package (python/, docs/python.md): its build dependencies (nanobind, scikit-build-core)
+# and pytest, for the default python3, the one CMake builds the extension for. Installed here so
+# that the package's tests, including the offline `pip wheel --no-build-isolation` one, need no
+# network at test time.
+if ! python3 -c "import nanobind, scikit_build_core, pytest, onnx, onnxruntime, numpy" >/dev/null 2>&1; then
+  echo "setup: installing nanobind, scikit-build-core, pytest, onnx (pip)"
+  python3 -m pip install --quiet nanobind scikit-build-core pytest onnx onnxruntime numpy \
+    || echo "setup: Python build dependencies not installed; the Python package kiln will not be built"
 fi

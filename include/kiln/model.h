@@ -8,9 +8,12 @@
 //   const float* logits = out.at("output").f32();
 //
 // Errors (bad model, wrong input shape, compiler failure) throw kiln::Error with a one-line
-// message. This header is small and stable on purpose: it exposes nothing of kiln's IR.
+// message (the one the CLI prints after "kiln: error: ") and a kind() saying which it is. This
+// header is small and stable on purpose: it exposes nothing of kiln's IR. The Python package
+// (python/, docs/python.md) is a thin binding of exactly this interface.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -21,7 +24,18 @@ namespace kiln {
 
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  enum class Kind {
+    Model,          // the model or an input is wrong (malformed file, bad shape, wrong input name)
+    UnsupportedOp,  // valid ONNX that kiln does not implement (an op or an op domain)
+    Compile,        // code generation or the C compiler failed
+    Usage,          // the API was called wrongly (an option, a bundle destination)
+    Internal,       // a kiln bug (a broken invariant); the message says which
+  };
+  explicit Error(const std::string& msg, Kind kind = Kind::Model) : std::runtime_error(msg), kind_(kind) {}
+  Kind kind() const { return kind_; }
+
+ private:
+  Kind kind_;
 };
 
 // Element types by their short names: "f32", "f64", "f16", "bf16", "i8", "i16", "i32", "i64",
@@ -54,6 +68,19 @@ struct ModelOptions {
   bool fusion = true;         // false: one kernel per op
   bool use_cache = true;      // compiled-kernel cache ($XDG_CACHE_HOME/kiln)
   std::string target;         // fusion target description ("" = default)
+  // The reference executor's exact float operations and order (no FMA, no reduction lanes):
+  // results bit-identical to it, as `kiln run --strict-fp`. false: kiln's default numerics (FMA,
+  // lane sums, vectorised exp/erf; within 1e-4 of the reference).
+  bool strict_fp = false;
+  // Called during compile() with the step being done and its position, e.g. ("lowering", 3, 40)
+  // for the kernels, then ("compiling", 40, 40) while the C compiler runs (the long step).
+  std::function<void(const std::string& step, int done, int total)> progress;
+};
+
+// What Model::roofline measures.
+struct RooflineOptions {
+  int runs = 10, warmup = 2;
+  bool compare_unfused = true;  // also build and time the --no-fusion executable (as `kiln roofline`)
 };
 
 class Model {
@@ -62,12 +89,24 @@ class Model {
   const std::vector<TensorInfo>& inputs() const;
   const std::vector<TensorInfo>& outputs() const;
   int kernel_count() const;
+  int threads() const;                              // the thread count kernels run with
+  const std::vector<std::string>& compile_flags() const;  // the C compiler's flags for this model
+  // Checks inputs by name, dtype and shape (the messages of `kiln run`, prefixed by the model path)
+  // and returns their data pointers in inputs() order, for run_into. Reads no data.
+  std::vector<const void*> bind(const std::map<std::string, TensorRef>& inputs) const;
   std::map<std::string, OutputTensor> run(const std::map<std::string, TensorRef>& inputs) const;
   // The allocation-free path: caller-owned buffers in inputs() / outputs() order, each dense
   // row-major with the declared dtype and shape (not checked: the caller sized them from
   // inputs()/outputs()). Generated kernels allocate nothing; intermediates live in the model's
   // arena, so one Model must not run on two threads at once.
   void run_into(const std::vector<const void*>& inputs, const std::vector<void*>& outputs) const;
+
+  // Reports (src/api/model_reports.cc): the fusion plan as `kiln explain --json` prints it; the
+  // roofline report as `kiln roofline --json` prints it (times the model on fixed-seed inputs;
+  // probes the machine once when no probe is cached); the AOT bundle `kiln compile -o DIR` writes.
+  std::string explain_json() const;
+  std::string roofline_json(const RooflineOptions& opts = {}) const;
+  void save_bundle(const std::string& dir) const;
 
  private:
   struct Impl;

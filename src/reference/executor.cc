@@ -8,7 +8,7 @@ namespace kiln {
 
 std::vector<Tensor> run_node(const Node& node, const std::vector<Tensor>& inputs) {
   const OpInfo* info = node.domain().empty() ? OpRegistry::global().find(node.op_type()) : nullptr;
-  if (!info) user_error(node.describe(), ": unsupported op");
+  if (!info) unsupported_error(node.describe(), ": unsupported op");
   std::vector<Tensor> outs;
   try {
     outs = info->kernel(node, inputs);
@@ -21,19 +21,24 @@ std::vector<Tensor> run_node(const Node& node, const std::vector<Tensor>& inputs
   return outs;
 }
 
-std::vector<const Tensor*> check_inputs(const Graph& g, const TensorMap& inputs) {
-  std::vector<const Tensor*> r;
+void check_input_types(const Graph& g, const std::map<std::string, TensorType>& inputs) {
   for (Value* in : g.inputs()) {
     auto it = inputs.find(in->name());
     if (it == inputs.end()) user_error("missing input '", in->name(), "' (", in->type().str(), ")");
-    const Tensor& t = it->second;
-    if (t.dtype() != in->dtype() || t.shape() != in->shape())
-      user_error("input '", in->name(), "' expects ", in->type().str(), ", got ",
-                 TensorType{t.dtype(), t.shape()}.str());
-    r.push_back(&t);
+    const TensorType& t = it->second;
+    if (t.dtype != in->dtype() || t.shape != in->shape())
+      user_error("input '", in->name(), "' expects ", in->type().str(), ", got ", t.str());
   }
   for (const auto& [name, t] : inputs)
     if (!g.find_value(name) || !g.find_value(name)->is_graph_input()) user_error("model has no input named '", name, "'");
+}
+
+std::vector<const Tensor*> check_inputs(const Graph& g, const TensorMap& inputs) {
+  std::map<std::string, TensorType> types;
+  for (const auto& [name, t] : inputs) types[name] = TensorType{t.dtype(), t.shape()};
+  check_input_types(g, types);
+  std::vector<const Tensor*> r;
+  for (Value* in : g.inputs()) r.push_back(&inputs.at(in->name()));
   return r;
 }
 

@@ -18,6 +18,9 @@ std::vector<Tensor> run_node(const Node& node, const std::vector<Tensor>& inputs
 // Checks that `inputs` holds exactly the graph's inputs with their declared dtypes and shapes
 // (UserError naming the input otherwise) and returns them in graph-input order.
 std::vector<const Tensor*> check_inputs(const Graph& g, const TensorMap& inputs);
+// The same check on types alone (the same messages), for callers whose inputs are buffers that
+// are not Tensors: the public API binds numpy arrays in place (include/kiln/model.h, Model::bind).
+void check_input_types(const Graph& g, const std::map<std::string, TensorType>& inputs);
 
 // Runs the whole graph. `inputs` maps graph-input names to tensors; each must match the declared
 // dtype and shape (a mismatch is a UserError naming the input). Returns graph outputs by name.

@@ -13,6 +13,20 @@ class UserError : public std::runtime_error {
   explicit UserError(const std::string& msg) : std::runtime_error(msg) {}
 };
 
+// A UserError for valid ONNX that kiln does not implement (an op, an op domain): the Python
+// package raises kiln.UnsupportedOp for it, so a caller can tell "kiln cannot" from "the model is
+// wrong". Add context with rethrow_with_context(), which keeps the type.
+class UnsupportedError : public UserError {
+ public:
+  explicit UnsupportedError(const std::string& msg) : UserError(msg) {}
+};
+
+// Rethrows `e` with `prefix` in front of its message, keeping its type (an UnsupportedError stays one).
+[[noreturn]] inline void rethrow_with_context(const std::string& prefix, const UserError& e) {
+  if (dynamic_cast<const UnsupportedError*>(&e)) throw UnsupportedError(prefix + e.what());
+  throw UserError(prefix + e.what());
+}
+
 class InternalError : public std::logic_error {
  public:
   explicit InternalError(const std::string& msg) : std::logic_error(msg) {}
@@ -38,6 +52,11 @@ std::string cat(const Args&... args) {
 template <class... Args>
 [[noreturn]] void user_error(const Args&... args) {
   throw UserError(cat(args...));
+}
+
+template <class... Args>
+[[noreturn]] void unsupported_error(const Args&... args) {
+  throw UnsupportedError(cat(args...));
 }
 
 }  // namespace kiln

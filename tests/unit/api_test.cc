@@ -34,7 +34,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string write_model(const fs::path& dir) {
+// x: f32[n,4] -> Relu -> `second_op` -> y.
+std::string write_model(const fs::path& dir, const char* second_op = "Exp") {
   onnx::ModelProto m;
   m.set_ir_version(8);
   auto* op = m.add_opset_import();
@@ -55,7 +56,7 @@ std::string write_model(const fs::path& dir) {
   n1->add_input("x");
   n1->add_output("r");
   auto* n2 = g->add_node();
-  n2->set_op_type("Exp");
+  n2->set_op_type(second_op);
   n2->add_input("r");
   n2->add_output("y");
   std::string p = (dir / "model.onnx").string();
@@ -95,6 +96,51 @@ TEST(PublicApi, CompileAndRun) {
   EXPECT_THROW(m.run_into({x.data(), x.data()}, outs), kiln::Error);
   EXPECT_THROW(m.run_into({nullptr}, outs), kiln::Error);
   EXPECT_THROW(kiln::Model::compile((dir / "missing.onnx").string()), kiln::Error);
+  fs::remove_all(dir);
+}
+
+// Each failure says what kind it is (the Python package maps kind() to its exception classes),
+// and bind() checks inputs with `kiln run`'s messages, prefixed by the model path.
+TEST(PublicApi, ErrorKindsAndBind) {
+  fs::path dir = fs::temp_directory_path() / ("kiln_api_kinds_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  setenv("XDG_CACHE_HOME", (dir / "cache").c_str(), 1);
+  auto kind_of = [](auto&& f) {
+    try {
+      f();
+    } catch (const kiln::Error& e) {
+      return e.kind();
+    }
+    ADD_FAILURE() << "no kiln::Error thrown";
+    return kiln::Error::Kind::Internal;
+  };
+  const std::string path = write_model(dir);
+  kiln::ModelOptions o;
+  o.input_shapes["x"] = {2, 4};
+  EXPECT_EQ(kind_of([&] { kiln::Model::compile(path); }), kiln::Error::Kind::Model);  // symbolic dim
+  EXPECT_EQ(kind_of([&] { kiln::Model::compile((dir / "missing.onnx").string(), o); }), kiln::Error::Kind::Model);
+  fs::create_directories(dir / "u");
+  const std::string unsupported = write_model(dir / "u", "NoSuchOp");
+  EXPECT_EQ(kind_of([&] { kiln::Model::compile(unsupported, o); }), kiln::Error::Kind::UnsupportedOp);
+  kiln::ModelOptions bad = o;
+  bad.threads = -1;
+  EXPECT_EQ(kind_of([&] { kiln::Model::compile(path, bad); }), kiln::Error::Kind::Usage);
+
+  kiln::Model m = kiln::Model::compile(path, o);
+  std::vector<float> x(8, 1.0f);
+  EXPECT_EQ(m.bind({{"x", kiln::TensorRef::f32(x.data(), {2, 4})}}), (std::vector<const void*>{x.data()}));
+  try {
+    m.bind({{"x", kiln::TensorRef::f32(x.data(), {4, 2})}});
+    ADD_FAILURE() << "a wrong shape was bound";
+  } catch (const kiln::Error& e) {
+    EXPECT_EQ(e.kind(), kiln::Error::Kind::Model);
+    EXPECT_EQ(std::string(e.what()), path + ": input 'x' expects f32[2,4], got f32[4,2]");
+  }
+  EXPECT_EQ(kind_of([&] { m.bind({}); }), kiln::Error::Kind::Model);
+  EXPECT_NE(m.explain_json().find("\"kernels\""), std::string::npos);
+  m.save_bundle((dir / "bundle").string());
+  EXPECT_TRUE(fs::exists(dir / "bundle" / "kiln_model.c"));
+  EXPECT_EQ(kind_of([&] { m.save_bundle((dir / "u").string()); }), kiln::Error::Kind::Usage);  // not empty
   fs::remove_all(dir);
 }
 

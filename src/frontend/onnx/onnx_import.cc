@@ -98,10 +98,10 @@ class Importer {
     for (int i = 0; i < nodes.size(); ++i) {
       const auto& n = nodes[i];
       std::string ctx = node_ctx(n, names_[size_t(i)], opset_);
-      if (!n.domain().empty() && n.domain() != "ai.onnx") user_error(ctx, ": unsupported op (domain '", n.domain(), "')");
+      if (!n.domain().empty() && n.domain() != "ai.onnx") unsupported_error(ctx, ": unsupported op (domain '", n.domain(), "')");
       if (opset_ < 0) user_error(ctx, ": the model imports no opset of the default ONNX domain");
       if (n.op_type() != "Constant" && !reg.find(n.op_type()) && !is_legacy_op(n.op_type()))
-        user_error(ctx, ": unsupported op");
+        unsupported_error(ctx, ": unsupported op");
       for (const auto& a : n.attribute())
         if (a.type() == onnx::AttributeProto::GRAPH || a.type() == onnx::AttributeProto::GRAPHS || a.has_g())
           user_error(ctx, ": unsupported attribute '", a.name(), "' (subgraphs are not supported)");
@@ -339,7 +339,7 @@ class Importer {
       try {
         for (Node* m : canonicalize_opset(g, n, opset_)) complete_types(g, m, known);
       } catch (const UserError& e) {
-        throw UserError(ctx + ": " + e.what());
+        rethrow_with_context(ctx + ": ", e);
       }
     }
     for (Value* v : g.values())
@@ -363,7 +363,7 @@ std::unique_ptr<Graph> import_onnx(const std::string& path, const ImportOptions&
   try {
     return Importer(path, opts).run();
   } catch (const UserError& e) {
-    throw UserError(path + ": " + e.what());
+    rethrow_with_context(path + ": ", e);
   }
 }
 
