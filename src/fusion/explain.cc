@@ -75,7 +75,7 @@ std::string explain_text(const Graph& g, const FusionPlan& plan, const ExplainEx
      << human_bytes(plan.intermediate_bytes_fused) << " fused\n";
   os << "estimated time: " << fmt(plan.est_us_unfused) << " us unfused -> " << fmt(plan.est_us_fused) << " us fused\n";
   os << (extras.strict_fp ? "numerics: strict (--strict-fp): the reference's float operations in its order, bit-identical\n"
-                          : "numerics: default: FMA in contractions and epilogues, reordered sums, kiln's exp/erf; within "
+                          : "numerics: default: FMA in contractions and epilogues, reordered sums, kiln's exp/erf/tanh; within "
                             "1e-4 of the reference (--strict-fp for its bits)\n");
   if (extras.arena_bytes >= 0)
     os << "memory: peak arena " << human_bytes(extras.arena_bytes) << " for " << human_bytes(extras.intermediate_sum_bytes)

@@ -236,6 +236,10 @@ std::string emit_unary(const ExprNode& e, Ctx ctx) {
       // Likewise kiln_erff (GELU's erf): within 2 ulp of the correctly rounded erf; float64 keeps libm.
       if (computes_in_float(t)) return "kiln_erff(" + a + ")";
       break;
+    case UnOp::Tanh:
+      // Likewise kiln_tanhf (tanh-GELU, Tanh): within 3 ulp of the correctly rounded tanh.
+      if (computes_in_float(t)) return "kiln_tanhf(" + a + ")";
+      break;
     default: break;
   }
   // The remaining ops are libm functions of the same name as the IR's.

@@ -15,6 +15,7 @@ namespace kiln::codegen::detail {
 //   kiln_isnan_S / kiln_isinf_S f32 f64, returning bool
 //   kiln_expf(float)            vectorisable exp for float32/float16/bfloat16, ≤ 1 ulp (not libm's bits)
 //   kiln_erff(float)            vectorisable erf for float32/float16/bfloat16, ≤ 1 ulp (not libm's bits)
+//   kiln_tanhf(float)           vectorisable tanh for float32/float16/bfloat16, ≤ 3 ulp (not libm's bits)
 // strict_fp: kiln_expf / kiln_erff call libm's expf / erff (the reference's bits) instead of the
 // vectorisable approximations.
 std::string c_prelude(bool strict_fp = false);
