@@ -53,8 +53,7 @@ void warn_library_kernels(const runtime::Executable& ex) {
 runtime::BuildOptions build_options(const Args& a) {
   runtime::BuildOptions o;
   o.fusion = fusion_options(a);
-  o.threads = int(a.get_int("threads", 0));
-  if (o.threads < 0) user_error("--threads must be positive");
+  o.threads = a.threads();
   o.compile.use_cache = !a.has("no-cache");
   // --fma: let the C compiler contract a*b+c into fused multiply-adds (one rounding instead of
   // two: results move off the reference's, within the 1e-4 contract). Off by default.
