@@ -3,7 +3,7 @@
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all build setup test demo clean conformance-report fuzz
+.PHONY: all build setup test demo clean conformance-report fuzz sanitize fuzz-import
 
 all: build
 
@@ -38,3 +38,17 @@ START ?= 0
 fuzz: build
 	/usr/bin/python3 tests/fuzz/run_fuzz.py --kiln $(BUILD_DIR)/kiln --start $(START) --count $(SEEDS) \
 	  --jobs $(JOBS) --keep $(BUILD_DIR)/fuzz-failures
+
+# Sanitizer stage (CI): kiln and the unit tests built with -fsanitize=address,undefined into
+# $(BUILD_DIR)-asan, the unit tests and a few models run under it (tests/sanitize/run.sh).
+sanitize:
+	@scripts/setup.sh
+	tests/sanitize/run.sh $(BUILD_DIR)-asan $(JOBS)
+
+# Importer fuzzer (libFuzzer, clang; tests/fuzz_import/README.md): SECONDS of fuzzing from the
+# libonnx-testdata seeds plus the corpus kept in $(BUILD_DIR)-fuzz/corpus. Crashes are written to
+# $(BUILD_DIR)-fuzz/artifacts; each one found becomes a file in tests/fuzz_import/regressions/.
+SECONDS ?= 60
+fuzz-import:
+	@scripts/setup.sh
+	tests/fuzz_import/run.sh $(BUILD_DIR)-fuzz $(SECONDS) $(JOBS)

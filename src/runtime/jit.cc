@@ -201,13 +201,11 @@ std::unique_ptr<JitModule> JitModule::build(const std::string& source, const Com
 
   const std::string sum_path = so_path + ".sum";
   if (opts.use_cache) {
-    // Only an object whose content matches the hash recorded when it was built is loaded, through
-    // the descriptor that was hashed; anything else (truncated, no record, another user's) is
-    // rebuilt below. A verified file that still fails to load (another libc) is rebuilt too.
-    int fd = -1;
-    if (jit_cache::verify_digest(so_path, sum_path, &fd)) {
-      m->handle_ = open_library("/proc/self/fd/" + std::to_string(fd));
-      ::close(fd);
+    // Only an object whose content matches the hash recorded when it was built is loaded; anything
+    // else (truncated, no record, another user's) is rebuilt below. A verified file that still
+    // fails to load (another libc) is rebuilt too.
+    if (jit_cache::verify_digest(so_path, sum_path)) {
+      m->handle_ = open_library(so_path);
       if (m->handle_) {
         m->cached_ = true;
         return m;

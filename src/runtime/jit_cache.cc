@@ -159,17 +159,14 @@ void record_digest(const std::string& object, const std::string& sum_path) {
   }
 }
 
-bool verify_digest(const std::string& object, const std::string& sum_path, int* fd_out) {
-  *fd_out = -1;
+bool verify_digest(const std::string& object, const std::string& sum_path) {
   Fd f(::open(object.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (f.fd < 0) return false;
   struct stat st;
   if (::fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) return false;
   const std::string want = read_small(sum_path);
   std::string got;
-  if (want.empty() || !digest_fd(f.fd, &got) || got != want) return false;
-  *fd_out = f.release();
-  return true;
+  return !want.empty() && digest_fd(f.fd, &got) && got == want;
 }
 
 void sweep_stale_temporaries(const std::string& dir) {

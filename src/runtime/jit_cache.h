@@ -25,10 +25,12 @@ std::string why_not_private(const std::string& dir);
 // Records `object`'s content hash in `sum_path` (atomically: written aside, renamed over).
 void record_digest(const std::string& object, const std::string& sum_path);
 
-// True when `object` is a regular file the user owns whose content hash is the one in `sum_path`.
-// `fd_out` receives an open descriptor on the verified file (load it through /proc/self/fd so that
-// what is loaded is what was hashed), or -1; the caller closes it.
-bool verify_digest(const std::string& object, const std::string& sum_path, int* fd_out);
+// True when `object` is a regular file (not a symlink) the user owns whose content hash is the one
+// in `sum_path`. The caller then loads it by its path: only the user can write the folder, and
+// files there are only ever replaced whole (rename), so the file loaded is the file checked.
+// (Loading through /proc/self/fd/N instead would be wrong: the dynamic loader matches objects by
+// name, and a later module opened under a reused descriptor number would get the earlier one.)
+bool verify_digest(const std::string& object, const std::string& sum_path);
 
 // Removes `dir`'s temporaries left by processes that no longer exist; once per folder per process.
 void sweep_stale_temporaries(const std::string& dir);

@@ -14,6 +14,8 @@ A row passes when:
   - for EXIT 1 the output folder holds no file;
   - the whole command's peak RSS (kiln and anything it started, from wait4) is at most 100 MB
     when every model the row names is under 1 KiB.
+A row whose NAME starts with "XFAIL " records a known defect: it must fail (so that the fix, when
+it comes, shows up as "XPASS" and fails the run until the marker is removed).
 """
 import os
 import re
@@ -114,10 +116,16 @@ def main():
                 if os.path.isdir(out) and os.listdir(out):
                     problems.append(f"files left in the output folder: {sorted(os.listdir(out))[:3]}")
             models = models_named(template, d)
-            if models and all(not os.path.exists(m) or os.path.getsize(m) < 1024 for m in models) and not timed_out:
+            # Under a sanitizer (KILN_SANITIZED) ASan's shadow memory makes RSS meaningless.
+            if not os.environ.get("KILN_SANITIZED") and models and all(not os.path.exists(m) or os.path.getsize(m) < 1024 for m in models) and not timed_out:
                 if rss > RSS_LIMIT_KB:
                     problems.append(f"peak RSS {rss // 1024} MB > {RSS_LIMIT_KB // 1024} MB for a model under 1 KiB")
             shown = (se.strip().splitlines() or so.strip().splitlines() or [""])[-1][:200]
+            if name.startswith("XFAIL "):
+                print(f"{'xfail' if problems else 'XPASS':5} {name}: {'; '.join(problems)[:200]}")
+                if not problems:
+                    failures.append((name, ["passed: the defect is fixed; remove XFAIL from the row"], se.strip()))
+                continue
             print(f"{'ok' if not problems else 'FAIL':4} {name}: {shown}")
             if problems:
                 failures.append((name, problems, se.strip()[-2000:]))
