@@ -39,16 +39,18 @@ fuzz: build
 	/usr/bin/python3 tests/fuzz/run_fuzz.py --kiln $(BUILD_DIR)/kiln --start $(START) --count $(SEEDS) \
 	  --jobs $(JOBS) --keep $(BUILD_DIR)/fuzz-failures
 
-# Sanitizer stage (CI): kiln and the unit tests built with -fsanitize=address,undefined into
-# $(BUILD_DIR)-asan, the unit tests and a few models run under it (tests/sanitize/run.sh).
+# Sanitizer stage (CI): kiln, the unit tests and the importer fuzzer built with clang and
+# -fsanitize=address,undefined into $(BUILD_DIR)-sanitize; the unit tests, the public models and the
+# bad-input table run under it (tests/sanitize/run.sh).
 sanitize:
 	@scripts/setup.sh
-	tests/sanitize/run.sh $(BUILD_DIR)-asan $(JOBS)
+	tests/sanitize/run.sh $(BUILD_DIR)-sanitize $(JOBS)
 
 # Importer fuzzer (libFuzzer, clang; tests/fuzz_import/README.md): SECONDS of fuzzing from the
-# libonnx-testdata seeds plus the corpus kept in $(BUILD_DIR)-fuzz/corpus. Crashes are written to
-# $(BUILD_DIR)-fuzz/artifacts; each one found becomes a file in tests/fuzz_import/regressions/.
+# libonnx-testdata seeds plus the corpus kept in $(BUILD_DIR)-sanitize/corpus (the sanitizer build).
+# Findings are written to $(BUILD_DIR)-sanitize/artifacts; each becomes a file in
+# tests/fuzz_import/regressions/.
 SECONDS ?= 60
 fuzz-import:
 	@scripts/setup.sh
-	tests/fuzz_import/run.sh $(BUILD_DIR)-fuzz $(SECONDS) $(JOBS)
+	tests/fuzz_import/run.sh $(BUILD_DIR)-sanitize $(SECONDS) $(JOBS)

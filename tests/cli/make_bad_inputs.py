@@ -137,6 +137,21 @@ save(model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [vi("x", [1
 # A graph input declaring 2^62 x 4 elements (its size overflows).
 save(relu(dims=(1 << 62, 4)), "input_dims_overflow.onnx")
 
+# Small nodes with large outputs (4 GiB each): typing them must not evaluate them.
+def shape_const(name, vals, t=np.int64):
+    return numpy_helper.from_array(np.array(vals, t), name)
+
+
+save(model([helper.make_node("ConstantOfShape", ["s"], ["y"], name="cos")], [vi("x", [1])], [vi("y", None)],
+           inits=[shape_const("s", [1 << 30])]), "constantofshape_4gib.onnx")
+save(model([helper.make_node("Expand", ["x", "s"], ["y"], name="expand")], [vi("x", [1])], [vi("y", None)],
+           inits=[shape_const("s", [1 << 30])]), "expand_4gib.onnx")
+save(model([helper.make_node("Tile", ["x", "s"], ["y"], name="tile")], [vi("x", [1])], [vi("y", None)],
+           inits=[shape_const("s", [1 << 30])]), "tile_4gib.onnx")
+save(model([helper.make_node("Range", ["a", "b", "c"], ["y"], name="range")], [vi("x", [1])], [vi("y", None)],
+           inits=[shape_const("a", 0.0, np.float32), shape_const("b", float(1 << 30), np.float32),
+                  shape_const("c", 1.0, np.float32)]), "range_4gib.onnx")
+
 # --- external data --------------------------------------------------------------------------------
 def ext(name, entries, dims=(3,)):
     w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=list(dims))

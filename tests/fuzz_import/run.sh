@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds kiln_import_fuzzer with clang (libFuzzer + ASan + UBSan) into BUILD_DIR and fuzzes the
+# Builds kiln_import_fuzzer with clang (libFuzzer + ASan + UBSan) in the sanitizer build BUILD_DIR and fuzzes the
 # ONNX importer for SECONDS. Usage: run.sh BUILD_DIR SECONDS [JOBS]
 #
 # Seeds: every .onnx of /usr/share/libonnx-testdata plus tests/fuzz_import/regressions (past
@@ -11,14 +11,7 @@ BUILD=${1:?build dir}
 SECS=${2:-60}
 JOBS=${3:-2}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
-CXX_FUZZ=${CXX_FUZZ:-clang++-14}
-CC_FUZZ=${CC_FUZZ:-clang-14}
-
-if [ ! -f "$BUILD/CMakeCache.txt" ]; then
-  launcher=()
-  if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-  CC=$CC_FUZZ CXX=$CXX_FUZZ cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKILN_FUZZ=ON "${launcher[@]}" >/dev/null
-fi
+"$SRC/tests/sanitize/configure.sh" "$BUILD"  # the sanitizer build (make sanitize) is this build
 cmake --build "$BUILD" -j "$JOBS" --target kiln_import_fuzzer
 
 mkdir -p "$BUILD/corpus" "$BUILD/artifacts" "$BUILD/seeds"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The CI sanitizer stage: kiln and its unit tests built with -fsanitize=address,undefined
-# (KILN_SANITIZE=ON) into BUILD_DIR, then run under it: every unit test, the public models
+# The CI sanitizer stage: kiln and its unit tests built with clang and -fsanitize=address,undefined
+# (KILN_SANITIZE=ON, tests/sanitize/configure.sh) into BUILD_DIR, then run under it: every unit test, the public models
 # (compiled with every kernel checked against the reference, so both executors run), the
 # bad-input table and the importer's fuzz regressions. Any ASan/UBSan/LSan report fails the stage.
 # Usage: run.sh BUILD_DIR [JOBS]. Prints the stage's wall time at the end.
@@ -10,12 +10,8 @@ JOBS=${2:-2}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 start=$(date +%s)
 
-if [ ! -f "$BUILD/CMakeCache.txt" ]; then
-  launcher=()
-  if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-  cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKILN_SANITIZE=ON "${launcher[@]}" >/dev/null
-fi
-cmake --build "$BUILD" -j "$JOBS" --target kiln kiln_unit_tests
+"$SRC/tests/sanitize/configure.sh" "$BUILD"
+cmake --build "$BUILD" -j "$JOBS" --target kiln kiln_unit_tests kiln_import_fuzzer
 built=$(date +%s)
 
 # halt_on_error / abort_on_error: the first report fails the command, so nothing is missed in a log.

@@ -76,21 +76,28 @@ int cmd_run(const std::vector<std::string>& argv) {
 
   // Read every input before doing any work, so a bad file is reported first and nothing is written.
   TensorMap inputs;
+  std::map<std::string, std::string> input_files;
   for (const auto& spec : a.all("input")) {
     size_t eq = spec.find('=');
     if (eq == std::string::npos || eq == 0) user_error("--input expects NAME=FILE.npy, got '", spec, "'");
     std::string name = spec.substr(0, eq);
     if (inputs.count(name)) user_error("--input '", name, "' is given twice");
-    inputs[name] = read_npy(spec.substr(eq + 1));
+    input_files[name] = spec.substr(eq + 1);
+    inputs[name] = read_npy(input_files[name]);
   }
   // Compiled code is the default; --reference runs the interpreter (the oracle), --fused-plan the
   // fusion plan with the reference kernels. --compiled is accepted (and means the default).
   const bool compiled = !a.has("reference") && !a.has("fused-plan");
   auto g = load_model(model, a, pipeline_options(a), /*lower=*/!a.has("reference"));
   for (const auto& [name, t] : inputs) {
-    bool found = false;
-    for (Value* v : g->inputs()) found = found || v->name() == name;
-    if (!found) user_error(model, ": --input names '", printable(name), "', which is not an input of the model");
+    const Value* in = nullptr;
+    for (Value* v : g->inputs())
+      if (v->name() == name) in = v;
+    if (!in) user_error(model, ": --input names '", printable(name), "', which is not an input of the model");
+    // Checked here too (the executors check again) so that the message names the file.
+    if (t.dtype() != in->dtype() || t.shape() != in->shape())
+      user_error(input_files[name], ": input '", printable(name), "' expects ", in->type().str(), ", got ",
+                 TensorType{t.dtype(), t.shape()}.str());
   }
   TensorMap outputs;
   try {

@@ -52,6 +52,14 @@ void record_known(const Node* n, const OpInfo& info, KnownValues& known) {
     args.push_back(*t);
   }
   if (elements > kMaxKnownElements) return;
+  // Nor are nodes whose outputs are large (ConstantOfShape, Expand, Tile, Range of a few known
+  // numbers): their outputs are typed by now, and evaluating them would allocate the full size.
+  int64_t out_elements = 0;
+  for (const Value* o : n->outputs()) {
+    if (!o || o->dtype() == DType::Undefined) return;
+    out_elements += shape_numel(o->shape());
+    if (out_elements > kMaxKnownElements) return;
+  }
   std::vector<Tensor> outs;
   try {
     outs = info.kernel(*n, args);

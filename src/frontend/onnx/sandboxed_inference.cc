@@ -51,7 +51,9 @@ ChildResult run_in_child(const onnx::ModelProto& model, const onnx::ShapeInferen
     for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP}) std::signal(sig, SIG_DFL);
     std::string reply;
     try {
-      onnx::ModelProto m = model;
+      // The child's memory is its own copy-on-write image: infer in place rather than copying the
+      // weights once more.
+      onnx::ModelProto& m = const_cast<onnx::ModelProto&>(model);
       if (prefix >= 0) {
         auto* nodes = m.mutable_graph()->mutable_node();
         while (nodes->size() > prefix) nodes->RemoveLast();
