@@ -69,6 +69,9 @@ save(relu(dims=(-1, 3)), "dim_minus1.onnx")
 # Shape of a value nothing defines (SIGSEGV in libonnx's inference before the fix).
 save(model([helper.make_node("Shape", ["nowhere"], ["y"], name="shape_node")], [vi("x", [2])],
            [onnx.ValueInfoProto(name="y")]), "shape_undefined.onnx")
+# Shape-15 (start=1) of a value nothing defines: SIGSEGV in libonnx's Shape inference before the fix.
+save(model([helper.make_node("Shape", ["nowhere"], ["y"], name="shape_node", start=1)], [vi("x", [2])],
+           [onnx.ValueInfoProto(name="y")], opset=15), "shape15_undefined.onnx")
 # Shape of an omitted ("") input.
 save(model([helper.make_node("Shape", [""], ["y"], name="shape_node")], [vi("x", [2])],
            [onnx.ValueInfoProto(name="y")]), "shape_empty_input.onnx")

@@ -55,11 +55,24 @@ bool is_window_op(const std::string& op) {
 
 }  // namespace
 
+// A scalar attribute whose kind is declared but whose value is absent ("end" of kind INT with no i):
+// libonnx reads it as absent, kiln's attribute conversion as 0; neither reading is the model's.
+void check_attribute_values(const onnx::NodeProto& n, const std::string& ctx) {
+  using A = onnx::AttributeProto;
+  for (const auto& a : n.attribute()) {
+    const bool missing = (a.type() == A::INT && !a.has_i()) || (a.type() == A::FLOAT && !a.has_f()) ||
+                         (a.type() == A::STRING && !a.has_s()) || (a.type() == A::TENSOR && !a.has_t());
+    if (missing) user_error(ctx, ": attribute '", a.name(), "' is declared ", A::AttributeType_Name(a.type()), " but has no value");
+  }
+}
+
 void validate_node(const onnx::NodeProto& n, int64_t opset, const std::string& ctx, std::set<std::string>& defined) {
   for (const auto& in : n.input())
     if (!in.empty() && !defined.count(in)) user_error(ctx, ": input '", in, "' is not defined before this node");
   for (const auto& out : n.output())
     if (!out.empty()) defined.insert(out);
+
+  check_attribute_values(n, ctx);
 
   // The schema's own verification: input and output counts, required inputs and attributes,
   // attribute kinds. libonnx's inference functions assume all of it.
