@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "fusion/op_kind.h"
+#include "ir/tensor_size_limit.h"
 #include "reference/kernel_util.h"
 #include "reference/op_registry.h"
 #include "reference/ops/nn_internal.h"
@@ -19,7 +20,8 @@ constexpr int64_t kMaxKnownElements = 1 << 16;
 // Placeholder inputs up to this size are allocated to evaluate a node ONNX left untyped. Above it
 // an elementwise node is evaluated on one-element stand-ins (its output shape is the broadcast of
 // its input shapes) and anything else is refused: a 58-byte model declaring a 2 GiB input must not
-// make `kiln info` allocate 4 GiB.
+// make `kiln info` allocate 4 GiB. Every tensor the evaluation makes (outputs, temporaries) is
+// bounded by the same size (TensorSizeLimit).
 constexpr uint64_t kMaxPlaceholderBytes = uint64_t(32) << 20;
 
 uint64_t placeholder_bytes(const Value* v) {
@@ -62,6 +64,7 @@ void record_known(const Node* n, const OpInfo& info, KnownValues& known) {
   }
   std::vector<Tensor> outs;
   try {
+    TensorSizeLimit limit(kMaxPlaceholderBytes);
     outs = info.kernel(*n, args);
   } catch (const UserError&) {
     return;  // not evaluable here; the run (or fold_constants) reports the problem with context
@@ -167,7 +170,13 @@ void complete_types(Graph& g, Node* n, KnownValues& known) {
       }
       if (v) real_shapes.push_back(v->shape());
     }
-    std::vector<Tensor> outs = info->kernel(*n, args);
+    std::vector<Tensor> outs;
+    {
+      // The outputs of a node typed by evaluation are bounded like its placeholders: a Tile of a
+      // few elements by known repeats [1e9] is refused, not allocated.
+      TensorSizeLimit limit(kMaxPlaceholderBytes);
+      outs = info->kernel(*n, args);
+    }
     // On stand-ins, an elementwise op's outputs have the broadcast shape of its real inputs.
     const Shape stand_in_shape = stand_ins ? broadcast_shapes(real_shapes) : Shape{};
 
