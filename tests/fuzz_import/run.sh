@@ -29,5 +29,8 @@ cp "$SRC"/tests/fuzz_import/regressions/*.onnx "$BUILD/seeds/" 2>/dev/null || tr
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1:allocator_may_return_null=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 cd "$BUILD"
+# FUZZ_ARGS adds libFuzzer options, e.g. FUZZ_ARGS="-fork=1 -ignore_crashes=1 -ignore_ooms=1" to
+# keep going past findings in a long run (each is still written to artifacts/).
+# shellcheck disable=SC2086
 exec ./kiln_import_fuzzer corpus seeds -max_total_time="$SECS" -max_len=65536 -timeout=20 \
-  -rss_limit_mb=1024 -malloc_limit_mb=512 -artifact_prefix=artifacts/ -print_final_stats=1
+  -rss_limit_mb=1024 -malloc_limit_mb=512 -artifact_prefix=artifacts/ -print_final_stats=1 ${FUZZ_ARGS:-}

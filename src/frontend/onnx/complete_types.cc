@@ -96,7 +96,10 @@ void retype_ceil_mode_pool(Node* n) {
   Value* y = n->output(0);
   if (!x || x->dtype() == DType::Undefined || y->dtype() == DType::Undefined || x->shape().size() < 3) return;
   const Shape spatial(x->shape().begin() + 2, x->shape().end());
-  nn::WindowGeometry geo = nn::window_geometry(*n, spatial, n->attr_ints("kernel_shape"), /*ceil_mode=*/true);
+  const std::vector<int64_t> kernel = n->attr_ints("kernel_shape");
+  if (kernel.size() != spatial.size())  // the pool kernel's own message (window_geometry assumes it)
+    user_error("kernel_shape has ", kernel.size(), " values, input has ", spatial.size(), " spatial dims");
+  nn::WindowGeometry geo = nn::window_geometry(*n, spatial, kernel, /*ceil_mode=*/true);
   Shape out = y->shape();
   if (out.size() != x->shape().size()) return;
   std::copy(geo.out.begin(), geo.out.end(), out.begin() + 2);
