@@ -82,6 +82,8 @@ class Importer {
     for (const auto& o : model_.opset_import())
       if (o.domain().empty() || o.domain() == "ai.onnx") opset_ = o.version();
     if (opset_ < 0 && model_.ir_version() < 3) opset_ = 1;  // IR v1/v2 models predate opset_import
+    // Opsets start at 1; at 0 no schema exists, so nothing of ONNX's would check the nodes.
+    if (opset_ == 0) user_error("the model imports opset 0 of the default ONNX domain (opsets start at 1)");
     // A model without the default domain is only valid if no node uses it; check_nodes reports.
     if (opset_ > newest_known_opset())
       user_error("opset ", opset_, " is newer than the newest this build knows (", newest_known_opset(), ")");
