@@ -6,7 +6,7 @@
 # report fails the stage.
 # Usage: run.sh BUILD_DIR [JOBS]. Prints the stage's wall time, part by part, at the end.
 set -euo pipefail
-BUILD=${1:?build dir}
+BUILD=$(mkdir -p "${1:?build dir}" && cd "$1" && pwd)  # absolute: the unit tests run from its tests/
 JOBS=${2:-2}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 start=$(date +%s)
@@ -37,7 +37,12 @@ export OMP_NUM_THREADS=1
 
 # Models first: the unit tests that read the exported models (public-model sweeps) find them.
 echo "sanitize: public models (compiled, every kernel against the reference)"
-KILN_RUN_MODE=check "$SRC/tests/models/run_models.sh" "$BUILD/models" "$BUILD/kiln" demo mlp_ln encoder resnet18 mobilenet_v2
+# Without LeakSanitizer here: on encoder and mobilenet_v2 its exit-time tracer itself faults
+# ("Tracer caught signal 11 ... LeakSanitizer has encountered a fatal error", with one OpenMP
+# thread too) after the run has finished and matched; that is not a leak report, and ASan and
+# UBSan stay on. The unit tests and the bad-input table run with leak checking.
+ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" \
+  KILN_RUN_MODE=check "$SRC/tests/models/run_models.sh" "$BUILD/models" "$BUILD/kiln" demo mlp_ln encoder resnet18 mobilenet_v2
 models=$(date +%s)
 
 # The unit tests in JOBS shards at once (GoogleTest sharding): the suite is CPU-bound and about
