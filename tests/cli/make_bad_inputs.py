@@ -208,6 +208,12 @@ named_output("line1\nline2", "output_newline.onnx")
 named_output("o" * 10000, "output_long.onnx")
 named_output("../../escape", "output_dotdot.onnx")
 
+# An empty input that is also a graph output (copied out with memcpy of 0 bytes: null pointers
+# there were undefined behaviour, reported by UBSan in the sanitizer stage).
+save(model([helper.make_node("Relu", ["x"], ["y"], name="the_node")], [vi("x", [0, 3])], [vi("x", [0, 3]), vi("y", None)]),
+     "empty_passthrough.onnx")
+np.save(path("x_empty.npy"), np.ones((0, 3), np.float32))
+
 # --- compiled Gather with indices out of range at run time ----------------------------------------
 gather = helper.make_node("Gather", ["data", "idx"], ["y"], name="gather_node", axis=0)
 save(model([gather], [vi("data", [4, 3]), vi("idx", [2], TensorProto.INT64)], [vi("y", None)]), "gather.onnx")
