@@ -3,7 +3,7 @@
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all build setup test demo clean conformance-report fuzz
+.PHONY: all build setup test demo clean conformance-report fuzz sanitize fuzz-import
 
 all: build
 
@@ -42,3 +42,19 @@ START ?= 0
 fuzz: build
 	/usr/bin/python3 tests/fuzz/run_fuzz.py --kiln $(BUILD_DIR)/kiln --start $(START) --count $(SEEDS) \
 	  --jobs $(JOBS) --keep $(BUILD_DIR)/fuzz-failures
+
+# Sanitizer stage (CI): kiln, the unit tests and the importer fuzzer built with clang and
+# -fsanitize=address,undefined into $(BUILD_DIR)-sanitize; the unit tests, the public models and the
+# bad-input table run under it (tests/sanitize/run.sh).
+sanitize:
+	@scripts/setup.sh
+	tests/sanitize/run.sh $(BUILD_DIR)-sanitize $(JOBS)
+
+# Importer fuzzer (libFuzzer, clang; tests/fuzz_import/README.md): SECONDS of fuzzing from the
+# libonnx-testdata seeds plus the corpus kept in $(BUILD_DIR)-sanitize/corpus (the sanitizer build).
+# Findings are written to $(BUILD_DIR)-sanitize/artifacts; each becomes a file in
+# tests/fuzz_import/regressions/.
+SECONDS ?= 60
+fuzz-import:
+	@scripts/setup.sh
+	tests/fuzz_import/run.sh $(BUILD_DIR)-sanitize $(SECONDS) $(JOBS)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs everything kiln's build, tests and demo need on Debian 12.
+# Installs everything kiln's build, tests and demo need on Debian 12 (clang-14 and its runtime
+# libraries only for the importer fuzzer, `make fuzz-import`: libFuzzer ships with clang).
 # Idempotent: when every package is present it only runs dpkg-query and exits.
 set -euo pipefail
 
@@ -12,6 +13,7 @@ APT_PACKAGES=(
   python3-torch python3-torchvision
   graphviz
   ccache
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()

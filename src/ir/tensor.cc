@@ -1,6 +1,8 @@
 #include "ir/tensor.h"
+#include "ir/tensor_size_limit.h"
 
 #include <cstring>
+#include <algorithm>
 #include <limits>
 
 namespace kiln {
@@ -32,12 +34,25 @@ std::vector<int64_t> shape_strides(const Shape& s) {
 
 std::string TensorType::str() const { return std::string(dtype_name(dtype)) + shape_str(shape); }
 
+namespace {
+thread_local uint64_t t_size_limit = std::numeric_limits<uint64_t>::max();
+}
+
+TensorSizeLimit::TensorSizeLimit(uint64_t max_bytes) : saved_(t_size_limit) {
+  t_size_limit = std::min(t_size_limit, max_bytes);
+}
+TensorSizeLimit::~TensorSizeLimit() { t_size_limit = saved_; }
+uint64_t TensorSizeLimit::current() { return t_size_limit; }
+
 Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
   KILN_CHECK(dtype != DType::Undefined, "tensor with undefined dtype");
   numel_ = shape_numel(shape_);
   size_t es = dtype_size(dtype);
   if (numel_ > 0 && uint64_t(numel_) > (uint64_t(1) << 40) / es)
     user_error("tensor of shape ", shape_str(shape_), " (", dtype_name(dtype), ") is too large to allocate");
+  if (uint64_t(numel_) * es > t_size_limit)
+    user_error("a tensor of shape ", shape_str(shape_), " (", dtype_name(dtype), ", ", uint64_t(numel_) * es,
+               " bytes) would be needed, more than the ", t_size_limit, " bytes allowed while typing the model");
   storage_ = std::make_shared<std::vector<uint8_t>>(size_t(numel_) * es);
 }
 

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "runtime/aot_bundle.h"
+#include "support/stale_temp.h"
 
 namespace kiln::runtime {
 
@@ -31,8 +32,11 @@ bool is_previous_bundle(const fs::path& p) {
 }
 
 // mkdtemp beside `p`: ".NAME.kiln-TAG-XXXXXX", on the same file system so rename is atomic.
+// ".NAME.kiln-TAG-<pid>-XXXXXX": the pid lets a later compile tell a killed compile's leftovers
+// from a running one's (remove_stale_staging).
 fs::path temp_beside(const fs::path& p, const char* tag) {
-  std::string templ = (p.parent_path() / ("." + p.filename().string() + ".kiln-" + tag + "-XXXXXX")).string();
+  std::string templ = (p.parent_path() / ("." + p.filename().string() + ".kiln-" + tag + "-" +
+                                          std::to_string(::getpid()) + "-XXXXXX")).string();
   std::vector<char> buf(templ.begin(), templ.end());
   buf.push_back('\0');
   if (!mkdtemp(buf.data()))
@@ -86,10 +90,30 @@ void check_aot_destination(const std::string& dir) {
     user_error("'", dir, "' is not empty and not a kiln bundle; refusing to overwrite it");
 }
 
+// Staging folders (a bundle's worth of weights each) of compiles that were killed: removed, so that
+// they do not pile up beside the destination.
+void remove_stale_staging(const fs::path& p) {
+  const std::string prefix = "." + p.filename().string() + ".kiln-";
+  std::error_code ec;
+  for (fs::directory_iterator it(p.parent_path().empty() ? "." : p.parent_path(), ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string rest = name.substr(prefix.size());
+    long pid = pid_after(rest, "tmp-");
+    if (pid < 0) pid = pid_after(rest, "old-");
+    if ((rest.rfind("tmp-", 0) == 0 || rest.rfind("old-", 0) == 0) && process_gone(pid)) {
+      std::error_code rm;
+      fs::remove_all(it->path(), rm);
+    }
+  }
+}
+
 void write_aot_bundle(const AotBundle& b, const std::string& dir) {
   check_aot_destination(dir);
   fs::path p = destination(dir);
   std::error_code ec;
+  remove_stale_staging(p);
   fs::create_directories(p.parent_path(), ec);
   if (ec) user_error("cannot create '", p.parent_path().string(), "': ", ec.message());
   fs::path tmp = temp_beside(p, "tmp");

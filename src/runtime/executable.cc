@@ -180,8 +180,9 @@ void Executable::run_into(const std::vector<const void*>& inputs, const std::vec
   // A graph output that is also an input or a constant is never written by a kernel.
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     const Value* o = g.outputs()[i];
-    if (o->is_constant() || o->is_graph_input())
-      std::memcpy(outputs[i], address(locate(o), io_.data()), size_t(shape_numel(o->shape())) * dtype_size(o->dtype()));
+    if (const size_t n = size_t(shape_numel(o->shape())) * dtype_size(o->dtype());
+        n && (o->is_constant() || o->is_graph_input()))  // n == 0: the pointers may be null (UB in memcpy)
+      std::memcpy(outputs[i], address(locate(o), io_.data()), n);
   }
   static const bool env_profile = std::getenv("KILN_PROFILE") != nullptr;  // per-kernel times to stderr
   const bool timed = profiling_ || env_profile;
@@ -228,7 +229,7 @@ void Executable::run_library_kernel(size_t k, void* const* io, const Observer& o
       continue;
     }
     Tensor t(v->dtype(), v->shape());
-    std::memcpy(t.raw(), address(refs[i], io), t.nbytes());
+    if (t.nbytes()) std::memcpy(t.raw(), address(refs[i], io), t.nbytes());  // empty: pointers may be null
     local[v] = t;
   }
   for (const Node* n : grp.nodes) {
@@ -240,7 +241,7 @@ void Executable::run_library_kernel(size_t k, void* const* io, const Observer& o
   for (size_t i = 0; i < grp.outputs.size(); ++i) {
     const Value* v = grp.outputs[i];
     void* dst = address(refs[grp.inputs.size() + i], io);
-    std::memcpy(dst, local.at(v).raw(), local.at(v).nbytes());
+    if (local.at(v).nbytes()) std::memcpy(dst, local.at(v).raw(), local.at(v).nbytes());
     if (observe) observe(k, v, dst);
   }
 }

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "runtime/jit_cache.h"
 #include "support/error.h"
 
 namespace kiln::runtime {
@@ -74,24 +75,13 @@ std::string content_hash(const std::string& source, const CompileOptions& o) {
   return buf;
 }
 
-bool usable_dir(const fs::path& p) {
-  std::error_code ec;
-  fs::create_directories(p, ec);
-  return fs::is_directory(p, ec) && ::access(p.c_str(), W_OK | X_OK) == 0;
-}
-
-// The cache directory, created; a private temporary one when it cannot be (read-only home).
+// The cache directory: the configured one when it is private to the user, else a private
+// temporary one (jit_cache.h has the rules). Leftovers of killed builds there are removed.
 fs::path cache_dir_for(const CompileOptions& opts) {
-  fs::path dir = opts.cache_dir.empty() ? fs::path(default_cache_dir()) : fs::path(opts.cache_dir);
-  if (usable_dir(dir)) return dir;
-  std::error_code ec;
-  fs::path tmp = fs::temp_directory_path(ec);
-  if (ec) tmp = "/tmp";
-  fs::path user_tmp = tmp / ("kiln-" + std::to_string(::getuid()));
-  if (usable_dir(user_tmp)) return user_tmp;
-  std::string templ = (tmp / "kiln-XXXXXX").string();
-  if (::mkdtemp(templ.data())) return templ;
-  user_error("cannot create a directory for compiled kernels (tried ", dir.string(), " and ", tmp.string(), ")");
+  const std::string wanted = opts.cache_dir.empty() ? default_cache_dir() : opts.cache_dir;
+  const std::string dir = jit_cache::usable_dir(wanted);
+  jit_cache::sweep_stale_temporaries(dir);
+  return dir;
 }
 
 // A name no other thread or process uses at the same time, next to `base`.
@@ -209,12 +199,17 @@ std::unique_ptr<JitModule> JitModule::build(const std::string& source, const Com
   std::unique_ptr<JitModule> m(new JitModule());
   m->path_ = so_path;
 
-  std::error_code ec;
-  if (opts.use_cache && fs::exists(so_path, ec)) {
-    // A file that fails to load (another libc, a truncated copy) is simply rebuilt below.
-    if ((m->handle_ = open_library(so_path))) {
-      m->cached_ = true;
-      return m;
+  const std::string sum_path = so_path + ".sum";
+  if (opts.use_cache) {
+    // Only an object whose content matches the hash recorded when it was built is loaded; anything
+    // else (truncated, no record, another user's) is rebuilt below. A verified file that still
+    // fails to load (another libc) is rebuilt too.
+    if (jit_cache::verify_digest(so_path, sum_path)) {
+      m->handle_ = open_library(so_path);
+      if (m->handle_) {
+        m->cached_ = true;
+        return m;
+      }
     }
   }
 
@@ -235,6 +230,13 @@ std::unique_ptr<JitModule> JitModule::build(const std::string& source, const Com
                             "; full log: ", log_path));
   }
   std::remove(tmp_log.c_str());
+  // The hash is in place before the object: a reader that finds the object finds its record.
+  try {
+    jit_cache::record_digest(tmp_so, sum_path);
+  } catch (...) {
+    std::remove(tmp_so.c_str());
+    throw;
+  }
   if (std::rename(tmp_so.c_str(), so_path.c_str()) != 0) {
     const int err = errno;
     std::remove(tmp_so.c_str());

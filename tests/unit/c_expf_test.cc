@@ -129,7 +129,7 @@ TEST_F(CExpf, Float16ThroughKilnExpf) {
   for (uint32_t i = 0; i < 65536; ++i) {
     Half h;
     h.bits = x[i];
-    const Half want(float(std::exp(double(float(h)))));
+    const Half want{float(std::exp(double(float(h))))};  // braces: clang reads parentheses as a function declaration
     const bool special = std::isnan(float(want)) || std::isinf(float(want)) || float(want) == 0.0f;
     const bool ok = std::isnan(float(want)) ? (y[i] & 0x7c00u) == 0x7c00u && (y[i] & 0x3ffu) != 0
                     : special                ? y[i] == want.bits

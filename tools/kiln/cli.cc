@@ -69,6 +69,14 @@ int64_t Args::get_int(const std::string& name, int64_t dflt) const {
   user_error("option --", name, " needs an integer, got '", v, "'");
 }
 
+int Args::threads() const {
+  const int64_t n = get_int("threads", 0);
+  if (has("threads") && n < 1) user_error("--threads must be positive, got ", n);
+  const int64_t cpus = std::max<int64_t>(1, ::sysconf(_SC_NPROCESSORS_ONLN));
+  if (n > cpus) user_error("--threads ", n, " is more than this machine's ", cpus, " CPUs");
+  return int(n);
+}
+
 std::pair<std::string, Shape> parse_input_shape(const std::string& spec) {
   size_t eq = spec.rfind('=');
   if (eq == std::string::npos || eq == 0) user_error("--input-shape expects NAME=DIMS (e.g. x=1x3x224x224), got '", spec, "'");

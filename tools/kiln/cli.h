@@ -29,6 +29,9 @@ class Args {
   std::string get(const std::string& name, const std::string& dflt = "") const;
   std::vector<std::string> all(const std::string& name) const;
   int64_t get_int(const std::string& name, int64_t dflt) const;
+  // --threads N: 0 (absent) means "the OpenMP default"; N must be 1..the machine's CPU count
+  // (libgomp crashes creating 100000 threads; more threads than CPUs only slows kiln down).
+  int threads() const;
 
  private:
   std::vector<std::string> positional_;

@@ -59,8 +59,7 @@ void warn_library_kernels(const runtime::Executable& ex) {
 runtime::BuildOptions build_options(const Args& a) {
   runtime::BuildOptions o;
   o.fusion = fusion_options(a);
-  o.threads = int(a.get_int("threads", 0));
-  if (o.threads < 0) user_error("--threads must be positive");
+  o.threads = a.threads();
   o.compile.use_cache = !a.has("no-cache");
   // --strict-fp: the reference's exact float operations and order (no FMA, no reduction lanes,
   // libm's exp/erf); default: FMA and vectorised forms within the 1e-4 contract.

@@ -43,8 +43,7 @@ int cmd_probe(const std::vector<std::string>& argv) {
   Args a(argv, {"threads"}, {"reprobe", "json"});
   if (!a.positional().empty()) user_error("probe takes no positional arguments");
   analysis::ProbeOptions o;
-  o.threads = int(a.get_int("threads", 0));
-  if (o.threads < 0) user_error("--threads must be >= 1");
+  o.threads = a.threads();
   auto before = analysis::load_cached_machine();
   analysis::MachineModel m = analysis::machine_model(a.has("reprobe"), o);
   if (a.has("json")) {

@@ -2,6 +2,8 @@
 #include <filesystem>
 #include <iostream>
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <map>
 
 #include "cli.h"
@@ -17,14 +19,44 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A graph output name as a file name inside the output folder: path separators and a leading dot
-// become '_', so a name from the model can never point outside the folder.
+// A graph output name as a file name inside the output folder. Names come from the model: any
+// byte but a letter, digit, '.', '_', '-' and '+' becomes '_' (no path separators, newlines or
+// control characters), a leading dot becomes '_' (no hidden files, no ".."), and a name longer
+// than kMaxStem keeps its start and gains a hash of the whole name (file systems refuse names
+// over 255 bytes). Distinct names that still meet are refused in cmd_run.
+constexpr size_t kMaxStem = 96;
+
 std::string output_file_name(const std::string& name) {
   std::string s = name;
   for (char& c : s)
-    if (c == '/' || c == '\\' || c == '\0') c = '_';
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-' && c != '+') c = '_';
   if (s.empty() || s[0] == '.') s = "_" + s;
+  if (s.size() > kMaxStem) {
+    uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a of the original name
+    for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ULL;
+    char tail[24];
+    std::snprintf(tail, sizeof tail, "-%016llx", static_cast<unsigned long long>(h));
+    s = s.substr(0, kMaxStem) + tail;
+  }
   return s + ".npy";
+}
+
+// A name as one printable line: control characters escaped, long names shortened.
+std::string printable(const std::string& name) {
+  std::string r;
+  for (unsigned char c : name) {
+    if (r.size() > 120) return r + "...";
+    if (c == '\n') r += "\\n";
+    else if (c == '\t') r += "\\t";
+    else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      r += buf;
+    } else {
+      r += char(c);
+    }
+  }
+  return r;
 }
 
 }  // namespace
@@ -44,17 +76,29 @@ int cmd_run(const std::vector<std::string>& argv) {
 
   // Read every input before doing any work, so a bad file is reported first and nothing is written.
   TensorMap inputs;
+  std::map<std::string, std::string> input_files;
   for (const auto& spec : a.all("input")) {
     size_t eq = spec.find('=');
     if (eq == std::string::npos || eq == 0) user_error("--input expects NAME=FILE.npy, got '", spec, "'");
     std::string name = spec.substr(0, eq);
     if (inputs.count(name)) user_error("--input '", name, "' is given twice");
-    inputs[name] = read_npy(spec.substr(eq + 1));
+    input_files[name] = spec.substr(eq + 1);
+    inputs[name] = read_npy(input_files[name]);
   }
   // Compiled code is the default; --reference runs the interpreter (the oracle), --fused-plan the
   // fusion plan with the reference kernels. --compiled is accepted (and means the default).
   const bool compiled = !a.has("reference") && !a.has("fused-plan");
   auto g = load_model(model, a, pipeline_options(a), /*lower=*/!a.has("reference"));
+  for (const auto& [name, t] : inputs) {
+    const Value* in = nullptr;
+    for (Value* v : g->inputs())
+      if (v->name() == name) in = v;
+    if (!in) user_error(model, ": --input names '", printable(name), "', which is not an input of the model");
+    // Checked here too (the executors check again) so that the message names the file.
+    if (t.dtype() != in->dtype() || t.shape() != in->shape())
+      user_error(input_files[name], ": input '", printable(name), "' expects ", in->type().str(), ", got ",
+                 TensorType{t.dtype(), t.shape()}.str());
+  }
   TensorMap outputs;
   try {
     // --fused-plan runs the fusion plan kernel by kernel with the reference kernels, each kernel
@@ -78,14 +122,16 @@ int cmd_run(const std::vector<std::string>& argv) {
   if (!fs::is_directory(dir)) user_error("cannot create output directory '", dir.string(), "'");
   // Encode everything first (an unwritable dtype fails before any file exists), then write.
   std::vector<std::pair<fs::path, const Tensor*>> files;
+  std::vector<std::string> names;
   std::map<std::string, std::string> seen;
   for (Value* o : g->outputs()) {
     std::string file = output_file_name(o->name());
     if (seen.count(file) && seen[file] != o->name())
-      user_error("outputs '", seen[file], "' and '", o->name(), "' map to the same file ", file);
+      user_error("outputs '", printable(seen[file]), "' and '", printable(o->name()), "' map to the same file ", file);
     seen[file] = o->name();
     encode_npy(outputs.at(o->name()));
     files.push_back({dir / file, &outputs.at(o->name())});
+    names.push_back(o->name());
   }
   std::vector<fs::path> written;
   try {
@@ -97,8 +143,13 @@ int cmd_run(const std::vector<std::string>& argv) {
     for (auto& p : written) fs::remove(p, ec);
     throw;
   }
-  for (auto& [path, t] : files)
-    std::cout << path.string() << "  " << TensorType{t->dtype(), t->shape()}.str() << "\n";
+  for (size_t i = 0; i < files.size(); ++i) {
+    const auto& [path, t] = files[i];
+    std::cout << path.string() << "  " << TensorType{t->dtype(), t->shape()}.str();
+    // Say which output went where when the file name is not the output's name.
+    if (path.filename().string() != names[i] + ".npy") std::cout << "  (output '" << printable(names[i]) << "')";
+    std::cout << "\n";
+  }
   return 0;
 }
 

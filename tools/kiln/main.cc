@@ -2,6 +2,7 @@
 // it dispatches to one function per sub-command and turns errors into one line and an exit code.
 #include <cstring>
 #include <iostream>
+#include <new>
 
 #include "cli.h"
 
@@ -65,6 +66,11 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const kiln::UserError& e) {
     std::cerr << "kiln: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // Sizes from models are checked against the bytes present before allocation; what still runs
+    // out is a model too large for this machine, not a kiln bug.
+    std::cerr << "kiln: error: out of memory\n";
     return 1;
   } catch (const kiln::InternalError& e) {
     std::cerr << "kiln: " << e.what() << "\n(this is a bug in kiln; please report it with the model)\n";

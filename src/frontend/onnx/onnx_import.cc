@@ -19,7 +19,9 @@
 
 #include "frontend/onnx/canonicalize_opset.h"
 #include "frontend/onnx/complete_types.h"
+#include "frontend/onnx/sandboxed_inference.h"
 #include "frontend/onnx/tensor_proto.h"
+#include "frontend/onnx/validate_nodes.h"
 #include "reference/op_registry.h"
 
 namespace kiln {
@@ -74,10 +76,14 @@ class Importer {
   }
 
   void check_opset() {
+    if (model_.ir_version() > onnx::IR_VERSION)
+      user_error("ir_version ", model_.ir_version(), " is newer than the newest this build knows (", int(onnx::IR_VERSION), ")");
     opset_ = -1;
     for (const auto& o : model_.opset_import())
       if (o.domain().empty() || o.domain() == "ai.onnx") opset_ = o.version();
     if (opset_ < 0 && model_.ir_version() < 3) opset_ = 1;  // IR v1/v2 models predate opset_import
+    // Opsets start at 1; at 0 no schema exists, so nothing of ONNX's would check the nodes.
+    if (opset_ == 0) user_error("the model imports opset 0 of the default ONNX domain (opsets start at 1)");
     // A model without the default domain is only valid if no node uses it; check_nodes reports.
     if (opset_ > newest_known_opset())
       user_error("opset ", opset_, " is newer than the newest this build knows (", newest_known_opset(), ")");
@@ -95,6 +101,9 @@ class Importer {
   void check_nodes() {
     const auto& reg = OpRegistry::global();
     const auto& nodes = model_.graph().node();
+    std::set<std::string> defined;
+    for (const auto& in : model_.graph().input()) defined.insert(in.name());
+    for (const auto& t : model_.graph().initializer()) defined.insert(t.name());
     for (int i = 0; i < nodes.size(); ++i) {
       const auto& n = nodes[i];
       std::string ctx = node_ctx(n, names_[size_t(i)], opset_);
@@ -111,7 +120,31 @@ class Importer {
         for (const auto& a : n.attribute())
           if (!schema->attributes().count(a.name()))
             user_error(ctx, ": attribute '", a.name(), "' is not defined for ", n.op_type(), " at opset ", opset_);
+      if (n.op_type() == "Constant") check_constant(n, ctx);
+      validate_node(n, opset_, ctx, defined);
     }
+  }
+
+  // Constant's value attribute must be of the kind its name says (a FLOAT `value` is not a tensor).
+  static void check_constant(const onnx::NodeProto& n, const std::string& ctx) {
+    if (n.attribute_size() != 1) user_error(ctx, ": Constant must have exactly one value attribute");
+    const auto& a = n.attribute(0);
+    using A = onnx::AttributeProto;
+    const std::pair<const char*, A::AttributeType> kinds[] = {
+        {"value", A::TENSOR}, {"value_float", A::FLOAT}, {"value_int", A::INT},
+        {"value_floats", A::FLOATS}, {"value_ints", A::INTS}};
+    for (const auto& [name, kind] : kinds)
+      if (a.name() == name) {
+        const bool has = kind == A::TENSOR ? a.has_t()
+                         : kind == A::FLOAT ? a.has_f()
+                         : kind == A::INT   ? a.has_i()
+                                            : true;
+        if ((a.type() != A::UNDEFINED && a.type() != kind) || !has)
+          user_error(ctx, ": attribute '", a.name(), "' must be a ", A::AttributeType_Name(kind), ", got ",
+                     A::AttributeType_Name(a.type()));
+        return;
+      }
+    user_error(ctx, ": unsupported attribute '", a.name(), "' (string and sparse constants are not supported)");
   }
 
   // A dim is fixed when it has a non-negative dim_value. Exporters (Paddle among them) write an
@@ -176,6 +209,20 @@ class Importer {
     }
     for (const auto& [name, s] : opts_.input_shapes)
       if (!seen.count(name)) user_error("--input-shape names '", name, "', which is not an input of the model");
+    // A declared size that cannot exist (2^62 x 4 elements) is refused here, not first met by a
+    // later stage's arithmetic.
+    for (const auto& in : graph->input()) {
+      if (inits.count(in.name())) continue;
+      Shape s;
+      for (const auto& d : in.type().tensor_type().shape().dim()) s.push_back(d.dim_value());
+      const size_t es = dtype_size(*dtype_from_onnx(in.type().tensor_type().elem_type()));
+      try {
+        const int64_t n = shape_numel(s);
+        if (n > 0 && uint64_t(n) > (uint64_t(1) << 40) / es) user_error("shape ", shape_str(s), " is too large");
+      } catch (const UserError& e) {
+        user_error("input '", in.name(), "': ", e.what());
+      }
+    }
   }
 
   // Constant nodes become initializers before shape inference: old opsets' Constant schema only
@@ -206,17 +253,11 @@ class Importer {
   }
 
   void infer_shapes() {
-    try {
-      // error_mode 0: a node ONNX cannot infer stays untyped and complete_types() types it from
-      // kiln's kernel (which reports real shape errors with the node's name).
-      onnx::ShapeInferenceOptions o(/*check_type=*/true, /*error_mode=*/0, /*data_prop=*/true);
-      onnx::shape_inference::InferShapes(model_, onnx::OpSchemaRegistry::Instance(), o);
-    } catch (const std::exception& e) {
-      std::string msg = e.what();
-      for (char& c : msg)
-        if (c == '\n') c = ' ';
-      user_error("ONNX shape inference failed: ", msg);
-    }
+    // error_mode 0: a node ONNX cannot infer stays untyped and complete_types() types it from
+    // kiln's kernel (which reports real shape errors with the node's name). In a child process:
+    // libonnx's inference can crash on malformed models (sandboxed_inference.h).
+    onnx::ShapeInferenceOptions o(/*check_type=*/true, /*error_mode=*/0, /*data_prop=*/true);
+    infer_shapes_sandboxed(model_, o, [&](int i) { return node_ctx(model_.graph().node(i), names_[size_t(i)], opset_); });
   }
 
   static std::optional<TensorType> static_type(const onnx::TypeProto& t) {

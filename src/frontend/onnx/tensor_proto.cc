@@ -1,5 +1,10 @@
 #include "frontend/onnx/tensor_proto.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -22,15 +27,29 @@ DType dtype_from_onnx_checked(int32_t elem_type, const std::string& what) {
 
 namespace {
 
-// Reads external data (ONNX "external_data" key/values) for `p` from a file inside model_dir.
+// An external_data offset or length: decimal digits only, at most 2^62 (stoll would throw on "abc"
+// and on 10^20, and a sum of two such values could overflow).
+int64_t external_number(const std::string& key, const std::string& v, const std::string& what) {
+  constexpr int64_t kMax = int64_t(1) << 62;
+  if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos || std::stoull(v) > uint64_t(kMax)) {
+    if (!v.empty() && v[0] == '-' && v.size() > 1 && v.find_first_not_of("0123456789", 1) == std::string::npos)
+      user_error(what, ": negative external data ", key);
+    user_error(what, ": external data ", key, " '", v, "' is not a non-negative integer");
+  }
+  return int64_t(std::stoull(v));
+}
+
+// Reads external data (ONNX "external_data" key/values) for `p` from a regular file inside
+// model_dir. Only a regular file: a FIFO or a device would block or never end, a directory has no
+// bytes. Sizes are checked before the buffer is allocated.
 std::string read_external(const onnx::TensorProto& p, const std::string& model_dir, const std::string& what,
-                          size_t expected_bytes) {
+                          uint64_t expected_bytes) {
   std::string location;
   int64_t offset = 0, length = -1;
   for (const auto& kv : p.external_data()) {
     if (kv.key() == "location") location = kv.value();
-    else if (kv.key() == "offset") offset = std::stoll(kv.value());
-    else if (kv.key() == "length") length = std::stoll(kv.value());
+    else if (kv.key() == "offset") offset = external_number("offset", kv.value(), what);
+    else if (kv.key() == "length") length = external_number("length", kv.value(), what);
   }
   if (location.empty()) user_error(what, ": external data has no location");
   if (model_dir.empty()) user_error(what, ": external data is not allowed here");
@@ -42,18 +61,30 @@ std::string read_external(const onnx::TensorProto& p, const std::string& model_d
   auto [bend, fend] = std::mismatch(base.begin(), base.end(), full.begin(), full.end());
   if (ec || bend != base.end())
     user_error(what, ": external data path '", location, "' escapes the model's folder");
-  std::ifstream f(full, std::ios::binary);
-  if (!f) user_error(what, ": cannot open external data file '", location, "'");
-  if (offset < 0) user_error(what, ": negative external data offset");
-  f.seekg(0, std::ios::end);
-  int64_t size = f.tellg();
+  // Opened without blocking (a FIFO with no writer would hang in open), then checked on the
+  // descriptor, so that what is read is what was checked.
+  const int fd = ::open(full.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) user_error(what, ": cannot open external data file '", location, "'");
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    user_error(what, ": external data '", location, "' is not a regular file");
+  }
+  ::close(fd);
+  const int64_t size = st.st_size;
+  if (offset > size)
+    user_error(what, ": external data offset ", offset, " is past the end of '", location, "' (", size, " bytes)");
+  if (length >= 0 && uint64_t(length) != expected_bytes)
+    user_error(what, ": external data length ", length, " bytes, tensor needs ", expected_bytes);
   if (length < 0) length = size - offset;
-  if (offset + length > size || length != int64_t(expected_bytes))
+  if (uint64_t(length) != expected_bytes || offset + length > size)
     user_error(what, ": external data file '", location, "' holds ", size - offset, " bytes at offset ", offset,
                ", tensor needs ", expected_bytes);
+  std::ifstream f(full, std::ios::binary);
+  if (!f) user_error(what, ": cannot open external data file '", location, "'");
   std::string buf(size_t(length), '\0');
   f.seekg(offset);
-  f.read(buf.data(), length);
+  if (!f.read(buf.data(), length)) user_error(what, ": cannot read external data file '", location, "'");
   return buf;
 }
 
@@ -70,17 +101,42 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& model_di
   Shape shape(p.dims().begin(), p.dims().end());
   for (int64_t d : shape)
     if (d < 0) user_error(what, ": negative dimension in ", shape_str(shape));
-  Tensor t(dt, shape);
-  const int64_t n = t.numel();
+  int64_t n = 0;
+  try {
+    n = shape_numel(shape);
+  } catch (const UserError& e) {
+    user_error(what, ": ", e.what());
+  }
+  const size_t es = dtype_size(dt);
+  if (n > 0 && uint64_t(n) > (uint64_t(1) << 62) / es) user_error(what, ": shape ", shape_str(shape), " is too large");
+  const uint64_t nbytes = uint64_t(n) * es;
+  // What the proto holds is checked against what the shape declares before the tensor is
+  // allocated: a 60-byte initializer declaring 4 GiB must not cost 4 GiB.
+  std::string external;
   if (p.data_location() == onnx::TensorProto_DataLocation_EXTERNAL) {
-    std::string buf = read_external(p, model_dir, what, t.nbytes());
-    std::memcpy(t.raw(), buf.data(), buf.size());
+    external = read_external(p, model_dir, what, nbytes);
+  } else if (p.has_raw_data()) {
+    if (p.raw_data().size() != nbytes)
+      user_error(what, ": raw data has ", p.raw_data().size(), " bytes, ", TensorType{dt, shape}.str(), " needs ", nbytes);
+  } else {
+    const int64_t have = dt == DType::Float32                           ? p.float_data_size()
+                         : dt == DType::Float64                         ? p.double_data_size()
+                         : dt == DType::Int64                           ? p.int64_data_size()
+                         : dt == DType::UInt32 || dt == DType::UInt64 ? p.uint64_data_size()
+                                                                        : p.int32_data_size();
+    if (have != n) user_error(what, ": tensor data has ", have, " values, shape needs ", n);
+  }
+  Tensor t;
+  try {
+    t = Tensor(dt, shape);
+  } catch (const UserError& e) {
+    user_error(what, ": ", e.what());
+  }
+  if (p.data_location() == onnx::TensorProto_DataLocation_EXTERNAL) {
+    if (!external.empty()) std::memcpy(t.raw(), external.data(), external.size());
     return t;
   }
   if (p.has_raw_data()) {
-    if (p.raw_data().size() != t.nbytes())
-      user_error(what, ": raw data has ", p.raw_data().size(), " bytes, ", TensorType{dt, shape}.str(), " needs ",
-                 t.nbytes());
     if (t.nbytes()) std::memcpy(t.raw(), p.raw_data().data(), t.nbytes());  // ONNX raw data is little-endian
     return t;
   }

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The CI sanitizer stage: kiln and its unit tests built with clang and -fsanitize=address,undefined
+# (KILN_SANITIZE=ON, tests/sanitize/configure.sh) into BUILD_DIR, then run under it: every unit
+# test, the public models (compiled with every kernel checked against the reference, so both
+# executors run), the bad-input table and the importer's fuzz regressions. Any ASan/UBSan/LSan
+# report fails the stage.
+# Usage: run.sh BUILD_DIR [JOBS]. Prints the stage's wall time, part by part, at the end.
+set -euo pipefail
+BUILD=$(mkdir -p "${1:?build dir}" && cd "$1" && pwd)  # absolute: the unit tests run from its tests/
+JOBS=${2:-2}
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+start=$(date +%s)
+
+"$SRC/tests/sanitize/configure.sh" "$BUILD"
+cmake --build "$BUILD" -j "$JOBS" --target kiln kiln_unit_tests kiln_import_fuzzer
+built=$(date +%s)
+
+# halt_on_error / abort_on_error: the first report fails the command, so nothing is missed in a log.
+# The suppressions (tests/sanitize/*.supp) each say why they are there.
+#
+# alloc_dealloc_mismatch=0, the one check switched off, and why: libstdc++ 12's std::stable_sort
+# (std::get_temporary_buffer / _Temporary_buffer, inlined into kiln's callers: loop/affine.cc,
+# runtime/memory_plan.cc, ...) allocates its merge buffer with ::operator new(nothrow) and, as
+# clang compiles the inlined release, frees it with free(): ASan reports "alloc-dealloc-mismatch
+# (operator new vs free)" with both ends inside the library. A suppressions file cannot name this
+# report kind in LLVM 14 (only interceptor_*/odr_violation entries), so the check is off for the
+# stage; every other ASan check (overflows, use-after-free, double free, leaks) stays on.
+export ASAN_OPTIONS="abort_on_error=1:halt_on_error=1:detect_leaks=1:alloc_dealloc_mismatch=0:suppressions=$SRC/tests/sanitize/asan.supp"
+export LSAN_OPTIONS="suppressions=$SRC/tests/sanitize/lsan.supp:print_suppressions=0"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+export KILN_SANITIZED=1   # the bad-input table skips its RSS bound (ASan's shadow memory)
+export XDG_CACHE_HOME="$BUILD/jit-cache"
+# One OpenMP thread: LeakSanitizer's exit-time scan stops every thread, and libgomp's idle workers
+# (started by the compiled kernels, never joined) crash its tracer ("Tracer caught signal 11").
+# The kernels are kiln's generated C, not instrumented; kiln's own code around them is serial.
+export OMP_NUM_THREADS=1
+
+# Models first: the unit tests that read the exported models (public-model sweeps) find them.
+echo "sanitize: public models (compiled, every kernel against the reference)"
+# Without LeakSanitizer here: on encoder and mobilenet_v2 its exit-time tracer itself faults
+# ("Tracer caught signal 11 ... LeakSanitizer has encountered a fatal error", with one OpenMP
+# thread too) after the run has finished and matched; that is not a leak report, and ASan and
+# UBSan stay on. The unit tests and the bad-input table run with leak checking.
+ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" \
+  KILN_RUN_MODE=check "$SRC/tests/models/run_models.sh" "$BUILD/models" "$BUILD/kiln" demo mlp_ln encoder resnet18 mobilenet_v2
+models=$(date +%s)
+
+# The unit tests in JOBS shards at once (GoogleTest sharding): the suite is CPU-bound and about
+# ten times slower under the sanitizers. LowerGroup.PublicModels and LowerContraction.PublicModels
+# stay opt-in (KILN_LOWER_MODELS) as in ctest. Left out here, for the stage's time budget only
+# (they run in `make test`): the three sweeps that run the loop interpreter over hundreds of
+# generated cases, 110 s of the suite's ~200 s in a release build and over 15 min under ASan on
+# 2 cores; the code they reach is reached by the rest of the suite on smaller cases.
+SKIP="DecomposeResize.RunTimeScales:DecomposeResize.RunTimeRoi:LowerGroup.OnnxConformanceSweep"
+echo "sanitize: unit tests ($JOBS shards, all but $SKIP)"
+pids=()
+for ((i = 0; i < JOBS; i++)); do
+  (cd "$BUILD/tests" && GTEST_TOTAL_SHARDS=$JOBS GTEST_SHARD_INDEX=$i ./kiln_unit_tests --gtest_brief=1 --gtest_filter="-$SKIP" \
+     > "$BUILD/unit-shard-$i.log" 2>&1) &
+  pids+=($!)
+done
+status=0
+for i in "${!pids[@]}"; do
+  if ! wait "${pids[$i]}"; then
+    status=1
+    echo "sanitize: unit-test shard $i failed:"
+    tail -n 60 "$BUILD/unit-shard-$i.log"
+  fi
+done
+[ $status -eq 0 ] || exit 1
+units=$(date +%s)
+
+echo "sanitize: bad-input table"
+/usr/bin/python3 "$SRC/tests/cli/run_bad_inputs.py" "$BUILD/kiln" >/dev/null
+
+echo "sanitize: importer fuzz regressions"
+/usr/bin/python3 "$SRC/tests/fuzz_import/replay.py" "$BUILD/kiln" >/dev/null
+
+end=$(date +%s)
+echo "sanitize: clean; build $((built - start)) s, models $((models - built)) s, unit tests $((units - models)) s," \
+     "table and regressions $((end - units)) s; stage $((end - start)) s"
