@@ -93,7 +93,7 @@ int cmd_run(const std::vector<std::string>& argv) {
     const Value* in = nullptr;
     for (Value* v : g->inputs())
       if (v->name() == name) in = v;
-    if (!in) user_error(model, ": --input names '", printable(name), "', which is not an input of the model");
+    if (!in) user_error(model, ": model has no input named '", printable(name), "'");  // the executor's words (and the Python API's)
     // Checked here too (the executors check again) so that the message names the file.
     if (t.dtype() != in->dtype() || t.shape() != in->shape())
       user_error(input_files[name], ": input '", printable(name), "' expects ", in->type().str(), ", got ",
