@@ -76,8 +76,13 @@ class Importer {
   }
 
   void check_opset() {
-    if (model_.ir_version() > onnx::IR_VERSION)
-      user_error("ir_version ", model_.ir_version(), " is newer than the newest this build knows (", int(onnx::IR_VERSION), ")");
+    // Newer IR versions than libonnx's (Debian 12: 8) only add fields and data types, which the
+    // importer checks where it reads them; the pip onnx of the day (1.23) writes 14, as do the
+    // exporters using it. Past the newest IR the ONNX project has published, the model is refused.
+    constexpr int64_t kNewestPublishedIrVersion = 14;
+    if (model_.ir_version() > std::max<int64_t>(kNewestPublishedIrVersion, onnx::IR_VERSION))
+      user_error("ir_version ", model_.ir_version(), " is newer than the newest this build knows (",
+                 std::max<int64_t>(kNewestPublishedIrVersion, onnx::IR_VERSION), ")");
     opset_ = -1;
     for (const auto& o : model_.opset_import())
       if (o.domain().empty() || o.domain() == "ai.onnx") opset_ = o.version();
