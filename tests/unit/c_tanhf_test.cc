@@ -114,7 +114,7 @@ TEST_F(CTanhf, Float16ThroughKilnTanhf) {
   for (uint32_t i = 0; i < 65536; ++i) {
     Half h;
     h.bits = x[i];
-    const Half want(float(std::tanh(double(float(h)))));
+    const Half want{float(std::tanh(double(float(h))))};
     const bool ok = std::isnan(float(want)) ? (y[i] & 0x7c00u) == 0x7c00u && (y[i] & 0x3ffu) != 0
                                             : (y[i] & 0x8000u) == (x[i] & 0x8000u) &&
                                                   std::abs(int(y[i]) - int(want.bits)) <= 1;
