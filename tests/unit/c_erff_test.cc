@@ -31,67 +31,21 @@ using testing::bits;
 using testing::from_bits;
 constexpr int64_t kChunk = testing::kMathChunk;
 
-class CErff : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    module_ = std::make_unique<testing::UnaryMathModule>("erf", UnOp::Erf);
-    source_ = module_->source();
-  }
-  static void TearDownTestSuite() { module_.reset(); }
-  static void call(const char* name, void* x, void* y) { module_->call(name, x, y); }
-
-  static inline std::string source_;
-  static inline std::unique_ptr<testing::UnaryMathModule> module_;
+struct ErfSpec {
+  static constexpr const char* prefix = "erf";
+  static constexpr UnOp op = UnOp::Erf;
 };
-
-// Checks each result of erf_f32 on `x` against the correctly rounded erf: NaN exactly, anything
-// else within 2 ulp with the input's sign (erf is odd and |erf| <= 1, so the ulp distance is the
-// distance of the bit patterns of equal sign, subnormals included). Returns the largest distance.
-int64_t check_results(const std::vector<float>& x, const std::vector<float>& y) {
-  int64_t worst = 0;
-  int failures = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const float want = float(std::erf(double(x[i]))), got = y[i];
-    bool ok;
-    if (std::isnan(want)) {
-      ok = std::isnan(got);
-    } else {
-      const int64_t d = std::llabs(int64_t(bits(got)) - int64_t(bits(want)));
-      worst = std::max(worst, d);
-      ok = d <= 2 && std::signbit(got) == std::signbit(x[i]) && std::fabs(got) <= 1.0f;
-    }
-    if (!ok && ++failures <= 5) ADD_FAILURE() << "erf(" << std::hexfloat << x[i] << ") = " << got << ", want " << want;
-  }
-  return worst;
-}
+class CErff : public testing::UnaryMathSuite<ErfSpec> {};
 
 TEST_F(CErff, Float32WithinTwoUlpOverTheWholeRange) {
   std::vector<float> x(static_cast<size_t>(kChunk)), y(static_cast<size_t>(kChunk));
   auto run = [&] {
     call("erf_f32", x.data(), y.data());
-    return check_results(x, y);
+    return testing::check_odd_bounded("erf", std::erf, 2, x, y);
   };
-  int64_t worst = 0;
-  // 2^24 bit patterns spread over all 2^32 (every 256th, the low byte varying): both signs, NaNs,
-  // infinities, subnormal and huge inputs.
-  for (uint32_t c = 0; c < 16; ++c) {
-    for (uint32_t i = 0; i < uint32_t(kChunk); ++i) {
-      const uint32_t j = c * uint32_t(kChunk) + i;
-      x[i] = from_bits((j << 8) | ((j * 157u) & 0xffu));
-    }
-    worst = std::max(worst, run());
-  }
-  // Every float within 2^17 of the points where the algorithm switches, with both signs: |x| = 1
-  // (polynomial in x^2 below, 1 - e^-x^2 Q(1/x) above) and the saturation to 1 at 3.9192057.
-  const uint32_t centres[] = {bits(1.0f), bits(3.9192057f)};
-  size_t k = 0;
-  for (uint32_t c : centres)
-    for (uint32_t d = 0; d < (1u << 18); ++d) {
-      const float f = from_bits(c - (1u << 17) + d);
-      x[k++] = f;
-      x[k++] = -f;
-    }
-  worst = std::max(worst, run());
+  // Around the points where the algorithm switches: |x| = 1 (polynomial in x^2 below,
+  // 1 - e^-x^2 Q(1/x) above) and the saturation to 1 at 3.9192057.
+  const int64_t worst = testing::sweep_inputs(x, {1.0f, 3.9192057f}, run);
   RecordProperty("max_ulp", int(worst));  // 1 at the time of writing
 
   // The special cases, exactly. The correctly rounded erf is 1 from the first float above

@@ -31,18 +31,11 @@ using testing::bits;
 using testing::from_bits;
 constexpr int64_t kChunk = testing::kMathChunk;
 
-class CExpf : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    module_ = std::make_unique<testing::UnaryMathModule>("exp", UnOp::Exp);
-    source_ = module_->source();
-  }
-  static void TearDownTestSuite() { module_.reset(); }
-  static void call(const char* name, void* x, void* y) { module_->call(name, x, y); }
-
-  static inline std::string source_;
-  static inline std::unique_ptr<testing::UnaryMathModule> module_;
+struct ExpSpec {
+  static constexpr const char* prefix = "exp";
+  static constexpr UnOp op = UnOp::Exp;
 };
+class CExpf : public testing::UnaryMathSuite<ExpSpec> {};
 
 // Runs exp_f32 on `x` (kChunk values) and checks each result against the correctly rounded exp:
 // NaN, infinity (overflow) and zero (underflow) exactly, anything else within 2 ulp (results are

@@ -6,10 +6,13 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "codegen/c/c_emitter.h"
 #include "loop/loop_ir.h"
@@ -73,5 +76,70 @@ class UnaryMathModule {
   std::string source_;
   std::unique_ptr<runtime::JitModule> module_;
 };
+
+// The fixture of a prelude math suite: one module with Spec::op's kernels per suite
+// (Spec: `static constexpr const char* prefix; static constexpr loop::UnOp op;`).
+template <class Spec>
+class UnaryMathSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    module_ = std::make_unique<UnaryMathModule>(Spec::prefix, Spec::op);
+    source_ = module_->source();
+  }
+  static void TearDownTestSuite() { module_.reset(); }
+  static void call(const char* name, void* x, void* y) { module_->call(name, x, y); }
+
+  static inline std::string source_;
+  static inline std::unique_ptr<UnaryMathModule> module_;
+};
+
+// For an odd function bounded by 1 (erf, tanh): each y[i] against the correctly rounded ref(x[i])
+// (computed in double): NaN exactly, anything else within max_ulp with the input's sign and
+// |y| <= 1 (so the ulp distance is the distance of bit patterns of equal sign, subnormals
+// included). Reports the first failures; returns the largest distance.
+inline int64_t check_odd_bounded(const char* name, double (*ref)(double), int64_t max_ulp, const std::vector<float>& x,
+                                 const std::vector<float>& y) {
+  int64_t worst = 0;
+  int failures = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float want = float(ref(double(x[i]))), got = y[i];
+    bool ok;
+    if (std::isnan(want)) {
+      ok = std::isnan(got);
+    } else {
+      const int64_t d = std::llabs(int64_t(bits(got)) - int64_t(bits(want)));
+      worst = std::max(worst, d);
+      ok = d <= max_ulp && std::signbit(got) == std::signbit(x[i]) && std::fabs(got) <= 1.0f;
+    }
+    if (!ok && ++failures <= 5)
+      ADD_FAILURE() << name << "(" << std::hexfloat << x[i] << ") = " << got << ", want " << want;
+  }
+  return worst;
+}
+
+// Fills `x` (kMathChunk floats) with input sets and calls run() after each: 2^24 bit patterns
+// spread over all 2^32 (every 256th, the low byte varying: both signs, NaNs, infinities,
+// subnormal and huge inputs), then every float within 2^17 of each of `centres`, both signs.
+// Returns the largest of run()'s results.
+template <class Run>
+int64_t sweep_inputs(std::vector<float>& x, const std::vector<float>& centres, Run run) {
+  int64_t worst = 0;
+  for (uint32_t c = 0; c < 16; ++c) {
+    for (uint32_t i = 0; i < uint32_t(kMathChunk); ++i) {
+      const uint32_t j = c * uint32_t(kMathChunk) + i;
+      x[i] = from_bits((j << 8) | ((j * 157u) & 0xffu));
+    }
+    worst = std::max(worst, run());
+  }
+  size_t k = 0;
+  for (float centre : centres)
+    for (uint32_t d = 0; d < (1u << 18); ++d) {
+      const float f = from_bits(bits(centre) - (1u << 17) + d);
+      x[k++] = f;
+      x[k++] = -f;
+    }
+  std::fill(x.begin() + std::ptrdiff_t(k), x.end(), 0.0f);
+  return std::max(worst, run());
+}
 
 }  // namespace kiln::testing

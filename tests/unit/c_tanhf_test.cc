@@ -23,65 +23,21 @@ using testing::bits;
 using testing::from_bits;
 constexpr int64_t kChunk = testing::kMathChunk;
 
-class CTanhf : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    module_ = std::make_unique<testing::UnaryMathModule>("tanh", UnOp::Tanh);
-    source_ = module_->source();
-  }
-  static void TearDownTestSuite() { module_.reset(); }
-  static void call(const char* name, void* x, void* y) { module_->call(name, x, y); }
-
-  static inline std::string source_;
-  static inline std::unique_ptr<testing::UnaryMathModule> module_;
+struct TanhSpec {
+  static constexpr const char* prefix = "tanh";
+  static constexpr UnOp op = UnOp::Tanh;
 };
-
-// Each result against the correctly rounded tanh: NaN exactly, anything else within 3 ulp with the
-// input's sign and |y| <= 1. Returns the largest distance.
-int64_t check_results(const std::vector<float>& x, const std::vector<float>& y) {
-  int64_t worst = 0;
-  int failures = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const float want = float(std::tanh(double(x[i]))), got = y[i];
-    bool ok;
-    if (std::isnan(want)) {
-      ok = std::isnan(got);
-    } else {
-      const int64_t d = std::llabs(int64_t(bits(got)) - int64_t(bits(want)));
-      worst = std::max(worst, d);
-      ok = d <= 3 && std::signbit(got) == std::signbit(x[i]) && std::fabs(got) <= 1.0f;
-    }
-    if (!ok && ++failures <= 5) ADD_FAILURE() << "tanh(" << std::hexfloat << x[i] << ") = " << got << ", want " << want;
-  }
-  return worst;
-}
+class CTanhf : public testing::UnaryMathSuite<TanhSpec> {};
 
 TEST_F(CTanhf, Float32WithinThreeUlpOverTheWholeRange) {
   std::vector<float> x(static_cast<size_t>(kChunk)), y(static_cast<size_t>(kChunk));
   auto run = [&] {
     call("tanh_f32", x.data(), y.data());
-    return check_results(x, y);
+    return testing::check_odd_bounded("tanh", std::tanh, 3, x, y);
   };
-  int64_t worst = 0;
-  // 2^24 bit patterns spread over all 2^32 (every 256th, the low byte varying).
-  for (uint32_t c = 0; c < 16; ++c) {
-    for (uint32_t i = 0; i < uint32_t(kChunk); ++i) {
-      const uint32_t j = c * uint32_t(kChunk) + i;
-      x[i] = from_bits((j << 8) | ((j * 157u) & 0xffu));
-    }
-    worst = std::max(worst, run());
-  }
-  // Every float within 2^17 of the switch point (0.55) and of the saturation to 1 (9.010914),
-  // both signs; and a dense sweep of [0, 1] where the polynomial and the exp form meet.
-  const uint32_t centres[] = {bits(0.55f), bits(9.010914f)};
-  size_t k = 0;
-  for (uint32_t c : centres)
-    for (uint32_t d = 0; d < (1u << 18); ++d) {
-      const float f = from_bits(c - (1u << 17) + d);
-      x[k++] = f;
-      x[k++] = -f;
-    }
-  worst = std::max(worst, run());
+  // Around the switch point (0.55) and the saturation to 1 (9.010914); then a dense sweep of
+  // [0, 1] where the polynomial and the exp form meet.
+  int64_t worst = testing::sweep_inputs(x, {0.55f, 9.010914f}, run);
   for (size_t i = 0; i < x.size(); ++i) x[i] = float(double(i) / double(x.size()));
   worst = std::max(worst, run());
   RecordProperty("max_ulp", int(worst));
