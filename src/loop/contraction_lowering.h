@@ -119,10 +119,24 @@ class ContractionLowering {
   struct PhasePlanes {
     BufferPtr buffer;
     int64_t slots = 0, hq = 0, wq = 0, plane = 0;
+    std::vector<std::pair<int64_t, int64_t>> phases;  // (row, column) phase of each slot
     std::vector<int64_t> slot_of;  // per kernel position
+    std::vector<int64_t> offset;   // per kernel position: slot · plane + its offset within the phase plane
     Stmt fill;
   };
+  // The phase planes' geometry (no buffer, no fill).
+  PhasePlanes phase_geometry() const;
+  // The loops that stage channel `ch` of image `n` into `buf` from `base`: ph.slots planes of
+  // ph.hq × ph.wq, zero in the padding, the fused prologue evaluated once per element.
+  std::vector<Stmt> stage_channel_phases(const PhasePlanes& ph, const BufferPtr& buf, const Expr& n, const Expr& ch,
+                                         const Expr& base);
+  // Every channel of every image staged once per call into one buffer (the implicit GEMM's A).
   PhasePlanes stage_phase_planes();
+
+  // ---- grouped and depthwise convs as a vectorised stencil (lower_conv_stencil.cc)
+
+  bool stencil_conv() const;
+  LoopKernel build_stencil();
   BufferPtr pack_constant_weights(const Value* w, const PanelLayout& layout);
   void conv_weights_and_stores(GemmView& g, const Value* w, const PanelLayout& layout, int64_t line, int64_t valid);
 

@@ -47,6 +47,7 @@ LoopKernel ContractionLowering::lower() {
   if (out_shape_ != c_->output(0)->shape())
     refuse(cat(c_->op_type(), " output is ", shape_str(c_->output(0)->shape()), ", expected ", shape_str(out_shape_)));
   if (has_reductions_) return build_rows();
+  if (stencil_conv()) return build_stencil();
   if (tiled()) return build_tiled();
   // The untiled nest applies the epilogue per output element after its K loop, unvectorised: an
   // epilogue with a transcendental op (SiLU's sigmoid after a depthwise conv) then costs more than

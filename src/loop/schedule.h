@@ -56,6 +56,10 @@ struct Schedule {
   // Accumulator budget of a block of rows computed whole before their row passes (MatMul +
   // LayerNorm): every block reads all of B, so blocks are as large as this allows.
   int64_t rows_block_bytes = 256 * 1024;
+  // A grouped/depthwise conv's working set per group in the stencil nest (lower_conv_stencil.cc):
+  // its staged input planes and accumulator plane, meant to stay in L2 while the group's output
+  // channels are computed; above it the conv keeps the untiled nest.
+  int64_t stencil_bytes = 1024 * 1024;
   bool tile_contractions = true;      // false: the naive dot-product nest (a reference for tests)
   bool default_transforms = true;     // apply_default_schedule after lowering (loop_transforms.h)
 

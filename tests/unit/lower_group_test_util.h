@@ -433,7 +433,8 @@ class KernelBatch {
     if (entries_.empty()) return;
     const auto dir = std::filesystem::temp_directory_path() / ("kiln_" + tag + "_" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir);
-    const runtime::BuildOptions o = numerics_options(false, dir.string());
+    // An element-exact comparison needs the strict build (no contraction of multiply-adds).
+    const runtime::BuildOptions o = numerics_options(!contract, dir.string());
     auto module = runtime::JitModule::build(codegen::emit_c(kernels_, o.emit), o.compile);
     for (size_t k = 0; k < entries_.size(); ++k) {
       auto& e = entries_[k];

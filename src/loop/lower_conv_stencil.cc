@@ -1,0 +1,124 @@
+// Grouped and depthwise 2-D convolutions as a vectorised stencil.
+//
+// A depthwise conv has one input channel per output channel: as a GEMM it is a 1-row product per
+// group (nothing for a register tile to reuse), and the untiled nest — one output element at a
+// time, its kernel window innermost — ran MobileNetV2's depthwise convs at 2-5 GFLOP/s. Here the
+// window is unrolled and the output positions are the vector lanes:
+//
+//   for (n, g)                                           parallel over images × groups
+//     stage the group's cg input channels into zero-padded phase planes (once; the fused
+//     prologue is evaluated there; a strided conv becomes stride 1 over the phases)
+//     for m < mg (output channel co = g·mg + m)
+//       acc[j] = 0                                        j: positions y·wq + x of a phase plane
+//       for ci < cg
+//         acc[j] = acc[j] + Σ_taps w[co, ci, tap] · planes[ci][offset(tap) + j]   vectorised over j
+//       for y < Ho, x < Wo                                vectorised over x
+//         out(n, co, y, x) = epilogue(acc[y·wq + x] + bias[co])
+//
+// j runs over the whole plane as one contiguous range (the columns x ≥ Wo of each plane row are
+// computed and dropped), so a 7x7 output is one loop of 61 lanes rather than seven of 7. The
+// weights of a (co, ci) are Lets hoisted out of the j loop. Sums run in the reference's order
+// (channel, then kernel position ascending, from 0; a padding position contributes 0 · w, as the
+// reference's im2col does), so --strict-fp is bit-identical; the default numerics contract the
+// multiply-adds into FMAs. The epilogue is applied in its own vectorised loop over an output row,
+// so transcendental activations (SiLU after EfficientNet's depthwise convs) stay vectorised.
+//
+// Taken for float32 convs with groups whose output channels per group are fewer than a
+// micro-kernel tile's rows (the tiled GEMM per group takes the others), when a group's staged
+// planes and accumulator fit Schedule::stencil_bytes; refused when kernel windows are so large
+// that the unrolled taps exceed the expression budget.
+#include "loop/contraction_lowering.h"
+#include "support/error.h"
+
+namespace kiln::loop::detail {
+
+bool ContractionLowering::stencil_conv() const {
+  if (c_->op_type() != "Conv" || group_ == 1 || geo_.rank() != 2 || dtype_ != DType::Float32) return false;
+  if (!sched_.tile_contractions || shape_numel(out_shape_) == 0) return false;
+  const Shape& xs = c_->input(0)->shape();
+  const int64_t cg = xs[1] / group_, mg = c_->input(1)->shape()[0] / group_;
+  if (mg >= sched_.contraction.mr) return false;
+  const PhasePlanes ph = phase_geometry();
+  const int64_t len = (geo_.out[0] - 1) * ph.wq + geo_.out[1];
+  const int64_t bytes = (cg * ph.slots * ph.plane + len) * int64_t(sizeof(float));
+  return bytes <= sched_.stencil_bytes;
+}
+
+LoopKernel ContractionLowering::build_stencil() {
+  const int64_t numel = shape_numel(out_shape_);
+  for (const Value* v : grp_.outputs)
+    if (shape_numel(v->shape()) != numel)
+      refuse(cat("group output '", v->name(), "' has another size than the ", c_->op_type(), " output"));
+  const Value* w = c_->input(1);
+  const Shape& xs = c_->input(0)->shape();
+  const Shape& ws = w->shape();
+  const int64_t nb = xs[0], cg = xs[1] / group_, mg = ws[0] / group_;
+  const int64_t ho = geo_.out[0], wo = geo_.out[1], kh = geo_.kernel[0], kw = geo_.kernel[1], taps = kh * kw;
+  const PhasePlanes ph = phase_geometry();
+  const int64_t per_channel = ph.slots * ph.plane, len = (ho - 1) * ph.wq + wo;
+  if (taps > int64_t(kMaxExprNodes / 4)) refuse(cat("a ", kh, "x", kw, " window has too many taps to unroll"));
+
+  auto planes = std::make_shared<Buffer>(Buffer{"kiln_dph", DType::Float32, {cg * per_channel}, Scope::Local});
+  auto acc = std::make_shared<Buffer>(Buffer{"kiln_dacc", DType::Float32, {len}, Scope::Local});
+  const Expr t = var("kiln_dt");
+  const Expr n = div_floor(t, int_imm(group_)), g = mod(t, int_imm(group_));
+
+  // Stage the group's input channels.
+  std::vector<Stmt> stage = stage_channel_phases(ph, planes, n, add(mul(g, int_imm(cg)), var("kiln_dc")),
+                                                 mul(var("kiln_dc"), int_imm(per_channel)));
+  Stmt fill = for_loop("kiln_dc", int_imm(cg), std::move(stage));
+
+  // Per output channel: the accumulator plane, then the epilogue per output row.
+  const Expr co = add(mul(g, int_imm(mg)), var("kiln_dm"));
+  const Expr j = var("kiln_dj");
+  std::vector<Stmt> per_channel_body = {
+      for_loop("kiln_dj", int_imm(len), {store(acc, j, float_imm(0))}, ForKind::Vectorized)};
+  {
+    std::vector<Stmt> per_ci;
+    const Expr ci = cg == 1 ? int_imm(0) : var("kiln_dci");
+    Expr sum = load(acc, j);
+    for (int64_t tap = 0; tap < taps; ++tap) {
+      const std::string wname = "kiln_dw" + std::to_string(tap);
+      Expr wv = to_compute(L_.value_at(w, Index::from_dims(ws, {co, ci, int_imm(tap / kw), int_imm(tap % kw)})));
+      per_ci.push_back(let(wname, wv));
+      const Expr xv = load(planes, add(add(mul(ci, int_imm(per_channel)), int_imm(ph.offset[size_t(tap)])), j));
+      sum = binary(BinOp::Add, sum, binary(BinOp::Mul, var(wname, DType::Float32), xv));
+    }
+    per_ci.push_back(for_loop("kiln_dj", int_imm(len), {store(acc, j, sum)}, ForKind::Vectorized));
+    if (cg == 1) {
+      for (auto& s : per_ci) per_channel_body.push_back(std::move(s));
+    } else {
+      per_channel_body.push_back(for_loop("kiln_dci", int_imm(cg), std::move(per_ci)));
+    }
+  }
+  {
+    const Expr y = var("kiln_dy"), x = var("kiln_dx");
+    Index point = Index::from_dims(out_shape_, {n, co, y, x});
+    const Expr a = load(acc, add(mul(y, int_imm(ph.wq)), x));
+    std::vector<std::pair<Expr, Expr>> stores = epilogue_stores(point, result(a, bias_ ? co : nullptr));
+    std::vector<Stmt> body;
+    int next_let = 0;
+    SharedExprHoister h(next_let);
+    for (auto& [index, value] : stores) {
+      h.count(value);
+      h.count(index);
+    }
+    if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused epilogue has ", h.dag_size(), " nodes"));
+    for (auto& [index, value] : stores) {
+      value = h.rewrite(value, body);
+      index = h.rewrite(index, body);
+    }
+    append_stores(body, k_.outputs, std::move(stores), next_let);
+    per_channel_body.push_back(
+        for_loop("kiln_dy", int_imm(ho), {for_loop("kiln_dx", int_imm(wo), std::move(body), ForKind::Vectorized)}));
+  }
+  Stmt channels = for_loop("kiln_dm", int_imm(mg), std::move(per_channel_body));
+
+  const int64_t work = numel * cg * taps;
+  const bool parallel = nb * group_ > 1 && work >= sched_.parallel_min_work;
+  k_.body = for_loop("kiln_dt", int_imm(nb * group_), {allocate(planes, {fill, allocate(acc, {channels})})},
+                     parallel ? ForKind::Parallel : ForKind::Serial);
+  return std::move(k_);
+}
+
+}  // namespace kiln::loop::detail

@@ -1,0 +1,141 @@
+// Grouped and depthwise convs through the stencil nest (src/loop/lower_conv_stencil.cc): every
+// stride, dilation, kernel size and padding (including padding wider than the input, where some
+// phase rows have no interior), channel multipliers, group widths below a micro-kernel tile, a
+// fused prologue and transcendental epilogues. Each case runs through the loop interpreter and
+// (all cases in one module) through emit_c + JitModule, in both numerics modes: the default
+// within the contract, --strict-fp element for element against the reference.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "ir/parser.h"
+#include "kernels/microkernel.h"
+#include "loop/loop_interpreter.h"
+#include "lower_group_test_util.h"
+
+namespace kiln {
+namespace {
+
+using testing::KernelBatch;
+using testing::random_inputs;
+
+struct StencilCase {
+  std::string name, body, inputs, outputs;
+  std::vector<std::pair<std::string, Shape>> consts;
+};
+
+std::vector<StencilCase> stencil_cases() {
+  return {
+      {"dw_3x3_s1_bias_clip", R"(  %c: f32[2,6,7,9] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1], group=6} name="conv"
+  %y: f32[2,6,7,9] = Clip(%c, %lo, %hi) name="clip"
+)", "%x: f32[2,6,7,9]", "%y", {{"w", {6, 1, 3, 3}}, {"b", {6}}, {"lo", {}}, {"hi", {}}}},
+      {"dw_3x3_s2_asym_pad", R"(  %y: f32[1,5,4,3] = Conv(%x, %w) {kernel_shape=[3,3], pads=[0,1,1,0], strides=[2,2], group=5} name="conv"
+)", "%x: f32[1,5,8,7]", "%y", {{"w", {5, 1, 3, 3}}}},
+      {"dw_5x5_s2_dilated", R"(  %y: f32[1,4,3,4] = Conv(%x, %w, %b) {kernel_shape=[5,5], pads=[4,2,4,2], strides=[2,2], dilations=[2,1], group=4} name="conv"
+)", "%x: f32[1,4,6,7]", "%y", {{"w", {4, 1, 5, 5}}, {"b", {4}}}},
+      {"dw_7x7_convnext", R"(  %y: f32[1,8,5,5] = Conv(%x, %w, %b) {kernel_shape=[7,7], pads=[3,3,3,3], group=8} name="conv"
+)", "%x: f32[1,8,5,5]", "%y", {{"w", {8, 1, 7, 7}}, {"b", {8}}}},
+      {"dw_pad_wider_than_input", R"(  %y: f32[1,3,5,6] = Conv(%x, %w) {kernel_shape=[3,3], pads=[3,3,3,4], strides=[1,1], group=3} name="conv"
+)", "%x: f32[1,3,1,1]", "%y", {{"w", {3, 1, 3, 3}}}},
+      {"dw_stride3_rect", R"(  %y: f32[1,2,3,2] = Conv(%x, %w) {kernel_shape=[2,4], pads=[1,0,1,1], strides=[3,2], group=2} name="conv"
+)", "%x: f32[1,2,8,5]", "%y", {{"w", {2, 1, 2, 4}}}},
+      {"dw_multiplier_2", R"(  %y: f32[1,8,4,4] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1], group=4} name="conv"
+)", "%x: f32[1,4,4,4]", "%y", {{"w", {8, 1, 3, 3}}, {"b", {8}}}},
+      {"grouped_width_4", R"(  %c: f32[2,12,5,5] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1], group=3} name="conv"
+  %y: f32[2,12,5,5] = Relu(%c) name="relu"
+)", "%x: f32[2,12,5,5]", "%y", {{"w", {12, 4, 3, 3}}, {"b", {12}}}},
+      {"grouped_pointwise", R"(  %y: f32[1,6,3,4] = Conv(%x, %w) {kernel_shape=[1,1], group=2} name="conv"
+)", "%x: f32[1,8,3,4]", "%y", {{"w", {6, 4, 1, 1}}}},
+      {"dw_prologue_silu_epilogue", R"(  %a: f32[1,6,6,5] = Add(%x, %r) name="res"
+  %c: f32[1,6,3,3] = Conv(%a, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1], strides=[2,2], group=6} name="conv"
+  %s: f32[1,6,3,3] = Sigmoid(%c) name="sig"
+  %y: f32[1,6,3,3] = Mul(%c, %s) name="silu"
+)", "%x: f32[1,6,6,5], %r: f32[1,6,6,5]", "%y", {{"w", {6, 1, 3, 3}}, {"b", {6}}}},
+  };
+}
+
+std::unique_ptr<Graph> make_graph(const StencilCase& c) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 0.4f);
+  std::string consts;
+  for (const auto& [name, shape] : c.consts) {
+    std::string dims, vals;
+    for (size_t d = 0; d < shape.size(); ++d) dims += (d ? "," : "") + std::to_string(shape[d]);
+    // Clip bounds: a scalar low of -0.5 and high of 0.5 so that both bounds are hit.
+    if (shape.empty()) vals = name == "lo" ? "-0.5" : "0.5";
+    for (int64_t i = 0; !shape.empty() && i < shape_numel(shape); ++i) vals += (i ? ", " : "") + std::to_string(nd(rng));
+    consts += "  %" + name + " = constant f32[" + dims + "] [" + vals + "]\n";
+  }
+  return parse_graph("graph main opset 17 (" + c.inputs + ") -> (" + c.outputs + ") {\n" + consts + c.body + "}\n");
+}
+
+loop::Schedule strict_schedule() {
+  loop::Schedule s;
+  s.set_strict_numerics();
+  return s;
+}
+
+TEST(LowerConvStencil, MatchesReference) {
+  loop::Schedule par;
+  par.parallel_min_work = 1;  // the parallel loop over (image, group) in the interpreter too
+  KernelBatch fma, strict;
+  for (const StencilCase& c : stencil_cases()) {
+    SCOPED_TRACE(c.name);
+    auto g = make_graph(c);
+    FusionPlan plan = partition(*g);
+    const TensorMap inputs = random_inputs(*g, 3, {}, false);
+    auto values = run_reference_values(*g, inputs);
+    int convs = 0;
+    for (const auto& grp : plan.groups) {
+      if (grp.kind != GroupKind::Contraction) continue;
+      ++convs;
+      // The whole case is one kernel: prologue and epilogue fused into the stencil.
+      EXPECT_EQ(grp.nodes.size(), g->nodes().size());
+      for (int mode = 0; mode < 3; ++mode) {
+        const loop::Schedule sched = mode == 0 ? par : mode == 1 ? loop::Schedule{} : strict_schedule();
+        auto lg = loop::lower_group(grp, c.name + "_" + std::to_string(mode), sched);
+        ASSERT_TRUE(lg.kernel) << lg.reason;
+        const std::string nest = loop::print_kernel(*lg.kernel);
+        EXPECT_NE(nest.find("kiln_dph"), std::string::npos) << "not the stencil nest:\n" << nest;
+        auto got = testing::interpret_group(*lg.kernel, grp, values);
+        for (size_t o = 0; o < got.size(); ++o)
+          EXPECT_EQ(testing::compare_tensors(got[o], values.at(grp.outputs[o])), "") << "interpreted, output " << o;
+        if (mode == 1) fma.add(std::move(*lg.kernel), grp, values);
+        if (mode == 2) strict.add(std::move(*lg.kernel), grp, values);
+      }
+    }
+    EXPECT_EQ(convs, 1);
+  }
+  fma.check("stencil_fma", /*contract=*/true);
+  strict.check("stencil_strict", /*contract=*/false);
+}
+
+// Depthwise and narrow groups take the stencil; groups as wide as a micro-kernel tile the GEMM
+// per group; a group whose staged planes exceed Schedule::stencil_bytes the untiled nest.
+TEST(LowerConvStencil, ChosenByGroupWidthAndBudget) {
+  auto nest_of = [](const std::string& body, const std::string& inputs, const std::vector<std::pair<std::string, Shape>>& consts,
+                    const loop::Schedule& sched) {
+    auto g = make_graph({"c", body, inputs, "%y", consts});
+    for (const auto& grp : partition(*g).groups)
+      if (grp.kind == GroupKind::Contraction) {
+        auto lg = loop::lower_group(grp, "k", sched);
+        EXPECT_TRUE(lg.kernel) << lg.reason;
+        return lg.kernel ? loop::print_kernel(*lg.kernel) : std::string();
+      }
+    return std::string();
+  };
+  const std::string dw = R"(  %y: f32[1,4,16,16] = Conv(%x, %w) {kernel_shape=[3,3], pads=[1,1,1,1], group=4} name="conv"
+)";
+  EXPECT_NE(nest_of(dw, "%x: f32[1,4,16,16]", {{"w", {4, 1, 3, 3}}}, {}).find("kiln_dph"), std::string::npos);
+  loop::Schedule tight;
+  tight.stencil_bytes = 1024;
+  EXPECT_EQ(nest_of(dw, "%x: f32[1,4,16,16]", {{"w", {4, 1, 3, 3}}}, tight).find("kiln_dph"), std::string::npos);
+  const std::string wide = R"(  %y: f32[1,16,6,6] = Conv(%x, %w) {kernel_shape=[3,3], pads=[1,1,1,1], group=2} name="conv"
+)";
+  const std::string nest = nest_of(wide, "%x: f32[1,16,6,6]", {{"w", {16, 8, 3, 3}}}, {});
+  EXPECT_EQ(nest.find("kiln_dph"), std::string::npos) << nest;
+  EXPECT_NE(nest.find(kernels::kMicroKernelF32), std::string::npos) << nest;
+}
+
+}  // namespace
+}  // namespace kiln
