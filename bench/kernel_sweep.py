@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""GFLOP/s of single contractions in kiln and ONNX Runtime: GEMMs and ResNet-50's convolutions.
+"""GFLOP/s of single contractions in kiln and ONNX Runtime: GEMMs, ResNet-50's convolutions and
+MobileNetV2's depthwise and pointwise convolutions with their activations (--set mobile).
 
-Usage: python3 bench/kernel_sweep.py KILN [--threads 1,2] [--runs 20] [--rounds 3] [--set gemm,conv]
+Usage: python3 bench/kernel_sweep.py KILN [--threads 1,2] [--runs 20] [--rounds 3] [--set gemm,conv,mobile]
                                           [--only NAME] [--strict-fp]
 
 Each case is a one-node ONNX model (MatMul of an input [M, K] by a constant [K, N]; Conv of an
@@ -55,16 +56,38 @@ def gemm_model(m, n, k, path):
     return 2.0 * m * n * k
 
 
-def conv_model(c, h, w_, co, ks, s, p, path):
+# MobileNetV2's distinct depthwise (group = C) and pointwise convs at batch 1, each followed by its
+# activation (Clip to [0, 6], as torchvision exports ReLU6; "" for the linear projections):
+# (C_in, H, W, C_out, kernel, stride, pad, group, activation).
+MOBILE_CONVS = [
+    (32, 112, 112, 32, 3, 1, 1, 32, "clip"), (96, 112, 112, 96, 3, 2, 1, 96, "clip"),
+    (144, 56, 56, 144, 3, 1, 1, 144, "clip"), (144, 56, 56, 144, 3, 2, 1, 144, "clip"),
+    (192, 28, 28, 192, 3, 1, 1, 192, "clip"), (384, 14, 14, 384, 3, 1, 1, 384, "clip"),
+    (576, 14, 14, 576, 3, 2, 1, 576, "clip"), (960, 7, 7, 960, 3, 1, 1, 960, "clip"),
+    (672, 14, 14, 672, 5, 1, 2, 672, "clip"), (768, 7, 7, 768, 7, 1, 3, 768, ""),
+    (16, 112, 112, 96, 1, 1, 0, 1, "clip"), (96, 56, 56, 24, 1, 1, 0, 1, ""),
+    (24, 56, 56, 144, 1, 1, 0, 1, "clip"), (32, 28, 28, 192, 1, 1, 0, 1, "clip"),
+    (64, 14, 14, 384, 1, 1, 0, 1, "clip"), (320, 7, 7, 1280, 1, 1, 0, 1, "clip"),
+    (3, 224, 224, 32, 3, 2, 1, 1, "clip"),
+]
+
+
+def conv_model(c, h, w_, co, ks, s, p, path, group=1, act=""):
     rng = np.random.default_rng(0)
-    wt = numpy_helper.from_array((rng.standard_normal((co, c, ks, ks)) / np.sqrt(c * ks * ks)).astype(np.float32), "W")
+    cg = c // group
+    wt = numpy_helper.from_array((rng.standard_normal((co, cg, ks, ks)) / np.sqrt(cg * ks * ks)).astype(np.float32), "W")
     b = numpy_helper.from_array(rng.standard_normal(co, dtype=np.float32), "B")
     ho, wo = (h + 2 * p - ks) // s + 1, (w_ + 2 * p - ks) // s + 1
-    node = helper.make_node("Conv", ["X", "W", "B"], ["Y"], kernel_shape=[ks, ks], strides=[s, s], pads=[p] * 4)
-    g = helper.make_graph([node], "conv", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, c, h, w_])],
-                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, co, ho, wo])], [wt, b])
+    nodes = [helper.make_node("Conv", ["X", "W", "B"], ["C" if act else "Y"], kernel_shape=[ks, ks], strides=[s, s],
+                              pads=[p] * 4, group=group)]
+    inits = [wt, b]
+    if act == "clip":
+        inits += [numpy_helper.from_array(np.array(0, np.float32), "lo"), numpy_helper.from_array(np.array(6, np.float32), "hi")]
+        nodes.append(helper.make_node("Clip", ["C", "lo", "hi"], ["Y"]))
+    g = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, c, h, w_])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, co, ho, wo])], inits)
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
-    return 2.0 * co * ho * wo * c * ks * ks
+    return 2.0 * co * ho * wo * cg * ks * ks
 
 
 def kiln_block(kiln, model, threads, runs, extra):
@@ -126,6 +149,13 @@ def main():
             name = f"conv {c}x{h}x{w} -> {co} k{ks} s{s}"
             path = os.path.join(tmp, f"conv_{c}_{h}_{co}_{ks}_{s}.onnx")
             cases.append((name, path, conv_model(c, h, w, co, ks, s, p, path), {"X": np.ones((1, c, h, w), np.float32)}))
+    if "mobile" in a.set:
+        for c, h, w, co, ks, s, p, grp, act in MOBILE_CONVS:
+            kind = "dw" if grp > 1 else "conv"
+            name = f"{kind} {c}x{h}x{w} -> {co} k{ks} s{s}{' ' + act if act else ''}"
+            path = os.path.join(tmp, f"{kind}_{c}_{h}_{co}_{ks}_{s}.onnx")
+            cases.append((name, path, conv_model(c, h, w, co, ks, s, p, path, grp, act),
+                          {"X": np.ones((1, c, h, w), np.float32)}))
     cases = [cs for cs in cases if a.only in cs[0]]
     print("| case | threads | GFLOP | kiln ms | kiln GFLOP/s | kiln % peak | ORT ms | ORT GFLOP/s | kiln / ORT |")
     print("|---|---|---|---|---|---|---|---|---|")

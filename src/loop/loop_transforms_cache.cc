@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "loop/loop_transforms.h"
+#include "loop/simplify_indices.h"
 #include "loop/loop_transforms_internal.h"
 
 namespace kiln::loop {
@@ -240,6 +241,9 @@ void outermost_loops(const Stmt& s, std::vector<Stmt>& out) {
 
 void apply_default_schedule(LoopKernel& k, const Schedule& s) {
   if (!k.body) return;
+  // First: indices without divisions and clamps the loop ranges prove redundant, so that the
+  // affine analysis below can prove more loops independent and the C compiler vectorises them.
+  simplify_indices(k);
   std::vector<std::string> inner;
   innermost_serial(k.body, inner);
   for (const auto& name : inner) {

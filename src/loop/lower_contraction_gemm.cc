@@ -321,6 +321,19 @@ Expr table_lookup(const Expr& kpos, const std::vector<int64_t>& table) {
 
 bool ContractionLowering::implicit_conv() const {
   if (c_->op_type() != "Conv" || group_ != 1 || geo_.rank() != 2) return false;
+  // A pointwise conv over many positions with few input channels: the GEMM with output channels
+  // as rows and the input read in place as B (conv_view) stores each output channel's positions
+  // contiguously, where the implicit form's tile of positions × channels is stored transposed —
+  // with K = 16 that store costs more than the products (MobileNetV2's 16 -> 96 expansion at
+  // 112x112 + Clip: 0.82 -> 0.33 ms; ORT 0.37). With few positions the implicit form wins (a
+  // 7x7 output leaves the channel-rows GEMM one full column tile and a 17-wide rest: 512 -> 2048
+  // at 7x7 0.55 -> 2.5 ms). bench/kernel_sweep.py --set conv,mobile --only "k1 s1", 1 thread.
+  if (conv_in_place()) {
+    const int64_t p = geo_.out[0] * geo_.out[1], k = c_->input(0)->shape()[1];
+    const auto& cr = sched_.contraction;
+    if (p >= cr.channel_rows_positions || (p >= cr.channel_rows_positions_few_k && k <= cr.channel_rows_few_k))
+      return false;
+  }
   const int64_t c = c_->input(0)->shape()[1], ks = geo_.kernel[0] * geo_.kernel[1];
   if (!sched_.reorder_sums && !(c < 16 && ks > 1)) return false;
   const Value* w = c_->input(1);

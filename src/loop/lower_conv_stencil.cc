@@ -56,10 +56,15 @@ LoopKernel ContractionLowering::build_stencil() {
   const int64_t ho = geo_.out[0], wo = geo_.out[1], kh = geo_.kernel[0], kw = geo_.kernel[1], taps = kh * kw;
   const PhasePlanes ph = phase_geometry();
   const int64_t per_channel = ph.slots * ph.plane, len = (ho - 1) * ph.wq + wo;
+  // The j loop in blocks of four vectors: each weight broadcast then feeds four multiply-adds.
+  // Lanes past `len` compute positions nobody stores; the planes get a zeroed tail so that their
+  // reads stay inside the buffer (and never meet a stale NaN or denormal).
+  const int64_t lanes = 4 * std::max(1, sched_.vector_width), blocks = (len + lanes - 1) / lanes;
+  const int64_t len_p = blocks * lanes, tail = len_p - len;
   if (taps > int64_t(kMaxExprNodes / 4)) refuse(cat("a ", kh, "x", kw, " window has too many taps to unroll"));
 
-  auto planes = std::make_shared<Buffer>(Buffer{"kiln_dph", DType::Float32, {cg * per_channel}, Scope::Local});
-  auto acc = std::make_shared<Buffer>(Buffer{"kiln_dacc", DType::Float32, {len}, Scope::Local});
+  auto planes = std::make_shared<Buffer>(Buffer{"kiln_dph", DType::Float32, {cg * per_channel + tail}, Scope::Local});
+  auto acc = std::make_shared<Buffer>(Buffer{"kiln_dacc", DType::Float32, {len_p}, Scope::Local});
   const Expr t = var("kiln_dt");
   const Expr n = div_floor(t, int_imm(group_)), g = mod(t, int_imm(group_));
 
@@ -67,12 +72,17 @@ LoopKernel ContractionLowering::build_stencil() {
   std::vector<Stmt> stage = stage_channel_phases(ph, planes, n, add(mul(g, int_imm(cg)), var("kiln_dc")),
                                                  mul(var("kiln_dc"), int_imm(per_channel)));
   Stmt fill = for_loop("kiln_dc", int_imm(cg), std::move(stage));
+  Stmt zero_tail = tail == 0 ? nullptr
+                             : for_loop("kiln_dz", int_imm(tail),
+                                        {store(planes, add(int_imm(cg * per_channel), var("kiln_dz")), float_imm(0))});
 
   // Per output channel: the accumulator plane, then the epilogue per output row.
   const Expr co = add(mul(g, int_imm(mg)), var("kiln_dm"));
-  const Expr j = var("kiln_dj");
-  std::vector<Stmt> per_channel_body = {
-      for_loop("kiln_dj", int_imm(len), {store(acc, j, float_imm(0))}, ForKind::Vectorized)};
+  const Expr j = add(mul(var("kiln_djo"), int_imm(lanes)), var("kiln_dj"));
+  auto over_j = [&](std::vector<Stmt> body) {
+    return for_loop("kiln_djo", int_imm(blocks), {for_loop("kiln_dj", int_imm(lanes), std::move(body), ForKind::Vectorized)});
+  };
+  std::vector<Stmt> per_channel_body = {over_j({store(acc, j, float_imm(0))})};
   {
     std::vector<Stmt> per_ci;
     const Expr ci = cg == 1 ? int_imm(0) : var("kiln_dci");
@@ -84,7 +94,7 @@ LoopKernel ContractionLowering::build_stencil() {
       const Expr xv = load(planes, add(add(mul(ci, int_imm(per_channel)), int_imm(ph.offset[size_t(tap)])), j));
       sum = binary(BinOp::Add, sum, binary(BinOp::Mul, var(wname, DType::Float32), xv));
     }
-    per_ci.push_back(for_loop("kiln_dj", int_imm(len), {store(acc, j, sum)}, ForKind::Vectorized));
+    per_ci.push_back(over_j({store(acc, j, sum)}));
     if (cg == 1) {
       for (auto& s : per_ci) per_channel_body.push_back(std::move(s));
     } else {
@@ -116,7 +126,8 @@ LoopKernel ContractionLowering::build_stencil() {
 
   const int64_t work = numel * cg * taps;
   const bool parallel = nb * group_ > 1 && work >= sched_.parallel_min_work;
-  k_.body = for_loop("kiln_dt", int_imm(nb * group_), {allocate(planes, {fill, allocate(acc, {channels})})},
+  k_.body = for_loop("kiln_dt", int_imm(nb * group_), {allocate(planes, zero_tail ? std::vector<Stmt>{fill, zero_tail, allocate(acc, {channels})}
+                                                               : std::vector<Stmt>{fill, allocate(acc, {channels})})},
                      parallel ? ForKind::Parallel : ForKind::Serial);
   return std::move(k_);
 }

@@ -19,6 +19,13 @@ struct ContractionTile {
   // An in-place A's M block (rows × K) up to this size is re-read from L2 for every column tile;
   // beyond it a tile spans a panel of column tiles (lower_contraction_tiled.cc). Half the L2.
   int64_t a_reuse_bytes = 512 * 1024;
+  // A 1x1 conv read in place is a GEMM with output channels as rows (its output rows stored
+  // contiguously) from this many output positions, or from channel_rows_positions_few_k when it
+  // has at most channel_rows_few_k input channels; else the implicit GEMM with positions as rows
+  // (lower_contraction_gemm.cc, implicit_conv).
+  int64_t channel_rows_positions = 2048;
+  int64_t channel_rows_positions_few_k = 512;
+  int64_t channel_rows_few_k = 128;
 };
 
 // Row pipelines (chains of MatMuls such as attention and MLPs, lower_contraction_chain.cc).

@@ -1,0 +1,307 @@
+#include "loop/simplify_indices.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <unordered_map>
+
+namespace kiln::loop {
+
+namespace {
+
+struct Range {
+  int64_t lo = 0, hi = 0;  // inclusive
+};
+using Env = std::map<std::string, Range>;
+
+// Bounds stay far inside int64 so that no sum or product of two of them overflows.
+constexpr __int128 kLimit = __int128(1) << 62;
+std::optional<Range> checked(__int128 lo, __int128 hi) {
+  if (lo < -kLimit || hi > kLimit || lo > hi) return std::nullopt;
+  return Range{int64_t(lo), int64_t(hi)};
+}
+
+bool is_i64(const Expr& e) { return e && e->type == DType::Int64; }
+bool is_const(const Expr& e) { return e->kind == ExprKind::IntImm; }
+
+int64_t floor_div(int64_t a, int64_t d) { return a / d - ((a % d != 0) && ((a < 0) != (d < 0))); }
+
+class Simplifier {
+ public:
+  explicit Simplifier(const Env& env) : env_(env) {}
+
+  Expr run(const Expr& e) {
+    if (auto it = memo_.find(e.get()); it != memo_.end()) return it->second;
+    Expr r = map_args(e, [&](const Expr& a) { return run(a); });
+    if (is_i64(r) && r->kind == ExprKind::Binary) {
+      const BinOp op = r->bin;
+      if ((op == BinOp::Div || op == BinOp::Mod) && is_const(r->args[1]) && r->args[1]->int_value > 0) {
+        if (Expr s = divmod(r->args[0], r->args[1]->int_value, op == BinOp::Div)) r = s;
+      } else if (op == BinOp::Min || op == BinOp::Max) {
+        auto a = range(r->args[0]), b = range(r->args[1]);
+        if (a && b && a->hi <= b->lo) r = op == BinOp::Min ? r->args[0] : r->args[1];
+        else if (a && b && b->hi <= a->lo) r = op == BinOp::Min ? r->args[1] : r->args[0];
+      }
+    }
+    memo_[e.get()] = r;
+    return r;
+  }
+
+  std::optional<Range> range(const Expr& e) {
+    if (!is_i64(e)) return std::nullopt;
+    if (auto it = ranges_.find(e.get()); it != ranges_.end()) return it->second;
+    std::optional<Range> r = compute_range(e);
+    ranges_[e.get()] = r;
+    return r;
+  }
+
+ private:
+  struct Term {
+    Expr atom;
+    int64_t coef;
+  };
+  // constant + Σ coef · atom, atoms distinct (by their printed form).
+  struct Linear {
+    int64_t k = 0;
+    std::vector<Term> terms;
+  };
+
+  std::optional<Range> compute_range(const Expr& e) {
+    switch (e->kind) {
+      case ExprKind::IntImm: return Range{e->int_value, e->int_value};
+      case ExprKind::Var: {
+        auto it = env_.find(e->name);
+        if (it == env_.end()) return std::nullopt;
+        return it->second;
+      }
+      case ExprKind::Select: {
+        auto t = range(e->args[1]), f = range(e->args[2]);
+        if (!t || !f) return std::nullopt;
+        return Range{std::min(t->lo, f->lo), std::max(t->hi, f->hi)};
+      }
+      case ExprKind::Binary: break;
+      default: return std::nullopt;
+    }
+    auto a = range(e->args[0]), b = range(e->args[1]);
+    if (!a || !b) return std::nullopt;
+    switch (e->bin) {
+      case BinOp::Add: return checked(__int128(a->lo) + b->lo, __int128(a->hi) + b->hi);
+      case BinOp::Sub: return checked(__int128(a->lo) - b->hi, __int128(a->hi) - b->lo);
+      case BinOp::Mul: {
+        const __int128 c[4] = {__int128(a->lo) * b->lo, __int128(a->lo) * b->hi, __int128(a->hi) * b->lo,
+                               __int128(a->hi) * b->hi};
+        return checked(*std::min_element(c, c + 4), *std::max_element(c, c + 4));
+      }
+      case BinOp::Div:
+        if (b->lo != b->hi || b->lo <= 0 || a->lo < 0) return std::nullopt;
+        return Range{a->lo / b->lo, a->hi / b->lo};
+      case BinOp::Mod:
+        if (b->lo != b->hi || b->lo <= 0 || a->lo < 0) return std::nullopt;
+        if (a->hi < b->lo) return *a;
+        return Range{0, b->lo - 1};
+      case BinOp::Min: return Range{std::min(a->lo, b->lo), std::min(a->hi, b->hi)};
+      case BinOp::Max: return Range{std::max(a->lo, b->lo), std::max(a->hi, b->hi)};
+      default: return std::nullopt;
+    }
+  }
+
+  std::optional<Linear> linear(const Expr& e) {
+    if (!is_i64(e)) return std::nullopt;
+    if (e->kind == ExprKind::IntImm) return Linear{e->int_value, {}};
+    if (e->kind == ExprKind::Binary) {
+      const BinOp op = e->bin;
+      if (op == BinOp::Add || op == BinOp::Sub) {
+        auto a = linear(e->args[0]), b = linear(e->args[1]);
+        if (!a || !b) return std::nullopt;
+        return combine(*a, *b, op == BinOp::Add ? 1 : -1);
+      }
+      if (op == BinOp::Mul && (is_const(e->args[0]) || is_const(e->args[1]))) {
+        const bool left = is_const(e->args[0]);
+        auto f = linear(e->args[left ? 1 : 0]);
+        if (!f) return std::nullopt;
+        return scaled(*f, e->args[left ? 0 : 1]->int_value);
+      }
+    }
+    return Linear{0, {{e, 1}}};
+  }
+
+  std::optional<Linear> scaled(Linear f, int64_t s) {
+    const __int128 k = __int128(f.k) * s;
+    if (k < -kLimit || k > kLimit) return std::nullopt;
+    f.k = int64_t(k);
+    for (auto& t : f.terms) {
+      const __int128 c = __int128(t.coef) * s;
+      if (c < -kLimit || c > kLimit) return std::nullopt;
+      t.coef = int64_t(c);
+    }
+    f.terms.erase(std::remove_if(f.terms.begin(), f.terms.end(), [](const Term& t) { return t.coef == 0; }), f.terms.end());
+    return f;
+  }
+
+  std::optional<Linear> combine(const Linear& a, const Linear& b, int64_t sign) {
+    auto sb = scaled(b, sign);
+    if (!sb) return std::nullopt;
+    Linear r = a;
+    const __int128 k = __int128(r.k) + sb->k;
+    if (k < -kLimit || k > kLimit) return std::nullopt;
+    r.k = int64_t(k);
+    for (const Term& t : sb->terms) {
+      auto it = std::find_if(r.terms.begin(), r.terms.end(), [&](const Term& u) { return same_atom(u.atom, t.atom); });
+      if (it == r.terms.end()) {
+        r.terms.push_back(t);
+        continue;
+      }
+      const __int128 c = __int128(it->coef) + t.coef;
+      if (c < -kLimit || c > kLimit) return std::nullopt;
+      it->coef = int64_t(c);
+      if (it->coef == 0) r.terms.erase(it);
+    }
+    return r;
+  }
+
+  bool same_atom(const Expr& a, const Expr& b) {
+    if (a == b) return true;
+    return key(a) == key(b);
+  }
+  const std::string& key(const Expr& e) {
+    auto it = keys_.find(e.get());
+    if (it == keys_.end()) it = keys_.emplace(e.get(), print_expr(e)).first;
+    return it->second;
+  }
+
+  std::optional<Range> range(const Linear& f) {
+    __int128 lo = f.k, hi = f.k;
+    for (const Term& t : f.terms) {
+      auto r = range(t.atom);
+      if (!r) return std::nullopt;
+      const __int128 a = __int128(t.coef) * r->lo, b = __int128(t.coef) * r->hi;
+      lo += std::min(a, b);
+      hi += std::max(a, b);
+      if (lo < -kLimit || hi > kLimit) return std::nullopt;
+    }
+    return checked(lo, hi);
+  }
+
+  // Σ terms + k as an expression: terms by decreasing |coef|, then the constant.
+  static Expr build(std::vector<Term> terms, int64_t k) {
+    std::stable_sort(terms.begin(), terms.end(),
+                     [](const Term& a, const Term& b) { return std::abs(a.coef) > std::abs(b.coef); });
+    Expr r;
+    for (const Term& t : terms) {
+      if (!r) {
+        r = mul(t.atom, int_imm(t.coef));
+        continue;
+      }
+      r = t.coef < 0 ? binary(BinOp::Sub, r, mul(t.atom, int_imm(-t.coef))) : add(r, mul(t.atom, int_imm(t.coef)));
+    }
+    if (!r) return int_imm(k);
+    if (k < 0) return binary(BinOp::Sub, r, int_imm(-k));
+    return add(r, int_imm(k));
+  }
+
+  // e / d or e % d without the division where the ranges allow; null when they do not.
+  Expr divmod(const Expr& e, int64_t d, bool div) {
+    auto f = linear(e);
+    if (!f) return nullptr;
+    auto whole = range(*f);
+    if (!whole || whole->lo < 0) return nullptr;  // floor and C's truncation agree only from 0
+    if (whole->hi < d) return div ? int_imm(0) : e;
+    // e = c·E + R with R ∈ [0, c): c = d first (e / d = E exactly), then each coefficient dividing d.
+    std::vector<int64_t> factors = {d};
+    for (const Term& t : f->terms)
+      if (t.coef > 1 && t.coef < d && d % t.coef == 0 && std::find(factors.begin(), factors.end(), t.coef) == factors.end())
+        factors.push_back(t.coef);
+    std::sort(factors.begin() + 1, factors.end(), std::greater<>());
+    for (int64_t c : factors) {
+      const int64_t kq = floor_div(f->k, c), kr = f->k - kq * c;
+      Linear high{kq, {}}, rest{kr, {}};
+      for (const Term& t : f->terms) (t.coef % c == 0 ? high : rest).terms.push_back(t);
+      if (high.terms.empty()) continue;
+      auto rr = range(rest);
+      if (!rr || rr->lo < 0 || rr->hi >= c) continue;
+      for (Term& t : high.terms) t.coef /= c;
+      const Expr q = build(high.terms, high.k);
+      const Expr r = build(rest.terms, rest.k);
+      if (c == d) return div ? q : r;
+      // e / d = E / (d/c) and e % d = c·(E % (d/c)) + R, E = q ≥ 0.
+      const int64_t d2 = d / c;
+      Expr inner = divmod(q, d2, div);
+      if (!inner) inner = div ? div_floor(q, int_imm(d2)) : mod(q, int_imm(d2));
+      return div ? inner : add(mul(inner, int_imm(c)), r);
+    }
+    return nullptr;
+  }
+
+  const Env& env_;
+  std::unordered_map<const ExprNode*, Expr> memo_;
+  std::unordered_map<const ExprNode*, std::optional<Range>> ranges_;
+  std::unordered_map<const ExprNode*, std::string> keys_;
+};
+
+void collect_assigned(const Stmt& s, std::set<std::string>& out) {
+  if (!s) return;
+  if (s->kind == StmtKind::Assign) out.insert(s->var);
+  for (const auto* list : {&s->body, &s->else_body})
+    for (const Stmt& c : *list) collect_assigned(c, out);
+}
+
+class Walker {
+ public:
+  explicit Walker(std::set<std::string> assigned) : assigned_(std::move(assigned)) {}
+
+  std::vector<Stmt> list(const std::vector<Stmt>& body, Env env) {
+    std::vector<Stmt> out;
+    out.reserve(body.size());
+    for (const Stmt& s : body) {
+      out.push_back(stmt(s, env));
+      const Stmt& n = out.back();
+      if (n->kind != StmtKind::Let) continue;
+      // A Let's range holds for the statements after it (unless the variable is reassigned).
+      std::optional<Range> r;
+      if (!assigned_.count(n->var) && is_i64(n->value)) r = Simplifier(env).range(n->value);
+      if (r) env[n->var] = *r;
+      else env.erase(n->var);
+    }
+    return out;
+  }
+
+  Stmt stmt(const Stmt& s, const Env& env) {
+    auto c = std::make_shared<StmtNode>(*s);
+    Simplifier simp(env);
+    for (Expr* e : {&c->extent, &c->index, &c->value, &c->cond})
+      if (*e) *e = simp.run(*e);
+    for (auto& a : c->call_args) a = simp.run(a);
+    Env inner = env;
+    if (c->kind == StmtKind::For) {
+      auto r = simp.range(c->extent);
+      if (r && r->hi >= 1 && !assigned_.count(c->var)) inner[c->var] = Range{0, r->hi - 1};
+      else inner.erase(c->var);
+    }
+    c->body = list(c->body, inner);
+    c->else_body = list(c->else_body, env);
+    return c;
+  }
+
+ private:
+  std::set<std::string> assigned_;
+};
+
+}  // namespace
+
+void simplify_indices(LoopKernel& k) {
+  if (!k.body) return;
+  std::set<std::string> assigned;
+  collect_assigned(k.body, assigned);
+  Walker w(std::move(assigned));
+  k.body = w.stmt(k.body, Env{});
+}
+
+Expr simplify_index(const Expr& e, const std::vector<std::pair<std::string, int64_t>>& extents) {
+  Env env;
+  for (const auto& [name, n] : extents)
+    if (n >= 1) env[name] = Range{0, n - 1};
+  return Simplifier(env).run(e);
+}
+
+}  // namespace kiln::loop

@@ -1,0 +1,125 @@
+// simplify_indices (src/loop/simplify_indices.h): the rewrites are identities over the loop ranges
+// (random expressions checked exhaustively against their unsimplified value, with C's integer
+// semantics as the emitted code has them), and they remove the divisions of a flatten / unravel
+// round trip such as a channel shuffle's.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+
+#include "loop/loop_ir.h"
+#include "loop/simplify_indices.h"
+
+namespace kiln::loop {
+namespace {
+
+using Vars = std::vector<std::pair<std::string, int64_t>>;
+
+int64_t eval(const Expr& e, const std::map<std::string, int64_t>& env) {
+  switch (e->kind) {
+    case ExprKind::IntImm: return e->int_value;
+    case ExprKind::Var: return env.at(e->name);
+    case ExprKind::Select: return eval(e->args[0], env) ? eval(e->args[1], env) : eval(e->args[2], env);
+    case ExprKind::Binary: {
+      const int64_t a = eval(e->args[0], env), b = eval(e->args[1], env);
+      switch (e->bin) {
+        case BinOp::Add: return a + b;
+        case BinOp::Sub: return a - b;
+        case BinOp::Mul: return a * b;
+        case BinOp::Div: return a / b;  // C truncation, as emitted
+        case BinOp::Mod: return a % b;
+        case BinOp::Min: return std::min(a, b);
+        case BinOp::Max: return std::max(a, b);
+        case BinOp::Lt: return a < b;
+        default: break;
+      }
+      break;
+    }
+    default: break;
+  }
+  ADD_FAILURE() << "unexpected node " << print_expr(e);
+  return 0;
+}
+
+int count_divisions(const Expr& e) {
+  int n = e->kind == ExprKind::Binary && (e->bin == BinOp::Div || e->bin == BinOp::Mod);
+  for (const Expr& a : e->args) n += count_divisions(a);
+  return n;
+}
+
+// Every assignment of the variables: f(env).
+void for_all(const Vars& vars, const std::function<void(const std::map<std::string, int64_t>&)>& f) {
+  std::map<std::string, int64_t> env;
+  std::function<void(size_t)> rec = [&](size_t i) {
+    if (i == vars.size()) return f(env);
+    for (int64_t v = 0; v < vars[i].second; ++v) {
+      env[vars[i].first] = v;
+      rec(i + 1);
+    }
+  };
+  rec(0);
+}
+
+TEST(SimplifyIndices, ChannelShuffleLosesItsDivisions) {
+  // Output (c, y, x) of a [116, 28, 28] shuffle of two 58-channel halves: the flat position
+  // unravelled as [2, 58, 28, 28] after a transpose, then flattened again.
+  const Vars vars = {{"i1", 116}, {"i2", 28}, {"i3", 28}};
+  const Expr flat = add(mul(add(mul(var("i1"), int_imm(28)), var("i2")), int_imm(28)), var("i3"));
+  const Expr half = mod(div_floor(flat, int_imm(784)), int_imm(2));
+  const Expr ch = add(mul(half, int_imm(58)), div_floor(flat, int_imm(1568)));
+  const Expr src = add(mul(add(mul(ch, int_imm(28)), mod(div_floor(flat, int_imm(28)), int_imm(28))), int_imm(28)),
+                       mod(flat, int_imm(28)));
+  const Expr s = simplify_index(src, vars);
+  EXPECT_EQ(count_divisions(s), 2) << print_expr(s);  // i1 % 2 and i1 / 2 remain
+  for_all(vars, [&](const auto& env) { ASSERT_EQ(eval(s, env), eval(src, env)); });
+}
+
+TEST(SimplifyIndices, ClampsProvedRedundantGo) {
+  const Vars vars = {{"i", 8}, {"j", 4}};
+  const Expr e = binary(BinOp::Min, add(var("i"), var("j")), int_imm(10));  // ≤ 10 always
+  EXPECT_EQ(print_expr(simplify_index(e, vars)), print_expr(add(var("i"), var("j"))));
+  const Expr kept = binary(BinOp::Min, add(var("i"), var("j")), int_imm(9));
+  EXPECT_EQ(print_expr(simplify_index(kept, vars)), print_expr(kept));
+  // A variable without a known range keeps everything.
+  const Expr unknown = div_floor(add(mul(var("n"), int_imm(4)), var("j")), int_imm(4));
+  EXPECT_EQ(count_divisions(simplify_index(unknown, vars)), 1);
+}
+
+// Random index expressions over small ranges, checked at every point. Subtractions make some
+// dividends negative, where the rules must not apply (truncation is not floor there).
+TEST(SimplifyIndices, RandomExpressionsKeepTheirValues) {
+  std::mt19937 rng(7);
+  auto pick = [&](int n) { return int(rng() % unsigned(n)); };
+  int simplified = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const Vars vars = {{"a", 1 + pick(6)}, {"b", 1 + pick(6)}, {"c", 1 + pick(9)}};
+    std::function<Expr(int)> gen = [&](int depth) -> Expr {
+      if (depth == 0 || pick(4) == 0) {
+        switch (pick(4)) {
+          case 0: return int_imm(pick(7));
+          default: return var(vars[size_t(pick(3))].first);
+        }
+      }
+      const int64_t k = 1 + pick(12);
+      switch (pick(9)) {
+        case 8: return add(mul(gen(depth - 1), int_imm(k)), gen(depth - 1));  // mixed radix, as unravelling builds
+        case 0: return add(gen(depth - 1), gen(depth - 1));
+        case 1: return binary(BinOp::Sub, gen(depth - 1), gen(depth - 1));
+        case 2: return mul(gen(depth - 1), int_imm(k));
+        case 3:
+        case 4: return div_floor(gen(depth - 1), int_imm(k));
+        case 5: return mod(gen(depth - 1), int_imm(k));
+        case 6: return binary(pick(2) ? BinOp::Min : BinOp::Max, gen(depth - 1), gen(depth - 1));
+        default: return select(binary(BinOp::Lt, gen(depth - 1), int_imm(k)), gen(depth - 1), gen(depth - 1));
+      }
+    };
+    const Expr e = gen(5);
+    const Expr s = simplify_index(e, vars);
+    if (s != e) ++simplified;
+    for_all(vars, [&](const auto& env) { ASSERT_EQ(eval(s, env), eval(e, env)) << print_expr(e) << "\n -> " << print_expr(s); });
+  }
+  EXPECT_GT(simplified, 2000);  // the rules do fire on this distribution
+}
+
+}  // namespace
+}  // namespace kiln::loop
