@@ -95,7 +95,9 @@ class Executable {
   const std::string& source() const { return source_; }  // the generated C ("" when none)
   const JitModule* module() const { return module_.get(); }
   // The device program (OpenCL C / CUDA C and its launches) when options().device is not Cpu.
-  const codegen::DeviceProgram* device_program() const { return device_ ? &program_ : nullptr; }
+  const codegen::DeviceProgram* device_program() const {
+    return options_.device != DeviceKind::Cpu ? &program_ : nullptr;
+  }
   const Device* device() const { return device_.get(); }
 
  private:
