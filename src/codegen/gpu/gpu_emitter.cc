@@ -151,7 +151,8 @@ void GpuEmitter::emit_phase(std::ostream& os, const LoopKernel& k, const std::st
   for (const auto& b : k.outputs) os << bind_param(i++, *b, true);
   const std::string gid = par ? ident(par->var) : "kiln_gid";
   os << "  const int64_t " << gid << " = " << global_index() << ";\n";
-  if (par) os << "  if (" << gid << " >= " << par->extent->int_value << ") return;\n";
+  // CUDA rounds the work-items up to whole blocks (and a serial phase is one work-item of a block).
+  os << "  if (" << gid << " >= " << (par ? par->extent->int_value : 1) << ") return;\n";
   if (item_bytes_ > 0)
     os << "  " << global_ptr("uint8_t") << " kiln_item = kiln_scratch + " << shared_bytes_ << " + (uint64_t)" << gid
        << " * " << item_bytes_ << "u;\n";
