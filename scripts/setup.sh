@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything kiln's build, tests and demo need on Debian 12 (clang-14 and its runtime
-# libraries only for the importer fuzzer, `make fuzz-import`: libFuzzer ships with clang).
+# libraries only for the importer fuzzer, `make fuzz-import`: libFuzzer ships with clang; the OpenCL
+# ICD loader, headers and PoCL for `--device opencl` and its tests, clinfo to see the devices).
 # Idempotent: when every package is present it only runs dpkg-query and exits.
 set -euo pipefail
 
@@ -14,6 +15,7 @@ APT_PACKAGES=(
   graphviz
   ccache
   clang-14 libclang-rt-14-dev
+  ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
 )
 
 missing=()

@@ -91,9 +91,14 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
     ex->kernels_.push_back(std::move(info));
   }
   ex->fns_.assign(ex->plan_.groups.size(), nullptr);
-  if (!kernels.empty()) ex->source_ = codegen::emit_c(kernels, opts.emit);
   ex->loaded_ = opts.load_kernels;
-  if (!kernels.empty() && opts.load_kernels) {
+  if (opts.device != DeviceKind::Cpu) {
+    if (progress) progress("building " + std::to_string(kernels.size()) + " kernels for " + device_name(opts.device));
+    ex->setup_device(kernels);
+    ex->source_ = ex->program_.source;
+  }
+  if (!kernels.empty() && opts.device == DeviceKind::Cpu) ex->source_ = codegen::emit_c(kernels, opts.emit);
+  if (!kernels.empty() && opts.load_kernels && opts.device == DeviceKind::Cpu) {
     if (progress) progress("compiling " + std::to_string(kernels.size()) + " kernels with " + opts.compile.compiler);
     ex->module_ = JitModule::build(ex->source_, opts.compile);
     for (size_t i = 0; i < ex->kernels_.size(); ++i)
@@ -183,6 +188,10 @@ void Executable::run_into(const std::vector<const void*>& inputs, const std::vec
     if (const size_t n = size_t(shape_numel(o->shape())) * dtype_size(o->dtype());
         n && (o->is_constant() || o->is_graph_input()))  // n == 0: the pointers may be null (UB in memcpy)
       std::memcpy(outputs[i], address(locate(o), io_.data()), n);
+  }
+  if (device_) {
+    run_on_device(observe);
+    return;
   }
   static const bool env_profile = std::getenv("KILN_PROFILE") != nullptr;  // per-kernel times to stderr
   const bool timed = profiling_ || env_profile;

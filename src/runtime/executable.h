@@ -16,6 +16,7 @@
 #include "loop/schedule.h"
 #include "reference/executor.h"
 #include "runtime/jit.h"
+#include "runtime/device.h"
 #include "runtime/memory_plan.h"
 
 namespace kiln::runtime {
@@ -35,6 +36,10 @@ struct BuildOptions {
   // keeps the reference executor's exact operations and order, so results are bit-identical to it.
   // Executable::build applies it to `emit`, the -ffp-contract flag in `compile` and the schedule.
   bool strict_fp = false;
+  // Where generated kernels run (runtime/device.h): the host (C through cc, the default), or an
+  // OpenCL/CUDA device with the same kernels in its language; library kernels and views run on
+  // the host on copies (named by kiln's library-kernel warning) in every case.
+  DeviceKind device = DeviceKind::Cpu;
 };
 
 // `o` with its numerics mode applied to the emitter options and the C compiler flags (what
@@ -89,6 +94,11 @@ class Executable {
   const BuildOptions& options() const { return options_; }
   const std::string& source() const { return source_; }  // the generated C ("" when none)
   const JitModule* module() const { return module_.get(); }
+  // The device program (OpenCL C / CUDA C and its launches) when options().device is not Cpu.
+  const codegen::DeviceProgram* device_program() const {
+    return options_.device != DeviceKind::Cpu ? &program_ : nullptr;
+  }
+  const Device* device() const { return device_.get(); }
 
  private:
   // Where each kernel argument lives: a fixed address (arena, constant) or slot `io` of the
@@ -119,6 +129,22 @@ class Executable {
   bool profiling_ = false;
   bool loaded_ = true;
   std::vector<double> kernel_ms_;
+
+  // Device execution (executable_device.cc): buffers for the graph's inputs/outputs, the arena,
+  // constants and packed weights (uploaded once), the program's scratch; per group its
+  // arguments and its kernel in program_ (-1: runs on the host).
+  void setup_device(const std::vector<loop::LoopKernel>& kernels);
+  void run_on_device(const Observer& observe);
+  DevicePtr device_locate(size_t group, size_t arg);
+  std::unique_ptr<Device> device_;
+  codegen::DeviceProgram program_;
+  std::vector<int> device_kernel_;
+  std::vector<std::vector<DevicePtr>> device_args_;
+  std::vector<int> io_buffers_;
+  std::map<const void*, DevicePtr> device_constants_;
+  int arena_buffer_ = -1;
+  DevicePtr scratch_;
+  std::vector<uint8_t> staging_;  // host copies for library kernels and the observer
 };
 
 }  // namespace kiln::runtime

@@ -39,6 +39,7 @@ def main():
                         help="kiln run --reference, --fused-plan (the fusion plan kernel by kernel), "
                              "--check (compiled, each kernel compared with the reference within 1e-4), or "
                              "check-strict (--check --strict-fp: each kernel bit-identical to the reference)")
+    parser.add_argument("--device", default="", help="kiln run --device D (opencl, cuda); with --mode check")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds before kiln is killed")
     args = parser.parse_args()
 
@@ -56,6 +57,8 @@ def main():
     try:
         cmd = [args.kiln, "run", base + ".onnx", "--input", f"{input_name}={base}.input.npy",
                "--output-dir", out_dir] + (["--check", "--strict-fp"] if args.mode == "check-strict" else ["--" + args.mode])
+        if args.device:
+            cmd += ["--device", args.device]
         t0 = time.perf_counter()
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)

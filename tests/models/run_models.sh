@@ -11,7 +11,8 @@
 #              bench/models/extra_models.py, same command line and files);
 #              KILN_RUN_MODE=fused-plan runs the fusion plan kernel by kernel instead of --reference;
 #              KILN_RUN_MODE=check runs the compiled executable and compares every kernel with the reference;
-#              KILN_RUN_MODE=check-strict does so under --strict-fp, where every kernel must be bit-identical.
+#              KILN_RUN_MODE=check-strict does so under --strict-fp, where every kernel must be bit-identical;
+#              KILN_DEVICE=opencl|cuda runs the compiled executable's kernels on that device (kiln run --device).
 # Exits nonzero when any model fails to export or to match.
 set -uo pipefail
 
@@ -59,7 +60,8 @@ fi
 tol=${KILN_MODEL_TOL:-1e-4}
 failed=()
 for name in "${names[@]}"; do
-  if ! "$python" "$check_model" "$kiln" "$model_dir" "$name" --tol "$tol" --mode "${KILN_RUN_MODE:-reference}"; then
+  if ! "$python" "$check_model" "$kiln" "$model_dir" "$name" --tol "$tol" --mode "${KILN_RUN_MODE:-reference}" \
+       ${KILN_DEVICE:+--device "$KILN_DEVICE"}; then
     failed+=("$name")
   fi
 done

@@ -70,6 +70,7 @@ int cmd_test_onnx(const std::vector<std::string>& argv);
 int cmd_explain(const std::vector<std::string>& argv);
 int cmd_bench(const std::vector<std::string>& argv);
 int cmd_compile(const std::vector<std::string>& argv);
+int cmd_emit(const std::vector<std::string>& argv);
 int cmd_probe(const std::vector<std::string>& argv);
 int cmd_roofline(const std::vector<std::string>& argv);
 

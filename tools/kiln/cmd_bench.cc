@@ -225,7 +225,7 @@ std::string kernel_rows_json(const std::vector<KernelRow>& rows) {
 
 int cmd_bench(const std::vector<std::string>& argv) {
   auto valued = kModelValuedOptions;
-  valued.insert(valued.end(), {"threads", "runs", "warmup", "input", "target"});
+  valued.insert(valued.end(), {"threads", "runs", "warmup", "input", "target", "device"});
   auto flags = kModelFlags;
   flags.insert(flags.end(), {"json", "compare", "no-cache", "no-fusion", "kernels", "strict-fp"});
   Args a(argv, valued, flags);

@@ -64,6 +64,10 @@ runtime::BuildOptions build_options(const Args& a) {
   // --strict-fp: the reference's exact float operations and order (no FMA, no reduction lanes,
   // libm's exp/erf); default: FMA and vectorised forms within the 1e-4 contract.
   o.strict_fp = a.has("strict-fp");
+  // --device opencl|cuda: generated kernels on that device (runtime/device.h).
+  o.device = runtime::parse_device(a.get("device"));
+  if (o.device != runtime::DeviceKind::Cpu && o.strict_fp)
+    user_error("--strict-fp is CPU-only: a device's math library is not the reference's");
   return o;
 }
 

@@ -64,7 +64,7 @@ std::string printable(const std::string& name) {
 int cmd_run(const std::vector<std::string>& argv) {
   auto valued = kModelValuedOptions;
   valued.insert(valued.end(), {"input", "output-dir"});
-  valued.insert(valued.end(), {"target", "fusion-fuel", "threads"});
+  valued.insert(valued.end(), {"target", "fusion-fuel", "threads", "device"});
   auto flags = kModelFlags;
   flags.insert(flags.end(), {"reference", "fused-plan", "no-fusion", "compiled", "check", "no-cache", "strict-fp"});
   Args a(argv, valued, flags);

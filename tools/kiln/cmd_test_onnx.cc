@@ -103,10 +103,17 @@ Tensor as_bfloat16_if_needed(const Tensor& t, DType want) {
 enum class Mode { Reference, FusedPlan, Compiled, CompiledStrict };
 
 // Compiled mode: the op types that ran as library kernels (outside generated code), sorted, unique.
+std::string g_device;  // --device: where compiled runs put their generated kernels ("": the host)
+
 std::string run_test(const fs::path& dir, Mode mode, std::set<std::string>* library) {
+  const std::string& device = g_device;
   bool fused = mode != Mode::Reference;
   try {
-    Args none({}, kModelValuedOptions, kModelFlags);
+    std::vector<std::string> valued = kModelValuedOptions;
+    valued.push_back("device");
+    // --device D: the compiled run's generated kernels on device D (runtime/device.h).
+    Args none(device.empty() ? std::vector<std::string>{} : std::vector<std::string>{"--device", device}, valued,
+              kModelFlags);
     std::vector<std::string> strict_flags = kModelFlags;
     strict_flags.push_back("strict-fp");
     Args strict({"--strict-fp"}, kModelValuedOptions, strict_flags);
@@ -246,8 +253,10 @@ std::string test_id(const fs::path& dir) {
 }  // namespace
 
 int cmd_test_onnx(const std::vector<std::string>& argv) {
-  Args a(argv, {"expect", "write-passed", "expect-library", "write-library"},
+  Args a(argv, {"expect", "write-passed", "expect-library", "write-library", "device"},
          {"verbose", "fused", "compiled", "strict-fp"});
+  if (a.has("device") && !a.has("compiled")) user_error("--device needs --compiled");
+  g_device = a.get("device");
   if (a.has("fused") && a.has("compiled")) user_error("choose one of --fused and --compiled");
   if (a.has("strict-fp") && !a.has("compiled")) user_error("--strict-fp needs --compiled");
   Mode mode = a.has("compiled") ? (a.has("strict-fp") ? Mode::CompiledStrict : Mode::Compiled)

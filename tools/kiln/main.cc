@@ -12,7 +12,7 @@ const char* kUsage = R"(usage: kiln <command> [options]
 
 commands:
   run MODEL.onnx --input NAME=FILE.npy [--input ...] --output-dir DIR [--input-shape NAME=DIMS]
-                 [--threads N] [--no-cache] [--check | --reference | --fused-plan]
+                 [--threads N] [--no-cache] [--check | --reference | --fused-plan] [--device cpu|opencl|cuda]
                                                  run a model (compiled code; --check: every kernel
                                                  against the reference executor; --reference: the
                                                  interpreter); writes DIR/<output>.npy per output
@@ -31,7 +31,10 @@ commands:
   compile MODEL.onnx -o DIR [--input-shape NAME=DIMS] [--no-fusion] [--target T] [--threads N]
                                                  ahead of time: a C bundle (kiln_model.h/.c,
                                                  weights.bin, Makefile) that runs without kiln
-  test-onnx DIR... [--expect FILE] [--write-passed FILE] [--quiet]
+  emit MODEL.onnx [--device cpu|opencl|cuda] [-o FILE] [--nvrtc sm_80,sm_90]
+                                                 the kernels' source for one target; --nvrtc
+                                                 compiles the CUDA source to PTX per architecture
+  test-onnx DIR... [--expect FILE] [--write-passed FILE] [--quiet] [--compiled [--device D]]
                                                  run ONNX backend-test folders
   help                                           this text
 
@@ -60,6 +63,7 @@ int main(int argc, char** argv) {
     if (cmd == "explain") return kiln::cli::cmd_explain(args);
     if (cmd == "bench") return kiln::cli::cmd_bench(args);
     if (cmd == "compile") return kiln::cli::cmd_compile(args);
+    if (cmd == "emit") return kiln::cli::cmd_emit(args);
     if (cmd == "probe") return kiln::cli::cmd_probe(args);
     if (cmd == "roofline") return kiln::cli::cmd_roofline(args);
     std::cerr << "kiln: error: unknown command '" << cmd << "' (see kiln help)\n";

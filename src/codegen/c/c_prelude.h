@@ -20,4 +20,10 @@ namespace kiln::codegen::detail {
 // vectorisable approximations.
 std::string c_prelude(bool strict_fp = false);
 
+// The helpers alone (every family above), shared by the C, OpenCL and CUDA preludes: `bits` defines
+// kiln_bits_to_f32 / kiln_f32_to_bits in the target's spelling. Written with `static inline`
+// and C's fixed-width integer names; a target without them (OpenCL, CUDA) defines the names
+// first and may rewrite the qualifier (CUDA: __device__).
+std::string prelude_helpers(const std::string& bits, bool strict_fp);
+
 }  // namespace kiln::codegen::detail

@@ -1,0 +1,199 @@
+#include "codegen/gpu/gpu_emitter.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "kernels/microkernel.h"
+#include "support/error.h"
+
+namespace kiln::codegen {
+
+using namespace loop;
+
+namespace {
+
+constexpr int64_t kAlign = 64;
+int64_t aligned(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+int64_t buffer_bytes(const Buffer& b) { return std::max<int64_t>(b.numel(), 1) * int64_t(dtype_size(b.dtype)); }
+
+// The kernel's top-level statements (through Blocks and loop-free Allocates, which are collected
+// into `shared`); false when one of them is a scalar that later phases would need.
+bool top_level(const Stmt& s, std::vector<Stmt>& out, std::vector<const Buffer*>& shared) {
+  switch (s->kind) {
+    case StmtKind::Block:
+      for (const auto& c : s->body)
+        if (!top_level(c, out, shared)) return false;
+      return true;
+    case StmtKind::Allocate:
+      shared.push_back(s->buffer.get());
+      for (const auto& c : s->body)
+        if (!top_level(c, out, shared)) return false;
+      return true;
+    case StmtKind::Let:
+    case StmtKind::Assign: return false;
+    default: out.push_back(s); return true;
+  }
+}
+
+bool is_parallel_phase(const Stmt& s) {
+  return s->kind == StmtKind::For && s->for_kind == ForKind::Parallel && s->extent->kind == ExprKind::IntImm &&
+         s->extent->int_value > 0;
+}
+
+}  // namespace
+
+int64_t DeviceKernel::scratch_bytes() const {
+  int64_t items = 0;
+  for (const auto& l : launches) items = std::max(items, l.work_items * l.item_bytes);
+  return shared_bytes + items;
+}
+
+int64_t DeviceProgram::scratch_bytes() const {
+  int64_t b = 0;
+  for (const auto& k : kernels) b = std::max(b, k.scratch_bytes());
+  return b;
+}
+
+size_t DeviceProgram::launch_count() const {
+  size_t n = 0;
+  for (const auto& k : kernels) n += k.launches.size();
+  return n;
+}
+
+std::string GpuEmitter::storage_type(DType t) const {
+  // A bool's size in device memory is the implementation's (OpenCL forbids bool pointers in
+  // kernel arguments): bools are stored as bytes, 0 or 1, as the host's bool is.
+  if (t == DType::Bool) return "uint8_t";
+  return CStyleEmitter::storage_type(t);
+}
+
+DeviceProgram GpuEmitter::emit_program(const std::vector<LoopKernel>& kernels) {
+  DeviceProgram prog;
+  microkernels_.clear();
+  std::ostringstream body;
+  for (const auto& k : kernels) {
+    prog.kernels.push_back({});
+    emit_kernel(body, k, prog.kernels.back());
+  }
+  std::ostringstream os;
+  os << prelude();
+  if (!microkernels_.empty())
+    os << "/* Contraction micro-kernels (src/kernels/microkernel.h): c[i*ldc+j] += sum_k a[i*as_i+k*as_k] *\n"
+          " * b[k*bs_k+j], k ascending, one accumulator per element; one variant per address spaces. */\n";
+  for (const auto& spaces : microkernels_) os << microkernel_source(spaces);
+  os << "\n" << body.str();
+  prog.source = os.str();
+  return prog;
+}
+
+void GpuEmitter::emit_kernel(std::ostream& os, const LoopKernel& k, DeviceKernel& dk) {
+  dk.name = k.name;
+  shared_.clear();
+  std::vector<Stmt> stmts;
+  std::vector<const Buffer*> shared;
+  const bool phased = !k.body || top_level(k.body, stmts, shared);
+  shared_bytes_ = 0;
+  if (phased)
+    for (const Buffer* b : shared) {
+      shared_.push_back({b, dk.shared_bytes});
+      dk.shared_bytes += aligned(buffer_bytes(*b));
+    }
+  shared_bytes_ = dk.shared_bytes;
+  kernel_comment(os, k);
+  if (!phased) {
+    // One work-item runs the body as the CPU's single thread would.
+    dk.launches.push_back({k.name + "_p0", 1, 0});
+    emit_phase(os, k, dk.launches.back().function, nullptr, {k.body}, dk.launches.back());
+    return;
+  }
+  // Maximal runs of non-parallel statements become one serial phase each.
+  std::vector<Stmt> run;
+  auto flush = [&] {
+    if (run.empty()) return;
+    dk.launches.push_back({k.name + "_p" + std::to_string(dk.launches.size()), 1, 0});
+    emit_phase(os, k, dk.launches.back().function, nullptr, run, dk.launches.back());
+    run.clear();
+  };
+  for (const Stmt& s : stmts) {
+    if (s->kind == StmtKind::Comment) continue;
+    if (!is_parallel_phase(s)) {
+      run.push_back(s);
+      continue;
+    }
+    flush();
+    dk.launches.push_back({k.name + "_p" + std::to_string(dk.launches.size()), s->extent->int_value, 0});
+    emit_phase(os, k, dk.launches.back().function, s.get(), s->body, dk.launches.back());
+  }
+  flush();
+}
+
+void GpuEmitter::emit_phase(std::ostream& os, const LoopKernel& k, const std::string& fn, const StmtNode* par,
+                            const std::vector<Stmt>& stmts, DeviceLaunch& launch) {
+  begin_kernel(k);
+  private_.clear();
+  item_bytes_ = 0;
+  std::ostringstream inner;
+  for (const auto& [b, off] : shared_) {
+    const std::string name = ident(b->name), t = storage_type(b->dtype);
+    claim_buffer(name, b->name);
+    inner << "  " << global_ptr(t) << " " << name << " = (" << global_ptr(t) << ")(kiln_scratch + " << off << ");\n";
+  }
+  for (const auto& s : stmts) stmt(inner, s, par ? 2 : 1);
+  launch.item_bytes = item_bytes_;
+
+  os << function_head(fn);
+  size_t i = 0;
+  for (const auto& b : k.inputs) os << param(i++, *b, false) << ", ";
+  for (const auto& b : k.outputs) os << param(i++, *b, true) << ", ";
+  os << scratch_param() << ") {\n";
+  i = 0;
+  for (const auto& b : k.inputs) os << bind_param(i++, *b, false);
+  for (const auto& b : k.outputs) os << bind_param(i++, *b, true);
+  const std::string gid = par ? ident(par->var) : "kiln_gid";
+  os << "  const int64_t " << gid << " = " << global_index() << ";\n";
+  // CUDA rounds the work-items up to whole blocks (and a serial phase is one work-item of a block).
+  os << "  if (" << gid << " >= " << (par ? par->extent->int_value : 1) << ") return;\n";
+  if (item_bytes_ > 0)
+    os << "  " << global_ptr("uint8_t") << " kiln_item = kiln_scratch + " << shared_bytes_ << " + (uint64_t)" << gid
+       << " * " << item_bytes_ << "u;\n";
+  os << inner.str() << "}\n\n";
+}
+
+void GpuEmitter::emit_allocate(std::ostream& os, const StmtNode& s, int indent) {
+  const std::string pad(size_t(indent) * 2, ' ');
+  const Buffer& b = *s.buffer;
+  if (is_shared(&b)) {  // declared by the phase's prologue
+    body(os, s.body, indent);
+    return;
+  }
+  const std::string name = ident(b.name), t = storage_type(b.dtype);
+  claim_buffer(name, b.name);
+  const int64_t bytes = buffer_bytes(b);
+  os << pad << "{\n";
+  if (bytes <= private_limit()) {
+    os << pad << "  " << t << " " << name << "[" << std::max<int64_t>(b.numel(), 1) << "];\n";
+    private_.insert(name);
+  } else {
+    os << pad << "  " << global_ptr(t) << " " << name << " = (" << global_ptr(t) << ")(kiln_item + " << item_bytes_
+       << ");\n";
+    item_bytes_ += aligned(bytes);
+  }
+  body(os, s.body, indent + 1);
+  os << pad << "}\n";
+  private_.erase(name);
+  release_buffer(name);
+}
+
+std::pair<std::string, size_t> GpuEmitter::microkernel_call(const StmtNode& s) {
+  KILN_CHECK(s.text == kernels::kMicroKernelF32 && s.call_args.size() == 10, "GPU emitter: no device spelling of '",
+             s.text, "' with ", s.call_args.size(), " arguments");
+  std::string spaces;
+  for (size_t i : {3, 6, 8}) {
+    const Expr& a = s.call_args[i];
+    spaces += a->kind == ExprKind::Address && private_.count(ident(a->buffer->name)) ? 'p' : 'g';
+  }
+  microkernels_.insert(spaces);
+  return {microkernel_name(spaces), 0};
+}
+
+}  // namespace kiln::codegen
