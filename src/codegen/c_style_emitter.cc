@@ -359,9 +359,17 @@ void CStyleEmitter::stmt(std::ostream& os, const Stmt& s, int indent) {
       os << pad << ident(b.name) << "[" << expr(s->index, Ctx::Index) << "] = " << v << ";\n";
       break;
     }
-    case StmtKind::Let:
-      os << pad << value_type(s->value->type) << " " << ident(s->var) << " = " << expr(s->value) << ";\n";
+    case StmtKind::Let: {
+      // An index Let in plain arithmetic (no signed overflow is possible for an index into a
+      // buffer that exists): with the wrapping helpers GCC cannot prove the index affine in the
+      // loop variable and turns contiguous vector stores into scatters.
+      const bool index = is_index_arithmetic(s->value);
+      if (index) index_lets_.insert(s->var);
+      else index_lets_.erase(s->var);
+      os << pad << value_type(s->value->type) << " " << ident(s->var) << " = "
+         << (index ? expr(s->value, Ctx::Index) : expr(s->value)) << ";\n";
       break;
+    }
     case StmtKind::Assign: os << pad << ident(s->var) << " = " << expr(s->value) << ";\n"; break;
     case StmtKind::Block:  // a plain sequence, as in the printer: its Lets stay visible after it
       for (const auto& c : s->body) stmt(os, c, indent);
@@ -402,6 +410,27 @@ std::pair<std::string, size_t> CStyleEmitter::microkernel_call(const StmtNode& s
 }
 
 void CStyleEmitter::emit_for_header(std::ostream&, const StmtNode&, const std::string&, int) {}
+
+bool CStyleEmitter::is_index_arithmetic(const Expr& e) const {
+  if (e->type != DType::Int64) return false;
+  switch (e->kind) {
+    case ExprKind::IntImm: return true;
+    case ExprKind::Var: return loops_.count(ident(e->name)) > 0 || index_lets_.count(e->name) > 0;
+    case ExprKind::Binary:
+      switch (e->bin) {
+        case BinOp::Add:
+        case BinOp::Sub:
+        case BinOp::Mul:
+        case BinOp::Min:
+        case BinOp::Max: return is_index_arithmetic(e->args[0]) && is_index_arithmetic(e->args[1]);
+        case BinOp::Div:
+        case BinOp::Mod:  // by a positive constant only: no zero or -1 divisor to guard
+          return is_index_arithmetic(e->args[0]) && e->args[1]->kind == ExprKind::IntImm && e->args[1]->int_value > 0;
+        default: return false;
+      }
+    default: return false;
+  }
+}
 
 void CStyleEmitter::emit_for(std::ostream& os, const StmtNode& s, int indent) {
   const std::string pad(size_t(indent) * 2, ' ');

@@ -99,6 +99,10 @@ class CStyleEmitter {
   int loop_depth_ = 0;
   std::set<std::string> live_;   // names of the buffers in scope (the kernel's arguments and locals)
   std::set<std::string> loops_;  // names of the enclosing loops' variables
+  // Int64 Lets computed only from loop variables, constants and such Lets (index arithmetic):
+  // emitted with C's plain operators instead of the wrapping helpers, as indices are.
+  std::set<std::string> index_lets_;
+  bool is_index_arithmetic(const loop::Expr& e) const;
 };
 
 }  // namespace kiln::codegen

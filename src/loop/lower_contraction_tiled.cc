@@ -211,17 +211,70 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   in_acc.push_back(kloop);
 
   // The epilogue over the tile.
-  {
+  if (v.line_epilogue) {
+    // Tile rows are positions (line · L + x) and the output is stored per line: a store from the
+    // row-major accumulator is a transposed copy. In one pass (per output channel, per line) the
+    // epilogue ran per element, unvectorised — with a SiLU its expf per element cost more than
+    // the products (EfficientNet-B0's 1x1 expansions). So two passes: the epilogue's values into
+    // a local tile per output, vectorised along the tile's contiguous columns (output channels),
+    // then a copy per output line, vectorised along the line.
+    const Expr i = add(var("kiln_m0"), var("kiln_ei"));
     const Expr j = add(panel0, var("kiln_ej"));
-    std::vector<TileStore> stores;
-    if (v.line_epilogue) {
-      // Row i = line · L + x of the block: kiln_ei = i - m0.
-      const Expr ei = sub(add(mul(var("kiln_ln"), int_imm(v.line)), var("kiln_x")), var("kiln_m0"));
-      stores = v.line_epilogue(batch, var("kiln_ln"), var("kiln_x"), j, load(acc, add(mul(ei, int_imm(nc)), var("kiln_ej"))));
-    } else {
-      const Expr i = add(var("kiln_m0"), var("kiln_ei"));
-      stores = v.epilogue(batch, i, j, load(acc, add(mul(var("kiln_ei"), int_imm(nc)), var("kiln_ej"))));
+    std::vector<TileStore> stores = v.line_epilogue(batch, var("kiln_ln"), var("kiln_x"), j,
+                                                    load(acc, add(mul(var("kiln_ei"), int_imm(nc)), var("kiln_ej"))));
+    std::vector<BufferPtr> tmps;
+    std::vector<Stmt> values_body, copies;
+    {
+      SharedExprHoister h(next_let);
+      for (auto& st : stores) h.count(st.value);
+      if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused epilogue has ", h.dag_size(), " nodes"));
+      std::vector<std::pair<Expr, Expr>> pairs;
+      for (size_t o = 0; o < stores.size(); ++o) {
+        tmps.push_back(std::make_shared<Buffer>(
+            Buffer{"kiln_etile" + std::to_string(o), stores[o].buffer->dtype, {mc * nc}, Scope::Local}));
+        pairs.push_back({add(mul(var("kiln_ei"), int_imm(nc)), var("kiln_ej")), h.rewrite(stores[o].value, values_body)});
+      }
+      append_stores(values_body, tmps, std::move(pairs), next_let);
     }
+    const Expr L = int_imm(v.line);
+    // Rows past a line's valid positions are computed and not stored (nor are their epilogue
+    // inputs read: a residual at such a position may lie outside its buffer).
+    Stmt values = for_loop(
+        "kiln_ei", mcv,
+        {let("kiln_ln", div_floor(i, L)), let("kiln_x", mod(i, L)),
+         if_then(binary(BinOp::Lt, var("kiln_x"), int_imm(v.line_valid)),
+                 {for_loop("kiln_ej", panel_n, std::move(values_body), ForKind::Vectorized)})});
+    {
+      // Lines l0..l1 overlap the block [m0, m0 + mc); in line ln the rows x in [xa, xb) are both
+      // in the block and outputs.
+      const Expr m0v = var("kiln_m0"), lnv = var("kiln_ln");
+      const Expr ei = sub(add(mul(lnv, L), var("kiln_x")), m0v);
+      std::vector<Stmt> body;
+      SharedExprHoister h(next_let);
+      for (auto& st : stores) h.count(st.index);
+      std::vector<std::pair<Expr, Expr>> pairs;
+      std::vector<BufferPtr> bufs;
+      for (size_t o = 0; o < stores.size(); ++o) {
+        pairs.push_back({h.rewrite(stores[o].index, body), load(tmps[o], add(mul(ei, int_imm(nc)), var("kiln_ej")))});
+        bufs.push_back(stores[o].buffer);
+      }
+      append_stores(body, bufs, std::move(pairs), next_let);
+      std::vector<Stmt> per_line = {
+          let("kiln_ln", add(div_floor(m0v, L), var("kiln_el"))),
+          let("kiln_xa", binary(BinOp::Max, sub(m0v, mul(lnv, L)), int_imm(0))),
+          let("kiln_xb", minimum(sub(add(m0v, mcv), mul(lnv, L)), int_imm(v.line_valid))),
+          for_loop("kiln_ex", sub(var("kiln_xb"), var("kiln_xa")),
+                   {let("kiln_x", add(var("kiln_xa"), var("kiln_ex"))), block(std::move(body))}, ForKind::Vectorized)};
+      const Expr lines = add(sub(div_floor(sub(add(m0v, mcv), int_imm(1)), L), div_floor(m0v, L)), int_imm(1));
+      copies.push_back(for_loop("kiln_ej", panel_n, {for_loop("kiln_el", lines, std::move(per_line))}));
+    }
+    Stmt both = block({values, block(std::move(copies))});
+    for (size_t o = tmps.size(); o-- > 0;) both = allocate(tmps[o], {both});
+    in_acc.push_back(both);
+  } else {
+    const Expr j = add(panel0, var("kiln_ej"));
+    const Expr i = add(var("kiln_m0"), var("kiln_ei"));
+    std::vector<TileStore> stores = v.epilogue(batch, i, j, load(acc, add(mul(var("kiln_ei"), int_imm(nc)), var("kiln_ej"))));
     std::vector<Stmt> body;
     SharedExprHoister h(next_let);
     for (auto& st : stores) {
@@ -236,21 +289,7 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
       bufs.push_back(st.buffer);
     }
     append_stores(body, bufs, std::move(pairs), next_let);
-    if (v.line_epilogue) {
-      // Lines l0..l1 overlap the block [m0, m0 + mc); in line ln the rows x in [xa, xb) are both
-      // in the block and outputs.
-      const Expr m0v = var("kiln_m0"), lnv = var("kiln_ln"), L = int_imm(v.line);
-      std::vector<Stmt> per_line = {
-          let("kiln_ln", add(div_floor(m0v, L), var("kiln_el"))),
-          let("kiln_xa", binary(BinOp::Max, sub(m0v, mul(lnv, L)), int_imm(0))),
-          let("kiln_xb", minimum(sub(add(m0v, mcv), mul(lnv, L)), int_imm(v.line_valid))),
-          for_loop("kiln_ex", sub(var("kiln_xb"), var("kiln_xa")),
-                   {let("kiln_x", add(var("kiln_xa"), var("kiln_ex"))), block(std::move(body))})};
-      const Expr lines = add(sub(div_floor(sub(add(m0v, mcv), int_imm(1)), L), div_floor(m0v, L)), int_imm(1));
-      in_acc.push_back(for_loop("kiln_ej", panel_n, {for_loop("kiln_el", lines, std::move(per_line))}));
-    } else {
-      in_acc.push_back(for_loop("kiln_ei", mcv, {for_loop("kiln_ej", panel_n, std::move(body))}));
-    }
+    in_acc.push_back(for_loop("kiln_ei", mcv, {for_loop("kiln_ej", panel_n, std::move(body))}));
   }
   if (pack_b && v.b.packer) {
     std::vector<Stmt> inner = v.b.packer->setup(batch, var("kiln_j0"), ncv);
