@@ -17,7 +17,7 @@ void microkernel_f32(int64_t mr, int64_t nr, int64_t kc, const float* a, int64_t
     }
 }
 
-bool has_specialisation(int64_t mr, int64_t nr) { return mr >= 1 && mr <= 16 && nr >= 4 && nr <= 64 && nr % 4 == 0; }
+bool has_specialisation(int64_t mr, int64_t nr) { return mr >= 1 && mr <= 16 && nr >= 1 && nr <= 64; }
 
 std::string specialisation_name(int64_t mr, int64_t nr) {
   return std::string(kMicroKernelF32) + "_" + std::to_string(mr) + "x" + std::to_string(nr);
@@ -71,27 +71,51 @@ void vector_extension_kernel(std::ostringstream& os, int64_t mr, int64_t nr) {
 // covers the FMA latency × throughput of two pipes). Measured on Zen 5, one thread, a packed
 // 1024³ GEMM: 8 × 32 250 GFLOP/s, 12 × 32 246, 14 × 32 237, 6 × 64 250, 8 × 48 257 of 287 peak.
 void intrinsic_kernel(std::ostringstream& os, int64_t mr, int64_t nr, int lanes) {
-  const int64_t nv = nr / lanes;
+  // AVX-512 covers any nr: the last vector of a row is loaded and stored under a lane mask (masked
+  // lanes are neither read nor written, so a rest tile of a 49-wide row — a 7x7 conv's positions —
+  // needs no padding and no generic loop; that loop ran MobileNetV2's last conv 4x slower).
+  const int64_t nv = (nr + lanes - 1) / lanes, rest = nr % lanes;
   const std::string vt = lanes == 16 ? "__m512" : "__m256", p = lanes == 16 ? "_mm512_" : "_mm256_";
+  auto ld = [&](const std::string& ptr, const std::string& v) {
+    if (rest == 0) return p + "loadu_ps(" + ptr + ")";
+    return "(" + v + " < " + std::to_string(nv - 1) + " ? " + p + "loadu_ps(" + ptr + ") : " + p + "maskz_loadu_ps(kiln_mask, " +
+           ptr + "))";
+  };
+  auto st = [&](const std::string& ptr, const std::string& val) {
+    if (rest == 0) return p + "storeu_ps(" + ptr + ", " + val + ")";
+    return "if (v < " + std::to_string(nv - 1) + ") " + p + "storeu_ps(" + ptr + ", " + val + "); else " + p +
+           "mask_storeu_ps(" + ptr + ", kiln_mask, " + val + ")";
+  };
   os << "static void " << specialisation_name(mr, nr)
      << "(int64_t kc, const float* restrict a, int64_t as_i, int64_t as_k,\n"
-        "    const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc) {\n"
-     << "  " << vt << " acc[" << mr << "][" << nv << "];\n"
+        "    const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc) {\n";
+  if (rest != 0) os << "  const __mmask16 kiln_mask = (__mmask16)" << ((1 << rest) - 1) << ";\n";
+  os << "  " << vt << " acc[" << mr << "][" << nv << "];\n"
      << "  for (int i = 0; i < " << mr << "; ++i)\n"
-     << "    for (int v = 0; v < " << nv << "; ++v) acc[i][v] = " << p << "loadu_ps(c + i * ldc + v * " << lanes
-     << ");\n"
+     << "    for (int v = 0; v < " << nv << "; ++v) acc[i][v] = " << ld("c + i * ldc + v * " + std::to_string(lanes), "v")
+     << ";\n"
      << "  for (int64_t k = 0; k < kc; ++k) {\n"
      << "    " << vt << " bv[" << nv << "];\n"
-     << "    for (int v = 0; v < " << nv << "; ++v) bv[v] = " << p << "loadu_ps(b + k * bs_k + v * " << lanes
-     << ");\n"
+     << "    for (int v = 0; v < " << nv << "; ++v) bv[v] = " << ld("b + k * bs_k + v * " + std::to_string(lanes), "v")
+     << ";\n"
      << "    for (int i = 0; i < " << mr << "; ++i) {\n"
      << "      const " << vt << " ai = " << p << "set1_ps(a[i * as_i + k * as_k]);\n"
      << "      for (int v = 0; v < " << nv << "; ++v) acc[i][v] = " << p << "fmadd_ps(ai, bv[v], acc[i][v]);\n"
      << "    }\n"
      << "  }\n"
      << "  for (int i = 0; i < " << mr << "; ++i)\n"
-     << "    for (int v = 0; v < " << nv << "; ++v) " << p << "storeu_ps(c + i * ldc + v * " << lanes
-     << ", acc[i][v]);\n"
+     << "    for (int v = 0; v < " << nv << "; ++v) " << st("c + i * ldc + v * " + std::to_string(lanes), "acc[i][v]")
+     << ";\n"
+     << "}\n";
+}
+
+// A tile no vector width divides, where no masked kernel applies (strict numerics, or no
+// AVX-512): the generic loop with the tile's constants, which the compiler unrolls.
+void forwarding_kernel(std::ostringstream& os, int64_t mr, int64_t nr) {
+  os << "static void " << specialisation_name(mr, nr)
+     << "(int64_t kc, const float* restrict a, int64_t as_i, int64_t as_k,\n"
+        "    const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc) {\n"
+     << "  kiln_mk_f32(" << mr << ", " << nr << ", kc, a, as_i, as_k, b, bs_k, c, ldc);\n"
      << "}\n";
 }
 
@@ -119,7 +143,7 @@ std::string microkernel_c_source(const std::set<std::pair<int64_t, int64_t>>& ti
   bool any = false;
   for (auto [mr, nr] : tiles)
     if (has_specialisation(mr, nr)) {
-      widths.insert(vector_width(nr));
+      if (nr % 4 == 0) widths.insert(vector_width(nr));
       any = true;
     }
   if (!any) return os.str() + "\n";
@@ -128,25 +152,24 @@ std::string microkernel_c_source(const std::set<std::pair<int64_t, int64_t>>& ti
   if (fma) os << "#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))\n#include <immintrin.h>\n#endif\n";
   for (auto [mr, nr] : tiles) {
     if (!has_specialisation(mr, nr)) continue;
+    auto fallback = [&] {
+      if (nr % 4 == 0) vector_extension_kernel(os, mr, nr);
+      else forwarding_kernel(os, mr, nr);
+    };
     if (!fma) {
-      vector_extension_kernel(os, mr, nr);
+      fallback();
       continue;
     }
     // The ISA is the compiler's target (-march): the preprocessor picks the kernel.
-    bool open = false;
-    if (nr % 16 == 0) {
-      os << "#if defined(__AVX512F__)\n";
-      intrinsic_kernel(os, mr, nr, 16);
-      open = true;
-    }
+    os << "#if defined(__AVX512F__)\n";
+    intrinsic_kernel(os, mr, nr, 16);
     if (nr % 8 == 0) {
-      os << (open ? "#elif" : "#if") << " defined(__AVX2__) && defined(__FMA__)\n";
+      os << "#elif defined(__AVX2__) && defined(__FMA__)\n";
       intrinsic_kernel(os, mr, nr, 8);
-      open = true;
     }
-    if (open) os << "#else\n";
-    vector_extension_kernel(os, mr, nr);
-    if (open) os << "#endif\n";
+    os << "#else\n";
+    fallback();
+    os << "#endif\n";
   }
   return os.str() + "\n";
 }

@@ -37,7 +37,9 @@ inline constexpr const char* kMicroKernelF32 = "kiln_mk_f32";
 void microkernel_f32(int64_t mr, int64_t nr, int64_t kc, const float* a, int64_t as_i, int64_t as_k, const float* b,
                      int64_t bs_k, float* c, int64_t ldc);
 
-// Whether a specialised implementation exists for this tile (nr a multiple of 4, mr ≤ 16).
+// Whether a specialised implementation exists for this tile (mr ≤ 16, nr ≤ 64): AVX-512 kernels
+// for every nr (the last vector masked), AVX2 for nr a multiple of 8, vector extensions for a
+// multiple of 4, else the generic loop with constant extents.
 bool has_specialisation(int64_t mr, int64_t nr);
 // The C name of the (mr, nr) specialisation, e.g. kiln_mk_f32_6x32.
 std::string specialisation_name(int64_t mr, int64_t nr);

@@ -507,6 +507,13 @@ LoopKernel ContractionLowering::build_rows() {
   // depthwise conv) has no tiled rows form, and its untiled rows nest ran 2-3x slower than the
   // conv's own direct nest plus a separate pool kernel (EfficientNet-B0's first block: 1.96 ms
   // fused against about 0.8 ms apart, kiln bench --kernels, 2 threads, 2026-12-01).
+  // A conv the stencil nest takes (lower_conv_stencil.cc) is refused at every size: the untiled
+  // rows nest also recomputes a fused prologue per kernel tap (EfficientNet-B0's SiLU of the
+  // expansion inside a 3x3 depthwise conv + SiLU + global pool: 1.55 ms; as the stencil with the
+  // prologue staged once, and a separate pool kernel, 0.1 ms).
+  if (stencil_conv())
+    refuse(cat("the row passes after a Conv with ", group_,
+               " groups would need the untiled rows nest; the stencil nest and a separate row kernel are faster"));
   if (!tiled_rows && sched_.tile_contractions && dtype_ == DType::Float32 && c_->op_type() == "Conv") {
     const int64_t k = shape_numel(c_->input(1)->shape()) / std::max<int64_t>(c_->input(1)->shape()[0], 1);
     if (numel * k >= sched_.parallel_min_work)

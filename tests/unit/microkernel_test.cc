@@ -1,0 +1,83 @@
+// The micro-kernel specialisations (src/kernels/microkernel.cc), compiled by the JIT in both
+// numerics modes, against the interface's reference semantics (kernels::microkernel_f32): every
+// tile shape kind — nr a multiple of 16, of 8, of 4, and widths no vector divides (a 7x7 conv's
+// 49-column rows: the AVX-512 kernel masks its last vector) — with strided A, a B row stride wider
+// than the tile and an accumulator row stride wider than nr whose extra columns must stay as they
+// were. Strict mode must match bit for bit; the default within the FMA contract.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+#include <sstream>
+
+#include <unistd.h>
+
+#include "kernels/microkernel.h"
+#include "runtime/executable.h"
+#include "runtime/jit.h"
+
+namespace kiln {
+namespace {
+
+const std::vector<std::pair<int64_t, int64_t>> kTiles = {{8, 32}, {3, 48}, {8, 24}, {5, 20}, {8, 17}, {2, 1}, {7, 49}, {16, 63}, {1, 5}};
+
+std::string wrapper_source(bool fma) {
+  std::set<std::pair<int64_t, int64_t>> tiles(kTiles.begin(), kTiles.end());
+  std::ostringstream os;
+  os << "#include <stdint.h>\n#include <string.h>\n" << kernels::microkernel_c_source(tiles, fma);
+  // One entry point per tile with the kernel ABI: args = {kc, a, as_i, as_k, b, bs_k, c, ldc}.
+  for (auto [mr, nr] : kTiles) {
+    os << "void run_" << mr << "x" << nr << "(void* const* args) {\n"
+       << "  " << kernels::specialisation_name(mr, nr)
+       << "(*(const int64_t*)args[0], (const float*)args[1], *(const int64_t*)args[2], *(const int64_t*)args[3],\n"
+          "      (const float*)args[4], *(const int64_t*)args[5], (float*)args[6], *(const int64_t*)args[7]);\n"
+          "}\n";
+  }
+  return os.str();
+}
+
+void check_mode(bool strict) {
+  SCOPED_TRACE(strict ? "strict" : "fma");
+  for (auto [mr, nr] : kTiles) ASSERT_TRUE(kernels::has_specialisation(mr, nr)) << mr << "x" << nr;
+  const auto dir = std::filesystem::temp_directory_path() / ("kiln_mk_test_" + std::to_string(::getpid()));
+  runtime::BuildOptions o;
+  o.strict_fp = strict;
+  o.compile.cache_dir = dir.string();
+  o = runtime::with_numerics(o);
+  auto module = runtime::JitModule::build(wrapper_source(!strict), o.compile);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (auto [mr, nr] : kTiles) {
+    SCOPED_TRACE(std::to_string(mr) + "x" + std::to_string(nr));
+    const int64_t kc = 37, as_i = kc + 3, as_k = 1, bs_k = nr + 7, ldc = nr + 5;
+    std::vector<float> a(size_t(mr * as_i)), b(size_t(kc * bs_k)), c(size_t(mr * ldc));
+    for (auto* v : {&a, &b, &c})
+      for (float& x : *v) x = u(rng);
+    std::vector<float> want = c, got = c;
+    kernels::microkernel_f32(mr, nr, kc, a.data(), as_i, as_k, b.data(), bs_k, want.data(), ldc);
+    int64_t kc_v = kc, as_i_v = as_i, as_k_v = as_k, bs_k_v = bs_k, ldc_v = ldc;
+    void* args[] = {&kc_v, a.data(), &as_i_v, &as_k_v, b.data(), &bs_k_v, got.data(), &ldc_v};
+    module->get("run_" + std::to_string(mr) + "x" + std::to_string(nr))(args);
+    for (int64_t i = 0; i < mr; ++i)
+      for (int64_t j = 0; j < ldc; ++j) {
+        const size_t at = size_t(i * ldc + j);
+        if (j >= nr || strict) {
+          ASSERT_EQ(got[at], want[at]) << "row " << i << " column " << j << (j >= nr ? " (outside the tile)" : "");
+        } else {
+          // |fma order - rounded order| <= a few ulps of the sum of |terms| (kc terms of |a·b| <= 1).
+          ASSERT_NEAR(got[at], want[at], 1e-5 * kc) << "row " << i << " column " << j;
+        }
+      }
+  }
+  module.reset();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(MicroKernel, SpecialisationsMatchTheInterface) {
+  check_mode(false);
+  check_mode(true);
+}
+
+}  // namespace
+}  // namespace kiln
