@@ -338,17 +338,7 @@ LoopKernel ContractionLowering::build() {
   std::vector<std::pair<Expr, Expr>> stores = epilogue_stores(point, result(out, acc_t));
   std::vector<Stmt> body = {let(kAcc, imm(0, acc_t)),
                             comment("innermost tile: src/kernels micro-kernels with epilogue plug in here"), kloop};
-  SharedExprHoister h(next_let);
-  for (auto& [index, value] : stores) {
-    h.count(value);
-    h.count(index);
-  }
-  if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused epilogue has ", h.dag_size(), " nodes"));
-  for (auto& [index, value] : stores) {
-    value = h.rewrite(value, body);
-    index = h.rewrite(index, body);
-  }
-  append_stores(body, k_.outputs, std::move(stores), next_let);
+  append_hoisted_stores(body, k_.outputs, std::move(stores), next_let);
 
   int64_t k_total = 1;
   for (int64_t e : k_extents_) k_total *= e;

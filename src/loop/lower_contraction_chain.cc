@@ -453,17 +453,7 @@ class RowPipeline {
       bufs.push_back(output_buf_.at(v));
       stores.push_back({cx.L.flat(r.pos), r.val});
     }
-    SharedExprHoister h(next_let_);
-    for (auto& [index, value] : stores) {
-      h.count(value);
-      h.count(index);
-    }
-    if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused epilogue has ", h.dag_size(), " nodes"));
-    for (auto& [index, value] : stores) {
-      value = h.rewrite(value, body);
-      index = h.rewrite(index, body);
-    }
-    append_stores(body, bufs, std::move(stores), next_let_);
+    append_hoisted_stores(body, bufs, std::move(stores), next_let_);
   }
 
   // The stage's row reductions and what follows them for row t of the tile, reading the staged

@@ -108,17 +108,7 @@ LoopKernel ContractionLowering::build_stencil() {
     std::vector<std::pair<Expr, Expr>> stores = epilogue_stores(point, result(a, bias_ ? co : nullptr));
     std::vector<Stmt> body;
     int next_let = 0;
-    SharedExprHoister h(next_let);
-    for (auto& [index, value] : stores) {
-      h.count(value);
-      h.count(index);
-    }
-    if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused epilogue has ", h.dag_size(), " nodes"));
-    for (auto& [index, value] : stores) {
-      value = h.rewrite(value, body);
-      index = h.rewrite(index, body);
-    }
-    append_stores(body, k_.outputs, std::move(stores), next_let);
+    append_hoisted_stores(body, k_.outputs, std::move(stores), next_let);
     per_channel_body.push_back(
         for_loop("kiln_dy", int_imm(ho), {for_loop("kiln_dx", int_imm(wo), std::move(body), ForKind::Vectorized)}));
   }

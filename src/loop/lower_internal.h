@@ -186,6 +186,11 @@ class SharedExprHoister {
 void append_stores(std::vector<Stmt>& body, const std::vector<BufferPtr>& bufs,
                    std::vector<std::pair<Expr, Expr>> stores, int& next_let);
 
+// append_stores after computing the stores' shared subexpressions once (SharedExprHoister, Lets
+// appended to `body`); refuses an epilogue of more than kMaxExprNodes distinct nodes.
+void append_hoisted_stores(std::vector<Stmt>& body, const std::vector<BufferPtr>& bufs,
+                           std::vector<std::pair<Expr, Expr>> stores, int& next_let);
+
 // A C buffer name for a value, unique within `used`, never a name the nest or an emitter uses
 // itself (i<k>, t<k>, acc, math functions, kiln_*).
 std::string unique_buffer_name(const Value* v, std::set<std::string>& used);

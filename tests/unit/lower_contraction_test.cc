@@ -327,16 +327,7 @@ std::vector<ConvCase> implicit_conv_cases() {
 }
 
 std::unique_ptr<Graph> make_conv_graph(const ConvCase& c) {
-  std::mt19937 rng(11);
-  std::normal_distribution<float> nd(0.0f, 0.3f);
-  std::string consts;
-  for (const auto& [name, shape] : c.consts) {
-    std::string dims, vals;
-    for (size_t d = 0; d < shape.size(); ++d) dims += (d ? "," : "") + std::to_string(shape[d]);
-    for (int64_t i = 0; i < shape_numel(shape); ++i) vals += (i ? ", " : "") + std::to_string(nd(rng));
-    consts += "  %" + name + " = constant f32[" + dims + "] [" + vals + "]\n";
-  }
-  return parse_graph("graph main opset 17 (" + c.inputs + ") -> (" + c.outputs + ") {\n" + consts + c.body + "}\n");
+  return testing::graph_with_constants(c.inputs, c.outputs, c.body, c.consts, 11, 0.3f);
 }
 
 TEST(LowerContraction, ImplicitConvMatchesReference) {

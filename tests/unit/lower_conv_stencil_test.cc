@@ -54,19 +54,10 @@ std::vector<StencilCase> stencil_cases() {
   };
 }
 
+// Clip bounds are the scalars lo = -0.5 and hi = 0.5, so that both bounds are hit.
 std::unique_ptr<Graph> make_graph(const StencilCase& c) {
-  std::mt19937 rng(5);
-  std::normal_distribution<float> nd(0.0f, 0.4f);
-  std::string consts;
-  for (const auto& [name, shape] : c.consts) {
-    std::string dims, vals;
-    for (size_t d = 0; d < shape.size(); ++d) dims += (d ? "," : "") + std::to_string(shape[d]);
-    // Clip bounds: a scalar low of -0.5 and high of 0.5 so that both bounds are hit.
-    if (shape.empty()) vals = name == "lo" ? "-0.5" : "0.5";
-    for (int64_t i = 0; !shape.empty() && i < shape_numel(shape); ++i) vals += (i ? ", " : "") + std::to_string(nd(rng));
-    consts += "  %" + name + " = constant f32[" + dims + "] [" + vals + "]\n";
-  }
-  return parse_graph("graph main opset 17 (" + c.inputs + ") -> (" + c.outputs + ") {\n" + consts + c.body + "}\n");
+  return testing::graph_with_constants(c.inputs, c.outputs, c.body, c.consts, 5, 0.4f,
+                                       [](const std::string& name) { return name == "lo" ? "-0.5" : "0.5"; });
 }
 
 loop::Schedule strict_schedule() {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <limits>
 #include <map>
@@ -20,6 +21,7 @@
 
 #include "codegen/c/c_emitter.h"
 #include "frontend/onnx/onnx_import.h"
+#include "ir/parser.h"
 #include "fusion/partitioner.h"
 #include "loop/loop_interpreter.h"
 #include "loop/lower_group.h"
@@ -407,6 +409,27 @@ inline bool load_backend_test(const std::filesystem::path& dir, std::unique_ptr<
     why = e.what();
     return false;
   }
+}
+
+// A graph in kiln's IR text from its signature and body, with each of `consts` (name, shape) a
+// constant line of normal random values (stddev `sd`, seeded) — the weights a lowering packs or
+// reads as constants. A rank-0 constant holds `scalar` instead.
+inline std::unique_ptr<Graph> graph_with_constants(const std::string& inputs, const std::string& outputs,
+                                                   const std::string& body,
+                                                   const std::vector<std::pair<std::string, Shape>>& consts,
+                                                   unsigned seed, float sd,
+                                                   const std::function<std::string(const std::string&)>& scalar = {}) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, sd);
+  std::string lines;
+  for (const auto& [name, shape] : consts) {
+    std::string dims, vals;
+    for (size_t d = 0; d < shape.size(); ++d) dims += (d ? "," : "") + std::to_string(shape[d]);
+    if (shape.empty()) vals = scalar ? scalar(name) : std::to_string(nd(rng));
+    for (int64_t i = 0; !shape.empty() && i < shape_numel(shape); ++i) vals += (i ? ", " : "") + std::to_string(nd(rng));
+    lines += "  %" + name + " = constant f32[" + dims + "] [" + vals + "]\n";
+  }
+  return parse_graph("graph main opset 17 (" + inputs + ") -> (" + outputs + ") {\n" + lines + body + "}\n");
 }
 
 // Lowered kernels compiled together into one C module (one compiler run per test) and each checked
