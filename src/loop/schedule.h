@@ -67,6 +67,7 @@ struct Schedule {
   // its staged input planes and accumulator plane, meant to stay in L2 while the group's output
   // channels are computed; above it the conv keeps the untiled nest.
   int64_t stencil_bytes = 1024 * 1024;
+  int64_t stencil_max_group_width = 64;  // channels per group (input and output) the stencil takes
   bool tile_contractions = true;      // false: the naive dot-product nest (a reference for tests)
   bool default_transforms = true;     // apply_default_schedule after lowering (loop_transforms.h)
 

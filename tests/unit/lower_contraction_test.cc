@@ -277,9 +277,10 @@ TEST(LowerContraction, TiledIsBitIdenticalToUntiled) {
         const loop::Schedule& sched = *sp;
         auto tiled = loop::lower_group(grp, "t", sched), plain = loop::lower_group(grp, "p", untiled());
         ASSERT_TRUE(tiled.kernel && plain.kernel) << tiled.reason << plain.reason;
-        // Fewer output channels per group than mr (the depthwise case) stay untiled.
-        if (sp != &dflt && c.name != "depthwise_clip")
-          EXPECT_NE(loop::print_kernel(*tiled.kernel).find("kiln_mk_f32"), std::string::npos);
+        // Grouped and depthwise convs are the stencil nest (lower_conv_stencil.cc), the rest tiled.
+        const bool stencil = c.name == "depthwise_clip" || c.name == "grouped_dilated_conv";
+        if (sp != &dflt || stencil)
+          EXPECT_NE(loop::print_kernel(*tiled.kernel).find(stencil ? "kiln_dph" : "kiln_mk_f32"), std::string::npos);
         if ((c.name == "mm_computed_a_panel" && sp != &dflt) || (c.name == "mm_wide_in_place" && sp == &a_panels))
           EXPECT_NE(loop::print_kernel(*tiled.kernel).find("kiln_q"), std::string::npos);  // the column loop of a panel
         auto a = testing::interpret_group(*tiled.kernel, grp, values),

@@ -44,6 +44,9 @@ std::vector<StencilCase> stencil_cases() {
       {"grouped_width_4", R"(  %c: f32[2,12,5,5] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1], group=3} name="conv"
   %y: f32[2,12,5,5] = Relu(%c) name="relu"
 )", "%x: f32[2,12,5,5]", "%y", {{"w", {12, 4, 3, 3}}, {"b", {12}}}},
+      {"grouped_width_8_regnet", R"(  %c: f32[1,16,3,3] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1], strides=[2,2], group=2} name="conv"
+  %y: f32[1,16,3,3] = Relu(%c) name="relu"
+)", "%x: f32[1,16,6,5]", "%y", {{"w", {16, 8, 3, 3}}, {"b", {16}}}},
       {"grouped_pointwise", R"(  %y: f32[1,6,3,4] = Conv(%x, %w) {kernel_shape=[1,1], group=2} name="conv"
 )", "%x: f32[1,8,3,4]", "%y", {{"w", {6, 4, 1, 1}}}},
       {"dw_prologue_silu_epilogue", R"(  %a: f32[1,6,6,5] = Add(%x, %r) name="res"
@@ -101,8 +104,9 @@ TEST(LowerConvStencil, MatchesReference) {
   strict.check("stencil_strict", /*contract=*/false);
 }
 
-// Depthwise and narrow groups take the stencil; groups as wide as a micro-kernel tile the GEMM
-// per group; a group whose staged planes exceed Schedule::stencil_bytes the untiled nest.
+// Depthwise and groups of up to Schedule::stencil_max_group_width channels take the stencil, wider
+// groups the tiled GEMM per group; a group whose staged planes exceed Schedule::stencil_bytes the
+// untiled nest.
 TEST(LowerConvStencil, ChosenByGroupWidthAndBudget) {
   auto nest_of = [](const std::string& body, const std::string& inputs, const std::vector<std::pair<std::string, Shape>>& consts,
                     const loop::Schedule& sched) {
@@ -121,9 +125,9 @@ TEST(LowerConvStencil, ChosenByGroupWidthAndBudget) {
   loop::Schedule tight;
   tight.stencil_bytes = 1024;
   EXPECT_EQ(nest_of(dw, "%x: f32[1,4,16,16]", {{"w", {4, 1, 3, 3}}}, tight).find("kiln_dph"), std::string::npos);
-  const std::string wide = R"(  %y: f32[1,16,6,6] = Conv(%x, %w) {kernel_shape=[3,3], pads=[1,1,1,1], group=2} name="conv"
+  const std::string wide = R"(  %y: f32[1,144,6,6] = Conv(%x, %w) {kernel_shape=[1,1], group=2} name="conv"
 )";
-  const std::string nest = nest_of(wide, "%x: f32[1,16,6,6]", {{"w", {16, 8, 3, 3}}}, {});
+  const std::string nest = nest_of(wide, "%x: f32[1,144,6,6]", {{"w", {144, 72, 1, 1}}}, {});
   EXPECT_EQ(nest.find("kiln_dph"), std::string::npos) << nest;
   EXPECT_NE(nest.find(kernels::kMicroKernelF32), std::string::npos) << nest;
 }
