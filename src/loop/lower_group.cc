@@ -151,6 +151,45 @@ Expr Lowerer::operand(const Node& n, size_t k, Index& idx) {
   return value_at(v, broadcast(idx, v->shape()));
 }
 
+// ---------------------------------------------------------------- run-time index checks
+
+namespace {
+
+// The group lower_group is lowering on this thread. The emitters drive Lowerers over groups of
+// their own making (a contraction's row passes, a chain's stages), all of the same nodes; a node's
+// check site is its position in the group lower_group was given, so that lower_group can name the
+// node of every site in the kernel whichever emitter built it.
+thread_local const FusionGroup* t_lowering_group = nullptr;
+
+struct LoweringGroupScope {
+  explicit LoweringGroupScope(const FusionGroup& g) : saved(t_lowering_group) { t_lowering_group = &g; }
+  ~LoweringGroupScope() { t_lowering_group = saved; }
+  const FusionGroup* saved;
+};
+
+void collect_check_sites(const Expr& e, std::set<int64_t>& sites) {
+  if (e->kind == ExprKind::Call && e->name == kCheckedIndex) sites.insert(e->args.at(2)->int_value);
+  for (const Expr& a : e->args) collect_check_sites(a, sites);
+}
+
+void collect_check_sites(const Stmt& s, std::set<int64_t>& sites) {
+  if (!s) return;
+  for (const Expr* e : {&s->extent, &s->index, &s->value, &s->cond})
+    if (*e) collect_check_sites(*e, sites);
+  for (const Expr& a : s->call_args) collect_check_sites(a, sites);
+  for (const auto* list : {&s->body, &s->else_body})
+    for (const Stmt& c : *list) collect_check_sites(c, sites);
+}
+
+}  // namespace
+
+int64_t Lowerer::index_check_site(const Node& n) const {
+  const FusionGroup& g = t_lowering_group ? *t_lowering_group : grp_;
+  auto it = std::find(g.nodes.begin(), g.nodes.end(), &n);
+  KILN_CHECK(it != g.nodes.end(), n.describe(), " is not a member of group ", g.name);
+  return int64_t(it - g.nodes.begin()) + 1;
+}
+
 // ---------------------------------------------------------------- values
 
 Expr Lowerer::value_at(const Value* v, Index idx) {
@@ -510,13 +549,24 @@ LoweredGroup lower_elementwise_group(const FusionGroup& grp, const std::string& 
 
 LoweredGroup lower_group(const FusionGroup& grp, const std::string& name, const Schedule& sched) {
   const std::string kname = sanitize_identifier(name);
+  const detail::LoweringGroupScope scope(grp);
   LoweredGroup r;
   if (grp.kind == GroupKind::Reduction) r = detail::lower_reduction_group(grp, kname, true, sched);
   else if (grp.kind == GroupKind::Contraction)
     r = detail::contraction_count(grp) > 1 ? detail::lower_multi_contraction_group(grp, kname, sched)
                                            : detail::lower_contraction_group(grp, kname, sched);
   else r = lower_elementwise_group(grp, kname);
-  if (r.kernel) describe(grp, r);
+  if (r.kernel) {
+    describe(grp, r);
+    // The nodes whose indices the kernel checks at run time, for the runtime's error.
+    std::set<int64_t> sites;
+    detail::collect_check_sites(r.kernel->body, sites);
+    for (int64_t site : sites) {
+      KILN_CHECK(site > 0 && size_t(site) <= grp.nodes.size(), "kernel ", kname, ": index check site ", site,
+                 " is not a node of its group");
+      r.kernel->index_checks.push_back({site, grp.nodes[size_t(site - 1)]->describe()});
+    }
+  }
   return r;
 }
 

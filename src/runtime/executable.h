@@ -88,6 +88,8 @@ class Executable {
   // The options the build used, numerics applied (with_numerics).
   const BuildOptions& options() const { return options_; }
   const std::string& source() const { return source_; }  // the generated C ("" when none)
+  // The nodes whose run-time indices group `group`'s kernel checks (empty: none, or no kernel).
+  const std::vector<loop::IndexCheck>& index_checks(size_t group) const { return index_checks_.at(group); }
   const JitModule* module() const { return module_.get(); }
 
  private:
@@ -114,7 +116,11 @@ class Executable {
   std::unique_ptr<JitModule> module_;
   std::vector<uint8_t> arena_;
   int threads_ = 0;
-  std::vector<std::vector<ArgRef>> arg_refs_;  // per group: inputs then outputs
+  std::vector<std::vector<ArgRef>> arg_refs_;  // per group: inputs, outputs, then the status word if any
+  // Per group: the nodes whose run-time indices its kernel checks (loop::LoopKernel::index_checks);
+  // such a kernel's last argument is index_status_, cleared before and read after each call.
+  std::vector<std::vector<loop::IndexCheck>> index_checks_;
+  int32_t index_status_ = 0;
   std::vector<void*> io_, args_;               // scratch reused by run_into (no allocation)
   bool profiling_ = false;
   bool loaded_ = true;

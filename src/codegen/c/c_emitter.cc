@@ -327,6 +327,13 @@ std::string emit_expr(const Expr& ep, Ctx ctx) {
     case ExprKind::Cast: return convert(emit_expr(e.args[0], ctx), e.args[0]->type, e.type);
     case ExprKind::Address: return "(" + ident(e.buffer->name) + " + (" + emit_expr(e.args[0], Ctx::Index) + "))";
     case ExprKind::Call: {
+      // A checked index also writes the kernel's status word (emit_kernel declares kiln_status).
+      if (e.name == kCheckedIndex) {
+        KILN_CHECK(e.args.size() == 3 && e.args[1]->kind == ExprKind::IntImm && e.args[2]->kind == ExprKind::IntImm,
+                   "C emitter: malformed ", kCheckedIndex);
+        return std::string(kCheckedIndex) + "(kiln_status, " + emit_expr(e.args[0]) + ", " +
+               int_literal(e.args[1]->int_value, DType::Int64) + ", " + std::to_string(e.args[2]->int_value) + ")";
+      }
       std::string s = callee(e.name, e.type) + "(";
       for (size_t i = 0; i < e.args.size(); ++i) s += (i ? ", " : "") + emit_expr(e.args[i]);
       return s + ")";
@@ -481,6 +488,8 @@ void emit_kernel(std::ostringstream& os, const LoopKernel& k) {
     const std::string t = storage_type(b->dtype);
     os << "  " << t << "* restrict " << ident(b->name) << " = (" << t << "*)args[" << arg++ << "];\n";
   }
+  // The status word of the index checks (LoopKernel::index_checks), after the outputs.
+  if (!k.index_checks.empty()) os << "  int32_t* const kiln_status = (int32_t*)args[" << arg++ << "];\n";
   StmtEmitter em(os);
   for (const auto& b : k.inputs) em.declare(ident(b->name));
   for (const auto& b : k.outputs) em.declare(ident(b->name));
