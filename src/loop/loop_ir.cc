@@ -114,8 +114,8 @@ Expr checked_index(Expr i, int64_t dim, int64_t site) {
 
 std::string index_error_message(const std::vector<IndexCheck>& checks, int64_t status) {
   for (const IndexCheck& c : checks)
-    if (c.site == status) return c.what + ": an index is out of range for the axis it indexes";
-  return cat("kernel status ", status, ": an index is out of range for the axis it indexes");
+    if (c.site == status) return c.message;
+  throw InternalError(cat("index check status ", status, " names no check of the kernel"));
 }
 
 Expr address(const BufferPtr& b, Expr index) {

@@ -155,8 +155,8 @@ struct PackedInput {
 
 // One node whose run-time indices a kernel checks (kCheckedIndex calls with this site).
 struct IndexCheck {
-  int64_t site = 0;  // > 0: what the kernel writes into its status word
-  std::string what;  // the node, as Node::describe() ("node 'g' (Gather)"), for the error
+  int64_t site = 0;     // > 0: what the kernel writes into its status word
+  std::string message;  // the error when it does: "node 'g' (Gather): an index is out of range ..."
 };
 
 struct LoopKernel {
@@ -173,8 +173,8 @@ struct LoopKernel {
   std::vector<IndexCheck> index_checks;
 };
 
-// The message for a status word `status` (> 0) of kernel `k` after its call: "node 'g' (Gather):
-// an index is out of range ...", the error the runtime, the interpreter and AOT bundles report.
+// The message for a status word `status` (> 0) after a call of a kernel with these checks: the
+// error the runtime, the interpreter and AOT bundles report.
 std::string index_error_message(const std::vector<IndexCheck>& checks, int64_t status);
 
 // A copy of statement `s` with every expression it holds (extent, index, value, cond, call

@@ -564,7 +564,10 @@ LoweredGroup lower_group(const FusionGroup& grp, const std::string& name, const 
     for (int64_t site : sites) {
       KILN_CHECK(site > 0 && size_t(site) <= grp.nodes.size(), "kernel ", kname, ": index check site ", site,
                  " is not a node of its group");
-      r.kernel->index_checks.push_back({site, grp.nodes[size_t(site - 1)]->describe()});
+      const Node* n = grp.nodes[size_t(site - 1)];
+      r.kernel->index_checks.push_back(
+          {site, n->describe() + (n->op_type() == "CumSum" ? ": the axis input is out of range for the input's rank"
+                                                            : ": an index is out of range for the axis it indexes")});
     }
   }
   return r;

@@ -573,13 +573,13 @@ Expr Lowerer::lower_cumsum(const Node& n, Index& idx) {
     const int64_t a = axv->constant().as_int64(0);
     return scan(a < 0 ? a + rank : a);
   }
-  if (rank == 1) return scan(0);  // the only axis a valid value can name
-  Expr a = cast(DType::Int64, value_at(axv, Index::zero(axv->shape())));
+  // A run-time axis is checked like an index (the reference kernel rejects one outside
+  // [-rank, rank)), then wrapped: the select picks the scan of the axis it names.
+  Expr a = checked_index(value_at(axv, Index::zero(axv->shape())), rank, index_check_site(n));
   Expr r = scan(rank - 1);
-  for (int64_t k = rank - 2; k >= 0; --k) {
-    Expr is_k = binary(BinOp::Or, binary(BinOp::Eq, a, int_imm(k)), binary(BinOp::Eq, a, int_imm(k - rank)));
-    r = select(is_k, scan(k), r);
-  }
+  for (int64_t k = rank - 2; k >= 0; --k) r = select(binary(BinOp::Eq, a, int_imm(k)), scan(k), r);
+  // One axis: nothing to pick, but the check must stay in the kernel.
+  if (rank == 1) r = select(binary(BinOp::Eq, a, int_imm(0)), r, r);
   return r;
 }
 

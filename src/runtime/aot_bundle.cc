@@ -316,7 +316,7 @@ std::string driver_run_body(const Executable& ex, AotBundle& b) {
       os << "\n    if (st) switch (st) {\n";
       for (const loop::IndexCheck& c : checks)
         os << "      case " << c.site << ": return kiln_model_fail_(KILN_MODEL_ERR_INDEX, \"%s\", "
-           << c_string(loop::index_error_message(checks, c.site)) << ");\n";
+           << c_string(c.message) << ");\n";
       os << "      default: return kiln_model_fail_(KILN_MODEL_ERR_INDEX, \"kernel %s: an index is out of range\", "
          << c_string(info.name) << ");\n    }\n ";
     }

@@ -233,6 +233,11 @@ save(model([helper.make_node("GatherND", ["data", "idx"], ["y"], name="gnd_node"
            [vi("data", [4, 3]), vi("idx", [2, 2], TensorProto.INT64)], [vi("y", None)]), "gather_nd.onnx")
 np.save(path("idx_nd_ok.npy"), np.array([[3, 2], [-1, -3]], np.int64))
 np.save(path("idx_nd_bad.npy"), np.array([[0, 0], [1, 3]], np.int64))
+# CumSum's axis given at run time: checked like an index (compiled code scanned the last axis).
+save(model([helper.make_node("CumSum", ["x", "axis"], ["y"], name="cumsum_node")],
+           [vi("x", [2, 3]), vi("axis", [], TensorProto.INT64)], [vi("y", None)]), "cumsum_axis.onnx")
+np.save(path("axis_ok.npy"), np.array(-2, np.int64))
+np.save(path("axis_bad.npy"), np.array(2, np.int64))
 
 for f in os.listdir(D):
     p = path(f)

@@ -75,7 +75,7 @@ TEST(IndexCheck, GatherInTheInterpreter) {
   auto g = ir(kGather, "%data: f32[4,3], %idx: i64[5]", "%y");
   loop::LoopKernel k = lowered_kernel(*g);
   ASSERT_EQ(k.index_checks.size(), 1u);
-  EXPECT_EQ(k.index_checks[0].what, "node 'g' (Gather)");
+  EXPECT_EQ(k.index_checks[0].message, "node 'g' (Gather): an index is out of range for the axis it indexes");
   // In range, negatives from the end: the reference's rows.
   auto ok = Tensor::from_vector<int64_t>({3, -4, -1, 0, 2}, {5});
   auto want = run_reference(*g, {{"data", data43()}, {"idx", ok}}).at("y");
@@ -109,6 +109,29 @@ TEST(IndexCheck, GatherElementsAndGatherNDInTheInterpreter) {
   expect_index_error(
       [&] { interpret_one(k, {data43(), Tensor::from_vector<int64_t>({0, 0, 1, 3}, {2, 2})}, nd->find_value("y")); },
       "node 'nd' (GatherND)");
+}
+
+// A run-time CumSum axis is an index into the input's dims: -1 is the last, 2 of a rank-2 input is
+// refused as the reference refuses it (it used to scan the last axis instead).
+TEST(IndexCheck, CumSumAxisInTheInterpreter) {
+  auto g = ir(R"(  %y: f32[2,3] = CumSum(%x, %axis) name="cs"
+)", "%x: f32[2,3], %axis: i64[]", "%y");
+  loop::LoopKernel k = lowered_kernel(*g);
+  ASSERT_EQ(k.index_checks.size(), 1u);
+  auto x = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  for (int64_t a : {0, 1, -1, -2}) {
+    auto axis = Tensor::from_vector<int64_t>({a}, {});
+    expect_same(interpret_one(k, {x, axis}, g->find_value("y")), run_reference(*g, {{"x", x}, {"axis", axis}}).at("y"));
+  }
+  for (int64_t a : {2, -3}) {
+    try {
+      interpret_one(k, {x, Tensor::from_vector<int64_t>({a}, {})}, g->find_value("y"));
+      ADD_FAILURE() << "axis " << a << " accepted";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("node 'cs' (CumSum): the axis input is out of range"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // The check costs nothing where no index is data: no check, no status argument, no helper call.
