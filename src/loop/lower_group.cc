@@ -29,6 +29,7 @@
 #include "fusion/op_kind.h"
 #include "loop/affine.h"
 #include "loop/lower_internal.h"
+#include "reference/kernel_util.h"
 #include "support/error.h"
 
 namespace kiln::loop {
@@ -179,6 +180,43 @@ void collect_check_sites(const Stmt& s, std::set<int64_t>& sites) {
   for (const Expr& a : s->call_args) collect_check_sites(a, sites);
   for (const auto* list : {&s->body, &s->else_body})
     for (const Stmt& c : *list) collect_check_sites(c, sites);
+}
+
+// A pass over the whole index input of each checked Gather, GatherElements and GatherND that the
+// kernel reads from its arguments, before the nest: the nest reads only the indices of the
+// positions it computes (a Gather whose output a Slice in the same kernel uses in part), while the
+// reference kernel rejects any index out of range. One load and compare per index, only in
+// kernels with run-time indices. Indices computed inside the kernel stay checked where used.
+std::vector<Stmt> whole_index_checks(const FusionGroup& grp, const LoopKernel& k) {
+  std::vector<Stmt> out;
+  for (const IndexCheck& c : k.index_checks) {
+    const Node* n = grp.nodes[size_t(c.site - 1)];
+    const std::string& op = n->op_type();
+    if (op != "Gather" && op != "GatherElements" && op != "GatherND") continue;
+    const Value *data = n->input(0), *ind = n->input(1);
+    auto at = std::find(grp.inputs.begin(), grp.inputs.end(), ind);
+    if (!data || !ind || ind->is_constant() || at == grp.inputs.end()) continue;
+    const BufferPtr& b = k.inputs.at(size_t(at - grp.inputs.begin()));
+    const Shape& ds = data->shape();
+    const int64_t count = shape_numel(ind->shape());
+    if (count == 0 || ds.empty()) continue;
+    const std::string v = cat("kiln_ck", c.site);
+    if (op == "GatherND") {
+      // Tuples of m indices into data dims [batch_dims, batch_dims + m).
+      const int64_t m = ind->shape().back(), bd = n->attr_int("batch_dims", 0);
+      if (m < 1 || bd < 0 || bd + m > int64_t(ds.size())) continue;
+      std::vector<Stmt> tuple;
+      for (int64_t j = 0; j < m; ++j)
+        tuple.push_back(let(cat(v, "_", j), checked_index(load(b, add(mul(var(v), int_imm(m)), int_imm(j))),
+                                                          ds[size_t(bd + j)], c.site)));
+      out.push_back(for_loop(v, int_imm(count / m), std::move(tuple)));
+    } else {
+      const int64_t dim = ds[size_t(normalize_axis(n->attr_int("axis", 0), int64_t(ds.size())))];
+      if (dim == 0) continue;
+      out.push_back(for_loop(v, int_imm(count), {let(v + "_i", checked_index(load(b, var(v)), dim, c.site))}));
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -568,6 +606,11 @@ LoweredGroup lower_group(const FusionGroup& grp, const std::string& name, const 
       r.kernel->index_checks.push_back(
           {site, n->describe() + (n->op_type() == "CumSum" ? ": the axis input is out of range for the input's rank"
                                                             : ": an index is out of range for the axis it indexes")});
+    }
+    std::vector<Stmt> whole = detail::whole_index_checks(grp, *r.kernel);
+    if (!whole.empty()) {
+      whole.push_back(r.kernel->body);
+      r.kernel->body = block(std::move(whole));
     }
   }
   return r;

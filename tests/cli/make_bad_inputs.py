@@ -224,6 +224,13 @@ np.save(path("idx_bad_neg.npy"), np.array([-5, 0], np.int64))
 # The Gather inside a fused kernel (Gather -> Relu is one kernel): the error names the Gather.
 save(model([gather, helper.make_node("Relu", ["y"], ["z"], name="relu_node")],
            [vi("data", [4, 3]), vi("idx", [2], TensorProto.INT64)], [vi("z", None)]), "gather_relu.onnx")
+# A Slice in the same kernel uses only the first two rows: the bad index in row 3 is still refused
+# (the reference checks every index).
+save(model([gather, helper.make_node("Slice", ["y", "st", "en"], ["z"], name="slice_node")],
+           [vi("data", [4, 3]), vi("idx", [4], TensorProto.INT64)], [vi("z", None)],
+           inits=[numpy_helper.from_array(np.array([0], np.int64), "st"),
+                  numpy_helper.from_array(np.array([2], np.int64), "en")]), "gather_slice.onnx")
+np.save(path("idx4_bad_unused.npy"), np.array([0, 1, 9, 2], np.int64))
 # GatherElements and GatherND read run-time indices the same way.
 save(model([helper.make_node("GatherElements", ["data", "idx"], ["y"], name="ge_node", axis=0)],
            [vi("data", [4, 3]), vi("idx", [2, 3], TensorProto.INT64)], [vi("y", None)]), "gather_elements.onnx")

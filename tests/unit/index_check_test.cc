@@ -111,6 +111,30 @@ TEST(IndexCheck, GatherElementsAndGatherNDInTheInterpreter) {
       "node 'nd' (GatherND)");
 }
 
+// A Slice fused after the Gather computes only rows 0 and 1; an index out of range in row 3 is
+// still refused (the reference checks every index), by the pass over the whole index input.
+TEST(IndexCheck, IndicesTheNestDoesNotReadAreCheckedToo) {
+  auto g = ir(R"(  %st = constant i64[1] [0]
+  %en = constant i64[1] [2]
+  %gs: f32[4,3] = Gather(%data, %idx) {axis=0} name="g"
+  %y: f32[2,3] = Slice(%gs, %st, %en) name="slice"
+)", "%data: f32[4,3], %idx: i64[4]", "%y");
+  FusionPlan plan = partition(*g, FusionOptions{});
+  ASSERT_EQ(plan.groups.size(), 1u);  // one kernel: Gather and Slice
+  const FusionGroup& grp = plan.groups[0];
+  loop::LoweredGroup lg = loop::lower_group(grp, grp.name);
+  ASSERT_TRUE(lg.kernel) << lg.reason;
+  ASSERT_EQ(lg.kernel->index_checks.size(), 1u);
+  auto run = [&](const Tensor& idx) {  // the kernel's arguments in group order (constants too)
+    std::vector<Tensor> in;
+    for (const Value* v : grp.inputs) in.push_back(v->is_constant() ? v->constant() : v->name() == "idx" ? idx : data43());
+    return interpret_one(*lg.kernel, in, g->find_value("y"));
+  };
+  auto ok = Tensor::from_vector<int64_t>({2, -1, -4, 0}, {4});
+  expect_same(run(ok), run_reference(*g, {{"data", data43()}, {"idx", ok}}).at("y"));
+  expect_index_error([&] { run(Tensor::from_vector<int64_t>({0, 1, 2, 9}, {4})); }, "node 'g' (Gather)");
+}
+
 // A run-time CumSum axis is an index into the input's dims: -1 is the last, 2 of a rank-2 input is
 // refused as the reference refuses it (it used to scan the last axis instead).
 TEST(IndexCheck, CumSumAxisInTheInterpreter) {
