@@ -143,8 +143,14 @@ TEST_F(OnnxImportTest, DeclaredOutputShapeContradictingTheGraphGivesWayToTheComp
   add_io(model_.mutable_graph()->mutable_input(), "x", {"3"});
   add_io(model_.mutable_graph()->mutable_output(), "y", {"2", "3"});
   add_node("Add", {"x", "x"}, {"y"}, "add");
-  auto g = import_onnx(write());
+  ImportOptions io;
+  std::vector<std::string> warnings;
+  io.warn = [&](const std::string& w) { warnings.push_back(w); };
+  auto g = import_onnx(write(), io);
   EXPECT_EQ(g->find_value("y")->type().str(), "f32[3]");
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("graph output 'y' is declared f32[2,3], but the graph computes f32[3]"), std::string::npos)
+      << warnings[0];
   auto out = run_reference(*g, {{"x", Tensor::from_vector<float>({1, 2, 3}, {3})}});
   EXPECT_EQ(out.at("y").shape(), (Shape{3}));
 }

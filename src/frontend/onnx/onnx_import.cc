@@ -61,6 +61,7 @@ class Importer {
     g->set_name(model_.graph().name().empty() ? "main" : model_.graph().name());
     convert(*g);
     finish(*g);
+    warn_about_declared_outputs(*g);
     return g;
   }
 
@@ -291,6 +292,20 @@ class Importer {
     for (auto& out : *model_.mutable_graph()->mutable_output()) {
       declared_outputs_.emplace(out.name(), out.type());
       out.clear_type();
+    }
+  }
+
+  // ONNX Runtime warns when it runs an output with a shape other than the declared one; so does
+  // kiln (ImportOptions::warn), once the graph is typed.
+  void warn_about_declared_outputs(const Graph& g) {
+    if (!opts_.warn) return;
+    for (const Value* o : g.outputs()) {
+      auto d = declared_outputs_.find(o->name());
+      if (d == declared_outputs_.end()) continue;
+      auto t = static_type(d->second);
+      if (t && *t != o->type())
+        opts_.warn(cat(path_, ": graph output '", o->name(), "' is declared ", t->str(), ", but the graph computes ",
+                       o->type().str(), "; the computed type is used (as ONNX Runtime does)"));
     }
   }
 
