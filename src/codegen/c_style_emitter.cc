@@ -332,6 +332,14 @@ std::string CStyleEmitter::expr(const Expr& ep, Ctx ctx) {
     case ExprKind::Cast: return convert(expr(e.args[0], ctx), e.args[0]->type, e.type);
     case ExprKind::Address: return "(" + ident(e.buffer->name) + " + (" + expr(e.args[0], Ctx::Index) + "))";
     case ExprKind::Call: {
+      // A checked index also writes the kernel's status word (each target's kernel signature
+      // declares kiln_status when LoopKernel::index_checks is not empty).
+      if (e.name == kCheckedIndex) {
+        KILN_CHECK(e.args.size() == 3 && e.args[1]->kind == ExprKind::IntImm && e.args[2]->kind == ExprKind::IntImm,
+                   "C emitter: malformed ", kCheckedIndex);
+        return std::string(kCheckedIndex) + "(kiln_status, " + expr(e.args[0]) + ", " +
+               int_literal(e.args[1]->int_value, DType::Int64) + ", " + std::to_string(e.args[2]->int_value) + ")";
+      }
       std::string s = callee(e.name, e.type) + "(";
       for (size_t i = 0; i < e.args.size(); ++i) s += (i ? ", " : "") + expr(e.args[i]);
       return s + ")";

@@ -333,6 +333,16 @@ class Interpreter {
   }
 
   Scalar eval_call(const Expr& e) {
+    if (e->name == kCheckedIndex) {  // loop_ir.h: the index, wrapped; out of range: 0, and the site kept
+      KILN_CHECK(e->args.size() == 3 && e->type == DType::Int64, "malformed ", kCheckedIndex);
+      const int64_t i = eval(e->args[0]).i, dim = eval(e->args[1]).i;
+      KILN_CHECK(dim > 0, kCheckedIndex, " on an axis of size ", dim);
+      if (i < -dim || i >= dim) {
+        status_ = eval(e->args[2]).i;
+        return put<int64_t>(0);
+      }
+      return put<int64_t>(i < 0 ? i + dim : i);
+    }
     KILN_CHECK(e->name == "log1p" && e->args.size() == 1 && is_float(e->type) && e->args[0]->type == e->type,
                "unknown call ", e->name, " of ", e->args.size(), " arguments");
     const Scalar a = eval(e->args[0]);
@@ -349,6 +359,11 @@ class Interpreter {
 
   std::unordered_map<const Buffer*, Tensor*> buffers_;
   std::vector<std::pair<std::string, Scalar>> vars_;
+
+ public:
+  int64_t status_ = 0;  // the kernel's status word (kCheckedIndex)
+
+ private:
   std::set<std::string> loops_;  // names of the enclosing loops
 };
 
@@ -371,6 +386,8 @@ void interpret(const LoopKernel& k, const std::vector<Tensor*>& inputs, const st
   for (size_t i = 0; i < inputs.size(); ++i) in.bind(k.inputs[i], bound[i]);
   for (size_t i = 0; i < outputs.size(); ++i) in.bind(k.outputs[i], outputs[i]);
   if (k.body) in.exec(k.body);
+  // As the runtime does after a compiled kernel: an index out of range is the user's error.
+  if (in.status_) user_error(index_error_message(k.index_checks, in.status_));
 }
 
 }  // namespace kiln::loop

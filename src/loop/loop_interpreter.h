@@ -20,7 +20,9 @@
 //    lowering only builds *total* expressions — no Load out of bounds and no trapping division even
 //    in the branch not taken. The interpreter checks this: an out-of-bounds Load is an
 //    InternalError whether or not its value is selected.
-//  - Call functions: log1p(x) (float types). Any other name is an InternalError.
+//  - Call functions: log1p(x) (float types) and kCheckedIndex (loop_ir.h), whose out-of-range
+//    indices make interpret() throw the runtime's UserError after the kernel has run. Any other
+//    name is an InternalError.
 //  - For loops run their iterations in order whatever their ForKind; Let introduces a scalar that
 //    lives until the end of the enclosing statement list.
 #pragma once

@@ -107,6 +107,17 @@ Expr call(const std::string& fn, DType t, std::vector<Expr> args) {
   return e;
 }
 
+Expr checked_index(Expr i, int64_t dim, int64_t site) {
+  KILN_CHECK(dim > 0 && site > 0, "checked_index: dim ", dim, ", site ", site);
+  return call(kCheckedIndex, DType::Int64, {cast(DType::Int64, std::move(i)), int_imm(dim), int_imm(site)});
+}
+
+std::string index_error_message(const std::vector<IndexCheck>& checks, int64_t status) {
+  for (const IndexCheck& c : checks)
+    if (c.site == status) return c.message;
+  throw InternalError(cat("index check status ", status, " names no check of the kernel"));
+}
+
 Expr address(const BufferPtr& b, Expr index) {
   auto e = node(ExprKind::Address, DType::Undefined);
   e->buffer = b;

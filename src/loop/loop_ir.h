@@ -98,6 +98,15 @@ Expr mul(Expr a, Expr b);
 Expr div_floor(Expr a, Expr b);  // operands are non-negative indices here
 Expr mod(Expr a, Expr b);
 
+// A run-time index checked against its axis (Gather, GatherElements, GatherND read indices that
+// are data): the Call kCheckedIndex {i, dim, site} (Int64) is i wrapped into [0, dim) when i lies in
+// [-dim, dim) (negative indices count from the end, as in ONNX), and otherwise 0 — a load stays in
+// bounds whatever the data — while the kernel records `site` (> 0, an IntImm) in its status word,
+// which whoever runs the kernel checks after it (LoopKernel::index_checks). The reference kernels
+// reject such an index; compiled code must not answer instead. dim > 0.
+inline constexpr const char* kCheckedIndex = "kiln_checked_index";
+Expr checked_index(Expr i, int64_t dim, int64_t site);
+
 // ---------------------------------------------------------------- statements
 
 enum class StmtKind { For, Store, Let, Assign, Block, If, Allocate, Call, Comment };
@@ -144,6 +153,12 @@ struct PackedInput {
   PanelLayout layout;
 };
 
+// One node whose run-time indices a kernel checks (kCheckedIndex calls with this site).
+struct IndexCheck {
+  int64_t site = 0;     // > 0: what the kernel writes into its status word
+  std::string message;  // the error when it does: "node 'g' (Gather): an index is out of range ..."
+};
+
 struct LoopKernel {
   std::string name;                  // C identifier, e.g. fused_conv_add_relu_7
   std::vector<std::string> sources;  // ONNX node names it came from (for the source comment)
@@ -151,7 +166,16 @@ struct LoopKernel {
   std::vector<BufferPtr> outputs;    // written global buffers, after the inputs
   Stmt body;
   std::vector<PackedInput> packed_inputs;
+  // The sites of the body's kCheckedIndex calls (lower_group fills it). When not empty the kernel
+  // takes one more argument after the outputs: an int32 status word, 0 before the call, which an
+  // out-of-range index sets to its site (threads may store concurrently; any one site is kept).
+  // Kernels without data-dependent indices have neither the argument nor any check.
+  std::vector<IndexCheck> index_checks;
 };
+
+// The message for a status word `status` (> 0) after a call of a kernel with these checks: the
+// error the runtime, the interpreter and AOT bundles report.
+std::string index_error_message(const std::vector<IndexCheck>& checks, int64_t status);
 
 // A copy of statement `s` with every expression it holds (extent, index, value, cond, call
 // arguments; null ones stay null) replaced by fe(expr) and every child statement by fs(child).

@@ -29,6 +29,7 @@
 #include "fusion/op_kind.h"
 #include "loop/affine.h"
 #include "loop/lower_internal.h"
+#include "reference/kernel_util.h"
 #include "support/error.h"
 
 namespace kiln::loop {
@@ -149,6 +150,82 @@ Expr Lowerer::operand(const Node& n, size_t k, Index& idx) {
   const Value* v = n.input(k);
   if (!v) refuse(cat(n.op_type(), " input ", k, " is missing"));
   return value_at(v, broadcast(idx, v->shape()));
+}
+
+// ---------------------------------------------------------------- run-time index checks
+
+namespace {
+
+// The group lower_group is lowering on this thread. The emitters drive Lowerers over groups of
+// their own making (a contraction's row passes, a chain's stages), all of the same nodes; a node's
+// check site is its position in the group lower_group was given, so that lower_group can name the
+// node of every site in the kernel whichever emitter built it.
+thread_local const FusionGroup* t_lowering_group = nullptr;
+
+struct LoweringGroupScope {
+  explicit LoweringGroupScope(const FusionGroup& g) : saved(t_lowering_group) { t_lowering_group = &g; }
+  ~LoweringGroupScope() { t_lowering_group = saved; }
+  const FusionGroup* saved;
+};
+
+void collect_check_sites(const Expr& e, std::set<int64_t>& sites) {
+  if (e->kind == ExprKind::Call && e->name == kCheckedIndex) sites.insert(e->args.at(2)->int_value);
+  for (const Expr& a : e->args) collect_check_sites(a, sites);
+}
+
+void collect_check_sites(const Stmt& s, std::set<int64_t>& sites) {
+  if (!s) return;
+  for (const Expr* e : {&s->extent, &s->index, &s->value, &s->cond})
+    if (*e) collect_check_sites(*e, sites);
+  for (const Expr& a : s->call_args) collect_check_sites(a, sites);
+  for (const auto* list : {&s->body, &s->else_body})
+    for (const Stmt& c : *list) collect_check_sites(c, sites);
+}
+
+// A pass over the whole index input of each checked Gather, GatherElements and GatherND that the
+// kernel reads from its arguments, before the nest: the nest reads only the indices of the
+// positions it computes (a Gather whose output a Slice in the same kernel uses in part), while the
+// reference kernel rejects any index out of range. One load and compare per index, only in
+// kernels with run-time indices. Indices computed inside the kernel stay checked where used.
+std::vector<Stmt> whole_index_checks(const FusionGroup& grp, const LoopKernel& k) {
+  std::vector<Stmt> out;
+  for (const IndexCheck& c : k.index_checks) {
+    const Node* n = grp.nodes[size_t(c.site - 1)];
+    const std::string& op = n->op_type();
+    if (op != "Gather" && op != "GatherElements" && op != "GatherND") continue;
+    const Value *data = n->input(0), *ind = n->input(1);
+    auto at = std::find(grp.inputs.begin(), grp.inputs.end(), ind);
+    if (!data || !ind || ind->is_constant() || at == grp.inputs.end()) continue;
+    const BufferPtr& b = k.inputs.at(size_t(at - grp.inputs.begin()));
+    const Shape& ds = data->shape();
+    const int64_t count = shape_numel(ind->shape());
+    if (count == 0 || ds.empty()) continue;
+    const std::string v = cat("kiln_ck", c.site);
+    if (op == "GatherND") {
+      // Tuples of m indices into data dims [batch_dims, batch_dims + m).
+      const int64_t m = ind->shape().back(), bd = n->attr_int("batch_dims", 0);
+      if (m < 1 || bd < 0 || bd + m > int64_t(ds.size())) continue;
+      std::vector<Stmt> tuple;
+      for (int64_t j = 0; j < m; ++j)
+        tuple.push_back(let(cat(v, "_", j), checked_index(load(b, add(mul(var(v), int_imm(m)), int_imm(j))),
+                                                          ds[size_t(bd + j)], c.site)));
+      out.push_back(for_loop(v, int_imm(count / m), std::move(tuple)));
+    } else {
+      const int64_t dim = ds[size_t(normalize_axis(n->attr_int("axis", 0), int64_t(ds.size())))];
+      if (dim == 0) continue;
+      out.push_back(for_loop(v, int_imm(count), {let(v + "_i", checked_index(load(b, var(v)), dim, c.site))}));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int64_t Lowerer::index_check_site(const Node& n) const {
+  const FusionGroup& g = t_lowering_group ? *t_lowering_group : grp_;
+  auto it = std::find(g.nodes.begin(), g.nodes.end(), &n);
+  KILN_CHECK(it != g.nodes.end(), n.describe(), " is not a member of group ", g.name);
+  return int64_t(it - g.nodes.begin()) + 1;
 }
 
 // ---------------------------------------------------------------- values
@@ -510,13 +587,32 @@ LoweredGroup lower_elementwise_group(const FusionGroup& grp, const std::string& 
 
 LoweredGroup lower_group(const FusionGroup& grp, const std::string& name, const Schedule& sched) {
   const std::string kname = sanitize_identifier(name);
+  const detail::LoweringGroupScope scope(grp);
   LoweredGroup r;
   if (grp.kind == GroupKind::Reduction) r = detail::lower_reduction_group(grp, kname, true, sched);
   else if (grp.kind == GroupKind::Contraction)
     r = detail::contraction_count(grp) > 1 ? detail::lower_multi_contraction_group(grp, kname, sched)
                                            : detail::lower_contraction_group(grp, kname, sched);
   else r = lower_elementwise_group(grp, kname);
-  if (r.kernel) describe(grp, r);
+  if (r.kernel) {
+    describe(grp, r);
+    // The nodes whose indices the kernel checks at run time, for the runtime's error.
+    std::set<int64_t> sites;
+    detail::collect_check_sites(r.kernel->body, sites);
+    for (int64_t site : sites) {
+      KILN_CHECK(site > 0 && size_t(site) <= grp.nodes.size(), "kernel ", kname, ": index check site ", site,
+                 " is not a node of its group");
+      const Node* n = grp.nodes[size_t(site - 1)];
+      r.kernel->index_checks.push_back(
+          {site, n->describe() + (n->op_type() == "CumSum" ? ": the axis input is out of range for the input's rank"
+                                                            : ": an index is out of range for the axis it indexes")});
+    }
+    std::vector<Stmt> whole = detail::whole_index_checks(grp, *r.kernel);
+    if (!whole.empty()) {
+      whole.push_back(r.kernel->body);
+      r.kernel->body = block(std::move(whole));
+    }
+  }
   return r;
 }
 

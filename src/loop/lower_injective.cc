@@ -2,9 +2,10 @@
 // the producer of the input is recomputed there instead of being stored. The index arithmetic
 // follows the reference kernels (src/reference/ops/tensor_*.cc, index_*.cc): Slice's ONNX
 // clamping, Pad's crop-then-fill and fold rules, Gather's negative indices. Constant index inputs
-// are read now, at lowering time; a Gather with run-time indices loads them, wraps negatives and
-// clamps to the axis, so the generated code never reads out of bounds (the reference kernel would
-// report such an index as an error instead).
+// are read now, at lowering time, and validated; a Gather (GatherElements, GatherND) with run-time
+// indices loads them through checked_index (loop_ir.h): negatives wrap, and an index outside the
+// axis is recorded in the kernel's status word, which the runtime reports after the kernel as the
+// reference kernel reports it — the load itself stays in bounds either way.
 #include <algorithm>
 #include <set>
 
@@ -75,13 +76,17 @@ Expr fold(Expr j, int64_t m, const std::string& mode) {
   return select(binary(BinOp::Lt, k, M), k, sub(P, k));
 }
 
-// Wraps a run-time index into [0, dim) and clamps it (see the file comment).
-Expr wrap_and_clamp(Expr i, int64_t dim) {
-  Expr w = select(binary(BinOp::Lt, i, int_imm(0)), add(i, int_imm(dim)), i);
-  return clamp(std::move(w), 0, dim - 1);
-}
 
 bool is_index_type(DType t) { return t == DType::Int32 || t == DType::Int64; }
+
+// An index loaded from the index input `ind` into an axis of dim (> 0) elements: constant indices
+// were validated at lowering time and only wrap (negatives count from the end); run-time ones are
+// checked (checked_index: the kernel reports one out of range).
+Expr index_into(const Value* ind, Expr i, int64_t dim, int64_t site) {
+  if (!ind->is_constant()) return checked_index(std::move(i), dim, site);
+  i = cast(DType::Int64, std::move(i));
+  return select(binary(BinOp::Lt, i, int_imm(0)), add(i, int_imm(dim)), i);
+}
 
 }  // namespace
 
@@ -377,7 +382,7 @@ Expr Lowerer::lower_gather(const Node& n, Index& idx) {
   }
   if (!pos) {
     if (dim == 0) refuse("Gather from an empty axis");
-    pos = wrap_and_clamp(cast(DType::Int64, value_at(ind, at_ind)), dim);
+    pos = index_into(ind, value_at(ind, at_ind), dim, index_check_site(n));
   }
   std::vector<Expr> di(d.begin(), d.begin() + axis);
   di.push_back(pos);
@@ -400,7 +405,7 @@ Expr Lowerer::lower_gather_elements(const Node& n, Index& idx) {
     for (int64_t i : ind->constant().to_int64_vector())
       if (i < -dim || i >= dim) refuse(cat("GatherElements index ", i, " is out of range for a dimension of size ", dim));
   std::vector<Expr> di = dims(idx);
-  di[size_t(axis)] = wrap_and_clamp(cast(DType::Int64, value_at(ind, idx)), dim);
+  di[size_t(axis)] = index_into(ind, value_at(ind, idx), dim, index_check_site(n));
   return value_at(data, Index::from_dims(ds, std::move(di)));
 }
 
@@ -439,7 +444,7 @@ Expr Lowerer::lower_space_depth(const Node& n, Index& idx) {
 
 // GatherND: indices [..., m] (q dims) hold m-tuples indexing data dims [b, b+m) after b shared
 // batch dims; the output is indices.shape[:-1] ++ data.shape[b+m:]. Each tuple element is loaded at
-// (the output's first q-1 coordinates, j), wrapped and clamped like Gather's run-time indices;
+// (the output's first q-1 coordinates, j) and checked like Gather's run-time indices;
 // constant indices are validated now, as the reference validates them at run time.
 Expr Lowerer::lower_gather_nd(const Node& n, Index& idx) {
   const Value* data = n.input(0);
@@ -471,7 +476,7 @@ Expr Lowerer::lower_gather_nd(const Node& n, Index& idx) {
     if (dim == 0) refuse("GatherND from an empty axis");
     std::vector<Expr> at(d.begin(), d.begin() + (q - 1));
     at.push_back(int_imm(j));
-    di.push_back(wrap_and_clamp(cast(DType::Int64, value_at(ind, Index::from_dims(is, std::move(at)))), dim));
+    di.push_back(index_into(ind, value_at(ind, Index::from_dims(is, std::move(at))), dim, index_check_site(n)));
   }
   for (int64_t k = b + m; k < r; ++k) di.push_back(d[size_t(q - 1 + k - (b + m))]);
   return value_at(data, Index::from_dims(ds, std::move(di)));
@@ -568,13 +573,13 @@ Expr Lowerer::lower_cumsum(const Node& n, Index& idx) {
     const int64_t a = axv->constant().as_int64(0);
     return scan(a < 0 ? a + rank : a);
   }
-  if (rank == 1) return scan(0);  // the only axis a valid value can name
-  Expr a = cast(DType::Int64, value_at(axv, Index::zero(axv->shape())));
+  // A run-time axis is checked like an index (the reference kernel rejects one outside
+  // [-rank, rank)), then wrapped: the select picks the scan of the axis it names.
+  Expr a = checked_index(value_at(axv, Index::zero(axv->shape())), rank, index_check_site(n));
   Expr r = scan(rank - 1);
-  for (int64_t k = rank - 2; k >= 0; --k) {
-    Expr is_k = binary(BinOp::Or, binary(BinOp::Eq, a, int_imm(k)), binary(BinOp::Eq, a, int_imm(k - rank)));
-    r = select(is_k, scan(k), r);
-  }
+  for (int64_t k = rank - 2; k >= 0; --k) r = select(binary(BinOp::Eq, a, int_imm(k)), scan(k), r);
+  // One axis: nothing to pick, but the check must stay in the kernel.
+  if (rank == 1) r = select(binary(BinOp::Eq, a, int_imm(0)), r, r);
   return r;
 }
 

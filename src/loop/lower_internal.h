@@ -101,6 +101,8 @@ class Lowerer {
   Index broadcast(Index& idx, const Shape& in);
   // Operand k of n at the node output position idx (broadcast).
   Expr operand(const Node& n, size_t k, Index& idx);
+  // The kCheckedIndex site of member n's run-time indices (lower_group.cc).
+  int64_t index_check_site(const Node& n) const;
 
  private:
   // lower_contraction.cc drives a Lowerer for the prologue and epilogue of a contraction: it binds

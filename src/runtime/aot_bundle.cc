@@ -214,7 +214,8 @@ std::string header_text(const Executable& ex, const AotOptions& opts) {
      << "#define KILN_MODEL_ERR_FORMAT 2           /* weights file of another model or corrupt */\n"
      << "#define KILN_MODEL_ERR_NOMEM 3            /* allocation failed */\n"
      << "#define KILN_MODEL_ERR_NOT_INITIALIZED 4  /* run() before a successful init() */\n"
-     << "#define KILN_MODEL_ERR_ARGUMENT 5         /* a null input or output pointer */\n\n";
+     << "#define KILN_MODEL_ERR_ARGUMENT 5         /* a null input or output pointer */\n"
+     << "#define KILN_MODEL_ERR_INDEX 6            /* an index input (Gather...) is out of range */\n\n";
   describe_tensors(os, "input", g.inputs());
   describe_tensors(os, "output", g.outputs());
   os << "/* The same descriptions as data, for generic callers (main.c). */\n"
@@ -301,12 +302,25 @@ std::string driver_run_body(const Executable& ex, AotBundle& b) {
       }
       continue;
     }
-    os << "  { void* const a[] = {";
+    // A kernel that checks run-time indices (loop::LoopKernel::index_checks) takes a status word
+    // last; a site in it fails the run with the node's name, as kiln run reports it.
+    const std::vector<loop::IndexCheck>& checks = ex.index_checks(k);
+    os << "  { " << (checks.empty() ? "" : "int32_t st = 0; ") << "void* const a[] = {";
     size_t n = 0;
     for (size_t i = 0; i < grp.inputs.size(); ++i) os << (n++ ? ", " : "") << at.input(k, i, grp.inputs[i]);
     for (const Value* v : grp.outputs) os << (n++ ? ", " : "") << at(v);
+    if (!checks.empty()) os << (n++ ? ", " : "") << "&st";
     if (n == 0) os << "0";
-    os << "}; " << info.name << "(a); }\n";
+    os << "}; " << info.name << "(a);";
+    if (!checks.empty()) {
+      os << "\n    if (st) switch (st) {\n";
+      for (const loop::IndexCheck& c : checks)
+        os << "      case " << c.site << ": return kiln_model_fail_(KILN_MODEL_ERR_INDEX, \"%s\", "
+           << c_string(c.message) << ");\n";
+      os << "      default: return kiln_model_fail_(KILN_MODEL_ERR_INDEX, \"kernel %s: an index is out of range\", "
+         << c_string(info.name) << ");\n    }\n ";
+    }
+    os << " }\n";
   }
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     const Value* o = g.outputs()[i];

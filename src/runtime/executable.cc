@@ -60,6 +60,7 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
 
   std::vector<loop::LoopKernel> kernels;
   ex->packed_.resize(ex->plan_.groups.size());
+  ex->index_checks_.resize(ex->plan_.groups.size());
   for (size_t i = 0; i < ex->plan_.groups.size(); ++i) {
     const FusionGroup& grp = ex->plan_.groups[i];
     if (progress) progress("lowering kernel " + std::to_string(i + 1) + "/" + std::to_string(ex->plan_.groups.size()));
@@ -86,6 +87,7 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
         ex->packed_[i][p.input] = loop::pack_panels(v->constant().data<float>(), p.layout);
       }
       info.generated = true;
+      ex->index_checks_[i] = lg.kernel->index_checks;
       kernels.push_back(std::move(*lg.kernel));
     }
     ex->kernels_.push_back(std::move(info));
@@ -115,6 +117,7 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
       refs.push_back(packed ? ArgRef{const_cast<float*>(packed->data()), -1} : ex->locate(grp.inputs[i]));
     }
     for (const Value* v : grp.outputs) refs.push_back(ex->locate(v));
+    if (!ex->index_checks_[gi].empty()) refs.push_back(ArgRef{&ex->index_status_, -1});
     max_args = std::max(max_args, refs.size());
     ex->arg_refs_.push_back(std::move(refs));
     std::vector<std::pair<size_t, size_t>> copies;
@@ -200,7 +203,12 @@ void Executable::run_into(const std::vector<const void*>& inputs, const std::vec
     const auto& refs = arg_refs_[k];
     if (fns_[k]) {
       for (size_t i = 0; i < refs.size(); ++i) args_[i] = address(refs[i], io_.data());
+      const bool checks = !index_checks_[k].empty();  // one test per kernel; none in the kernels without checks
+      if (checks) index_status_ = 0;
       fns_[k](args_.data());
+      // An index out of range stops the run, as the reference kernel's error does; run() then
+      // returns nothing (kiln run writes no output).
+      if (checks && index_status_) user_error(loop::index_error_message(index_checks_[k], index_status_));
       if (observe) {
         const FusionGroup& grp = plan_.groups[k];
         for (size_t i = 0; i < grp.outputs.size(); ++i)

@@ -93,6 +93,8 @@ class Executable {
   // The options the build used, numerics applied (with_numerics).
   const BuildOptions& options() const { return options_; }
   const std::string& source() const { return source_; }  // the generated C ("" when none)
+  // The nodes whose run-time indices group `group`'s kernel checks (empty: none, or no kernel).
+  const std::vector<loop::IndexCheck>& index_checks(size_t group) const { return index_checks_.at(group); }
   const JitModule* module() const { return module_.get(); }
   // The device program (OpenCL C / CUDA C and its launches) when options().device is not Cpu.
   const codegen::DeviceProgram* device_program() const {
@@ -124,7 +126,11 @@ class Executable {
   std::unique_ptr<JitModule> module_;
   std::vector<uint8_t> arena_;
   int threads_ = 0;
-  std::vector<std::vector<ArgRef>> arg_refs_;  // per group: inputs then outputs
+  std::vector<std::vector<ArgRef>> arg_refs_;  // per group: inputs, outputs, then the status word if any
+  // Per group: the nodes whose run-time indices its kernel checks (loop::LoopKernel::index_checks);
+  // such a kernel's last argument is index_status_, cleared before and read after each call.
+  std::vector<std::vector<loop::IndexCheck>> index_checks_;
+  int32_t index_status_ = 0;
   std::vector<void*> io_, args_;               // scratch reused by run_into (no allocation)
   bool profiling_ = false;
   bool loaded_ = true;
@@ -143,6 +149,7 @@ class Executable {
   std::vector<int> io_buffers_;
   std::map<const void*, DevicePtr> device_constants_;
   int arena_buffer_ = -1;
+  int status_buffer_ = -1;  // the index checks' status word on the device, when a kernel has checks
   DevicePtr scratch_;
   std::vector<uint8_t> staging_;  // host copies for library kernels and the observer
 };

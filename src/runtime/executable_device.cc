@@ -47,6 +47,11 @@ void Executable::setup_device(const std::vector<loop::LoopKernel>& kernels) {
     std::vector<DevicePtr> args;
     const FusionGroup& grp = plan_.groups[g];
     for (size_t a = 0; a < grp.inputs.size() + grp.outputs.size(); ++a) args.push_back(device_locate(g, a));
+    // A kernel that checks run-time indices takes the status word after its outputs.
+    if (!index_checks_[g].empty()) {
+      if (status_buffer_ < 0) status_buffer_ = device_->alloc(sizeof(int32_t));
+      args.push_back({status_buffer_, 0});
+    }
     device_args_.push_back(std::move(args));
   }
 }
@@ -98,7 +103,16 @@ void Executable::run_on_device(const Observer& observe) {
     const auto& args = device_args_[k];
     if (device_kernel_[k] >= 0) {
       const size_t dk = size_t(device_kernel_[k]);
+      const bool checks = !index_checks_[k].empty();
+      int32_t status = 0;
+      if (checks) dev.upload(args.back(), &status, sizeof status);
       for (size_t l = 0; l < program_.kernels[dk].launches.size(); ++l) dev.launch(dk, l, args, scratch_);
+      // As on the CPU: an index out of range stops the run with the reference kernel's error (the
+      // read waits for the kernel; only kernels with run-time indices pay for it).
+      if (checks) {
+        dev.download(&status, args.back(), sizeof status);
+        if (status) user_error(loop::index_error_message(index_checks_[k], status));
+      }
     } else if (!view_copies_[k].empty()) {
       for (auto [o, i] : view_copies_[k]) {
         const int64_t n = value_bytes(grp.outputs[o - grp.inputs.size()]);

@@ -9,7 +9,8 @@ with the PyTorch output (relative 1e-4 of the max magnitude); checks the runner 
 On demo also: raw input files, bad inputs and bad weights files are refused with a message, a
 recompile replaces a previous bundle, a non-empty foreign directory is refused untouched. A small
 generated model checks views and unusual outputs (the input itself, a constant, a name with '/'),
-and one with a library kernel (CumSum) must fail with one line and write nothing.
+and one with a library kernel (CumSum) must fail with one line and write nothing. A Gather with
+run-time indices must refuse an index out of range with the node's name (KILN_MODEL_ERR_INDEX).
 """
 import os
 import shutil
@@ -240,6 +241,45 @@ def views_check(work):
     print("ok   views: " + " ".join(sorted(want)) + " exact")
 
 
+def gather_bounds_check(work):
+    """Run-time Gather indices: in range (negatives count from the end) the bundle computes numpy's
+    answer; out of range, kiln_model_run fails with the node's name (as `kiln run` does) and writes
+    no output, instead of reading a clamped row."""
+    import onnx
+    from onnx import TensorProto, helper
+    nodes = [helper.make_node("Gather", ["data", "idx"], ["g"], name="the_gather", axis=0),
+             helper.make_node("Relu", ["g"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "gather", [helper.make_tensor_value_info("data", TensorProto.FLOAT, [4, 3]),
+                                                helper.make_tensor_value_info("idx", TensorProto.INT64, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 3])])
+    path = os.path.join(work, "gather.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    data = np.arange(12, dtype=np.float32).reshape(4, 3) - 5
+    np.save(os.path.join(work, "g_data.npy"), data)
+    bundle = os.path.join(work, "gather")
+    r, _ = compile_model(path, bundle)
+    if not check(r.returncode == 0, f"gather: kiln compile failed: {r.stderr.strip()}"):
+        return
+    mk = run(["make", "-C", bundle])
+    if not check(mk.returncode == 0, f"gather: make failed: {mk.stderr.strip()[-2000:]}"):
+        return
+    for name, idx, ok in (("in range", [3, -4, -1], True), ("past the end", [0, 4, 1], False),
+                          ("before the start", [-5, 0, 0], False)):
+        np.save(os.path.join(work, "g_idx.npy"), np.array(idx, np.int64))
+        out = os.path.join(work, "gather_out_" + name.replace(" ", "_"))
+        rr = run([os.path.join(bundle, "kiln_model_run"), "-o", out, os.path.join(work, "g_data.npy"),
+                  os.path.join(work, "g_idx.npy")])
+        if ok:
+            if check(rr.returncode == 0, f"gather {name}: kiln_model_run failed: {rr.stderr.strip()}"):
+                check(np.array_equal(np.load(os.path.join(out, "y.npy")), np.maximum(data[idx], 0)),
+                      f"gather {name}: wrong rows")
+        else:
+            check(rr.returncode == 1 and "node 'the_gather' (Gather): an index is out of range" in rr.stderr,
+                  f"gather {name}: exit {rr.returncode}, stderr {rr.stderr.strip()!r}")
+            check(not os.path.exists(out) or not os.listdir(out), f"gather {name}: wrote {out}")
+    print("ok   gather: run-time indices in range computed, out of range refused with the node's name")
+
+
 def main():
     for tool in ("make", "cc", "nm", "ldd"):
         if not shutil.which(tool):
@@ -250,6 +290,7 @@ def main():
         if results["demo"]:
             demo_checks(work, *results["demo"])
         views_check(work)
+        gather_bounds_check(work)
         library_kernel_check(work)
     print(f"{len(failures)} failure(s)")
     return 1 if failures else 0

@@ -221,6 +221,30 @@ np.save(path("data43.npy"), np.arange(12, dtype=np.float32).reshape(4, 3))
 np.save(path("idx_ok.npy"), np.array([3, -4], np.int64))
 np.save(path("idx_bad.npy"), np.array([1, 7], np.int64))
 np.save(path("idx_bad_neg.npy"), np.array([-5, 0], np.int64))
+# The Gather inside a fused kernel (Gather -> Relu is one kernel): the error names the Gather.
+save(model([gather, helper.make_node("Relu", ["y"], ["z"], name="relu_node")],
+           [vi("data", [4, 3]), vi("idx", [2], TensorProto.INT64)], [vi("z", None)]), "gather_relu.onnx")
+# A Slice in the same kernel uses only the first two rows: the bad index in row 3 is still refused
+# (the reference checks every index).
+save(model([gather, helper.make_node("Slice", ["y", "st", "en"], ["z"], name="slice_node")],
+           [vi("data", [4, 3]), vi("idx", [4], TensorProto.INT64)], [vi("z", None)],
+           inits=[numpy_helper.from_array(np.array([0], np.int64), "st"),
+                  numpy_helper.from_array(np.array([2], np.int64), "en")]), "gather_slice.onnx")
+np.save(path("idx4_bad_unused.npy"), np.array([0, 1, 9, 2], np.int64))
+# GatherElements and GatherND read run-time indices the same way.
+save(model([helper.make_node("GatherElements", ["data", "idx"], ["y"], name="ge_node", axis=0)],
+           [vi("data", [4, 3]), vi("idx", [2, 3], TensorProto.INT64)], [vi("y", None)]), "gather_elements.onnx")
+np.save(path("idx_ge_ok.npy"), np.array([[0, -1, 3], [-4, 2, 1]], np.int64))
+np.save(path("idx_ge_bad.npy"), np.array([[0, 1, 2], [3, 4, 0]], np.int64))
+save(model([helper.make_node("GatherND", ["data", "idx"], ["y"], name="gnd_node")],
+           [vi("data", [4, 3]), vi("idx", [2, 2], TensorProto.INT64)], [vi("y", None)]), "gather_nd.onnx")
+np.save(path("idx_nd_ok.npy"), np.array([[3, 2], [-1, -3]], np.int64))
+np.save(path("idx_nd_bad.npy"), np.array([[0, 0], [1, 3]], np.int64))
+# CumSum's axis given at run time: checked like an index (compiled code scanned the last axis).
+save(model([helper.make_node("CumSum", ["x", "axis"], ["y"], name="cumsum_node")],
+           [vi("x", [2, 3]), vi("axis", [], TensorProto.INT64)], [vi("y", None)]), "cumsum_axis.onnx")
+np.save(path("axis_ok.npy"), np.array(-2, np.int64))
+np.save(path("axis_bad.npy"), np.array(2, np.int64))
 
 for f in os.listdir(D):
     p = path(f)

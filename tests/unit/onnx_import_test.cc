@@ -136,6 +136,58 @@ TEST_F(OnnxImportTest, AttributeTheOpDoesNotHaveAtThisOpsetIsRejected) {
   expect_error(write(), {"node 'sum'", "ReduceSum", "attribute 'axes' is not defined for ReduceSum at opset 13"});
 }
 
+// A graph output's declared shape is a hint (ONNX Runtime warns and runs with the computed shape):
+// an Add of two [3] inputs declared f32[2,3] is f32[3], not an internal error in a later stage
+// that trusted the declaration (the fuzzer's add_declared_output_shape_wrong_internal_error).
+TEST_F(OnnxImportTest, DeclaredOutputShapeContradictingTheGraphGivesWayToTheComputedOne) {
+  add_io(model_.mutable_graph()->mutable_input(), "x", {"3"});
+  add_io(model_.mutable_graph()->mutable_output(), "y", {"2", "3"});
+  add_node("Add", {"x", "x"}, {"y"}, "add");
+  ImportOptions io;
+  std::vector<std::string> warnings;
+  io.warn = [&](const std::string& w) { warnings.push_back(w); };
+  auto g = import_onnx(write(), io);
+  EXPECT_EQ(g->find_value("y")->type().str(), "f32[3]");
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("graph output 'y' is declared f32[2,3], but the graph computes f32[3]"), std::string::npos)
+      << warnings[0];
+  auto out = run_reference(*g, {{"x", Tensor::from_vector<float>({1, 2, 3}, {3})}});
+  EXPECT_EQ(out.at("y").shape(), (Shape{3}));
+}
+
+// The same when ONNX's inference cannot type the output (an opset-6 Add of scalar constants: only
+// its element type) and kiln's kernel types it.
+TEST_F(OnnxImportTest, DeclaredOutputShapeOfAnOutputOnlyKilnCanTypeGivesWayToo) {
+  model_.mutable_opset_import(0)->set_version(6);
+  add_io(model_.mutable_graph()->mutable_output(), "y", {"2", "3"}, onnx::TensorProto::DOUBLE);
+  auto* c = model_.mutable_graph()->add_initializer();
+  c->set_name("c");
+  c->set_data_type(onnx::TensorProto::DOUBLE);
+  c->add_double_data(1.5);
+  add_node("Add", {"c", "c"}, {"y"}, "add");
+  auto g = import_onnx(write());
+  EXPECT_EQ(g->find_value("y")->type().str(), "f64[]");
+}
+
+// A declared element type the graph contradicts is refused, as ONNX Runtime refuses it.
+TEST_F(OnnxImportTest, DeclaredOutputElementTypeContradictingTheGraphIsRejected) {
+  add_io(model_.mutable_graph()->mutable_input(), "x", {"3"});
+  add_io(model_.mutable_graph()->mutable_output(), "y", {"3"}, onnx::TensorProto::INT64);
+  add_node("Relu", {"x"}, {"y"}, "relu");
+  expect_error(write(), {"graph output 'y' is declared i64[3], but the graph computes f32"});
+}
+
+// Where nothing but the declaration can type an output (Expand to a shape that is a graph input,
+// data-dependent), the declaration still types it.
+TEST_F(OnnxImportTest, DeclaredOutputShapeTypesAnOutputNothingElseCan) {
+  add_io(model_.mutable_graph()->mutable_input(), "x", {"1", "3"});
+  add_io(model_.mutable_graph()->mutable_input(), "s", {"2"}, onnx::TensorProto::INT64);
+  add_io(model_.mutable_graph()->mutable_output(), "y", {"4", "3"});
+  add_node("Expand", {"x", "s"}, {"y"}, "expand");
+  auto g = import_onnx(write());
+  EXPECT_EQ(g->find_value("y")->type().str(), "f32[4,3]");
+}
+
 TEST_F(OnnxImportTest, TruncatedFileIsMalformed) {
   add_io(model_.mutable_graph()->mutable_input(), "x", {"2"});
   add_io(model_.mutable_graph()->mutable_output(), "y", {"2"});

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <iostream>
 
 #include <algorithm>
 
@@ -109,6 +110,7 @@ std::unique_ptr<Graph> load_model(const std::string& path, const Args& a, const 
     auto [name, shape] = parse_input_shape(spec);
     io.input_shapes[name] = shape;
   }
+  io.warn = [](const std::string& w) { std::cerr << "kiln: warning: " << w << "\n"; };
   auto g = import_onnx(path, io);
   try {
     // Simplification, then (for fusion) lowering to primitives, as one pass list so that

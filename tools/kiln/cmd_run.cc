@@ -159,6 +159,7 @@ int cmd_info(const std::vector<std::string>& argv) {
   auto g = import_onnx(a.positional()[0], [&] {
     ImportOptions io;
     for (const auto& s : a.all("input-shape")) io.input_shapes.insert(parse_input_shape(s));
+    io.warn = [](const std::string& w) { std::cerr << "kiln: warning: " << w << "\n"; };
     return io;
   }());
   std::cout << "model: " << a.positional()[0] << " (opset " << g->opset() << ")\n";

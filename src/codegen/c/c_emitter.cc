@@ -63,6 +63,8 @@ class CEmitter final : public CStyleEmitter {
       const std::string t = storage_type(b->dtype);
       os << "  " << t << "* restrict " << ident(b->name) << " = (" << t << "*)args[" << arg++ << "];\n";
     }
+    // The status word of the index checks (LoopKernel::index_checks), after the outputs.
+    if (!k.index_checks.empty()) os << "  int32_t* const kiln_status = (int32_t*)args[" << arg++ << "];\n";
     if (k.body) stmt(os, k.body, 1);
     os << "}\n\n";
   }

@@ -25,5 +25,8 @@ std::string c_prelude(bool strict_fp = false);
 // and C's fixed-width integer names; a target without them (OpenCL, CUDA) defines the names
 // first and may rewrite the qualifier (CUDA: __device__).
 std::string prelude_helpers(const std::string& bits, bool strict_fp);
+// kiln_checked_index (loop_ir.h kCheckedIndex) with the status word behind a pointer of type
+// `status_ptr` ("int32_t*" in C and CUDA, "__global int32_t*" in OpenCL).
+std::string checked_index_helper(const std::string& status_ptr);
 
 }  // namespace kiln::codegen::detail

@@ -37,7 +37,8 @@ class CudaEmitter final : public GpuEmitter {
            device_functions(detail::prelude_helpers(
                "static inline float kiln_bits_to_f32(uint32_t u) { return __uint_as_float(u); }\n"
                "static inline uint32_t kiln_f32_to_bits(float f) { return __float_as_uint(f); }\n",
-               false));
+               false) +
+           detail::checked_index_helper("int32_t*"));
   }
   std::string function_head(const std::string& name) const override {
     return "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kCudaBlock) + ") " + name + "(";

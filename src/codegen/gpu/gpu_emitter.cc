@@ -145,10 +145,19 @@ void GpuEmitter::emit_phase(std::ostream& os, const LoopKernel& k, const std::st
   size_t i = 0;
   for (const auto& b : k.inputs) os << param(i++, *b, false) << ", ";
   for (const auto& b : k.outputs) os << param(i++, *b, true) << ", ";
+  // The index checks' status word (LoopKernel::index_checks): one more buffer after the outputs.
+  static const loop::Buffer status{"kiln_status", DType::Int32, {1}, loop::Scope::Global};
+  const bool checks = !k.index_checks.empty();
+  if (checks) os << param(i++, status, true) << ", ";
   os << scratch_param() << ") {\n";
   i = 0;
   for (const auto& b : k.inputs) os << bind_param(i++, *b, false);
   for (const auto& b : k.outputs) os << bind_param(i++, *b, true);
+  if (checks) {
+    os << bind_param(i++, status, true);
+    // ident() suffixes kiln_ names; the checked-index calls name the word kiln_status.
+    os << "  " << global_ptr("int32_t") << " kiln_status = " << ident(status.name) << ";\n";
+  }
   const std::string gid = par ? ident(par->var) : "kiln_gid";
   os << "  const int64_t " << gid << " = " << global_index() << ";\n";
   // CUDA rounds the work-items up to whole blocks (and a serial phase is one work-item of a block).

@@ -27,7 +27,8 @@ class OpenCLEmitter final : public GpuEmitter {
            "#define UINT64_MAX 18446744073709551615ul\n\n" +
            detail::prelude_helpers("static inline float kiln_bits_to_f32(uint32_t u) { return as_float(u); }\n"
                                    "static inline uint32_t kiln_f32_to_bits(float f) { return as_uint(f); }\n",
-                                   false);
+                                   false) +
+           detail::checked_index_helper("__global int32_t*");
   }
   std::string function_head(const std::string& name) const override { return "__kernel void " + name + "("; }
   std::string param(size_t i, const loop::Buffer&, bool) const override {

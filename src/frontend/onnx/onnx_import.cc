@@ -53,6 +53,7 @@ class Importer {
     check_nodes();
     fix_input_shapes();
     constants_to_initializers();
+    set_aside_declared_outputs();
     infer_shapes();
     collect_types();
     auto g = std::make_unique<Graph>();
@@ -60,6 +61,7 @@ class Importer {
     g->set_name(model_.graph().name().empty() ? "main" : model_.graph().name());
     convert(*g);
     finish(*g);
+    warn_about_declared_outputs(*g);
     return g;
   }
 
@@ -277,11 +279,89 @@ class Importer {
     return r;
   }
 
+  // A graph output's declared type is a hint, as in ONNX Runtime (which warns "Error merging shape
+  // info for output" and runs with the computed shape): ONNX's inference in error_mode 0 would keep
+  // a declaration that contradicts the graph (an Add of two scalars declared f64[2,3]), and every
+  // later stage, trusting the types, would fail on it as an internal error. So the declarations are
+  // taken out before inference; an output inference types statically gets the inferred type, and
+  // one it does not is typed by kiln's kernel (complete_types) like any other value — the
+  // declaration (hints_) is used only where that is impossible (a Pad or Expand whose pads or
+  // shape are graph inputs: data-dependent, typed only by its declaration). Element types must
+  // agree: ONNX Runtime refuses a model whose output is declared with another element type.
+  void set_aside_declared_outputs() {
+    for (auto& out : *model_.mutable_graph()->mutable_output()) {
+      declared_outputs_.emplace(out.name(), out.type());
+      out.clear_type();
+    }
+  }
+
+  // ONNX Runtime warns when it runs an output with a shape other than the declared one; so does
+  // kiln (ImportOptions::warn), once the graph is typed.
+  void warn_about_declared_outputs(const Graph& g) {
+    if (!opts_.warn) return;
+    for (const Value* o : g.outputs()) {
+      auto d = declared_outputs_.find(o->name());
+      if (d == declared_outputs_.end()) continue;
+      auto t = static_type(d->second);
+      if (t && *t != o->type())
+        opts_.warn(cat(path_, ": graph output '", o->name(), "' is declared ", t->str(), ", but the graph computes ",
+                       o->type().str(), "; the computed type is used (as ONNX Runtime does)"));
+    }
+  }
+
   void collect_types() {
     const auto& g = model_.graph();
-    for (const auto* list : {&g.input(), &g.value_info(), &g.output()})
+    for (const auto* list : {&g.input(), &g.value_info()})
       for (const auto& vi : *list)
         if (auto t = static_type(vi.type())) types_[vi.name()] = *t;
+    for (const auto& out : g.output()) {
+      auto decl = declared_outputs_.find(out.name());
+      if (auto t = static_type(out.type())) {
+        types_[out.name()] = *t;
+        if (decl != declared_outputs_.end()) check_declared_elem_type(out.name(), decl->second, t->dtype);
+      } else if (decl != declared_outputs_.end()) {
+        if (auto d = static_type(decl->second)) {
+          check_declared_agrees(out.name(), decl->second, out.type());
+          hints_[out.name()] = *d;
+        }
+      }
+    }
+  }
+
+  static std::string onnx_type_str(const onnx::TypeProto& t) {
+    auto dt = t.tensor_type().has_elem_type() ? dtype_from_onnx(t.tensor_type().elem_type()) : std::nullopt;
+    std::string s = dt ? std::string(dtype_name(*dt)) : std::string("tensor");
+    if (!t.tensor_type().has_shape()) return s;
+    s += "[";
+    for (int i = 0; i < t.tensor_type().shape().dim_size(); ++i) {
+      const auto& d = t.tensor_type().shape().dim(i);
+      s += (i ? "," : "") + (d.has_dim_value() ? std::to_string(d.dim_value()) : d.has_dim_param() ? d.dim_param() : "?");
+    }
+    return s + "]";
+  }
+
+  static void check_declared_elem_type(const std::string& name, const onnx::TypeProto& decl, DType computed) {
+    if (!decl.has_tensor_type() || decl.tensor_type().elem_type() == 0) return;  // no element type declared
+    auto d = dtype_from_onnx(decl.tensor_type().elem_type());
+    if (!d || *d != computed)
+      user_error("graph output '", name, "' is declared ", onnx_type_str(decl), ", but the graph computes ",
+                 dtype_name(computed));
+  }
+
+  // The declaration of an output inference typed only partly (or not at all) must fit what it found.
+  static void check_declared_agrees(const std::string& name, const onnx::TypeProto& decl, const onnx::TypeProto& inferred) {
+    if (!inferred.has_tensor_type()) return;
+    const auto& it = inferred.tensor_type();
+    if (it.elem_type() != 0)
+      if (auto dt = dtype_from_onnx(it.elem_type())) check_declared_elem_type(name, decl, *dt);
+    if (!it.has_shape()) return;
+    const auto& ds = decl.tensor_type().shape();
+    bool agrees = ds.dim_size() == it.shape().dim_size();
+    for (int i = 0; agrees && i < ds.dim_size(); ++i)
+      agrees = !it.shape().dim(i).has_dim_value() || it.shape().dim(i).dim_value() == ds.dim(i).dim_value();
+    if (!agrees)
+      user_error("graph output '", name, "' is declared ", onnx_type_str(decl), ", but the graph computes ",
+                 onnx_type_str(inferred));
   }
 
   Attribute convert_attribute(const onnx::AttributeProto& a, const std::string& ctx) {
@@ -376,6 +456,27 @@ class Importer {
     }
   }
 
+  // complete_types, falling back to the declared types of graph outputs (collect_types) when kiln
+  // cannot type them itself; a declared element type the kernel contradicts is an error.
+  void complete_types_or_hinted(Graph& g, Node* n, KnownValues& known) {
+    try {
+      complete_types(g, n, known);
+    } catch (const UserError&) {
+      bool hinted = false;
+      for (Value* o : n->outputs())
+        if (auto h = hints_.find(o->name()); h != hints_.end() && o->dtype() == DType::Undefined) {
+          o->set_type(h->second);
+          hinted = true;
+        }
+      if (!hinted) throw;
+      complete_types(g, n, known);  // now typed: only the operand checks and known values remain
+    }
+    for (Value* o : n->outputs())
+      if (auto h = hints_.find(o->name()); h != hints_.end() && o->dtype() != h->second.dtype)
+        user_error("graph output '", o->name(), "' is declared ", h->second.str(), ", but the graph computes ",
+                   o->type().str());
+  }
+
   // Canonicalises each node and completes the types of its outputs, in one topological walk:
   // canonicalisation may need the (now known) input types, e.g. ranks for legacy broadcasting.
   void finish(Graph& g) {
@@ -383,7 +484,7 @@ class Importer {
     for (Node* n : g.nodes()) {
       std::string ctx = cat("node '", n->name(), "' (", n->op_type(), ", opset ", opset_, ")");
       try {
-        for (Node* m : canonicalize_opset(g, n, opset_)) complete_types(g, m, known);
+        for (Node* m : canonicalize_opset(g, n, opset_)) complete_types_or_hinted(g, m, known);
       } catch (const UserError& e) {
         rethrow_with_context(ctx + ": ", e);
       }
@@ -400,6 +501,8 @@ class Importer {
   int64_t opset_ = 0;
   std::vector<std::string> names_;
   std::unordered_map<std::string, TensorType> types_;
+  std::unordered_map<std::string, onnx::TypeProto> declared_outputs_;  // set_aside_declared_outputs
+  std::unordered_map<std::string, TensorType> hints_;  // declared types of outputs ONNX left untyped
   std::unordered_map<std::string, Tensor> constant_values_;
 };
 

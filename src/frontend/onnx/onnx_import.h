@@ -6,6 +6,7 @@
 // canonicalises opset-dependent op forms to the newest ONNX form, and gives every value a static
 // type. Any problem is a UserError of one line: "<file>: <node> (<op>, opset N): <reason>".
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -17,6 +18,9 @@ namespace kiln {
 struct ImportOptions {
   // Fixes the dims of graph inputs, e.g. {"input": {1, 3, 224, 224}}.
   std::map<std::string, Shape> input_shapes;
+  // Told (one line, naming the file) about what the model declares and kiln does otherwise: a graph
+  // output whose declared shape the graph contradicts gets the computed shape. Unset: silent.
+  std::function<void(const std::string&)> warn;
 };
 
 std::unique_ptr<Graph> import_onnx(const std::string& path, const ImportOptions& opts = {});
