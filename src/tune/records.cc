@@ -160,7 +160,10 @@ RecordsFile read_records(const std::string& path, const MachineKey* machine) {
       continue;
     }
     if (machine && !(r->machine == *machine)) {
-      if (!other++) foreign = r->machine.str();
+      // Another thread count on this CPU is the same database used at another --threads: skipped
+      // silently. Another CPU or ISA is a record copied from elsewhere: worth a warning.
+      const bool this_cpu = r->machine.cpu == machine->cpu && r->machine.isa == machine->isa;
+      if (!this_cpu && !other++) foreign = r->machine.str();
       continue;
     }
     out.records.push_back(std::move(*r));

@@ -66,7 +66,8 @@ struct RecordsFile {
   std::vector<std::string> warnings;  // one line per kind of line skipped
 };
 // Reads `path`. A missing file is an empty database; an unreadable one is a UserError. With
-// `machine`, records of other machines are skipped (and counted in a warning).
+// `machine`, records of other machines are skipped (those of another CPU or ISA counted in a
+// warning; those of this CPU at another thread count silently).
 RecordsFile read_records(const std::string& path, const MachineKey* machine);
 // Writes `records` to `path` atomically (a temporary beside it, renamed over); UserError when the
 // folder cannot be written.

@@ -81,7 +81,7 @@ TEST(TuneRecords, OtherSchemaCorruptAndForeignLinesAreSkippedWithOneWarningPerKi
   const tune::Record r = sample_record();
   tune::Record foreign = r;
   foreign.machine.cpu = "Another CPU";
-  tune::Record other_threads = r;
+  tune::Record other_threads = r;  // this CPU at another --threads: skipped without a warning
   other_threads.machine.threads = 4;
   std::string v2 = tune::to_json_line(r);
   v2.replace(v2.find("\"schema\": 1"), 11, "\"schema\": 2");
@@ -100,7 +100,7 @@ TEST(TuneRecords, OtherSchemaCorruptAndForeignLinesAreSkippedWithOneWarningPerKi
   expect_same(r, f.records[0]);
   ASSERT_EQ(f.warnings.size(), 2u);
   EXPECT_NE(f.warnings[0].find("ignored 3 line(s)"), std::string::npos) << f.warnings[0];
-  EXPECT_NE(f.warnings[1].find("2 record(s) of another machine"), std::string::npos) << f.warnings[1];
+  EXPECT_NE(f.warnings[1].find("1 record(s) of another machine"), std::string::npos) << f.warnings[1];
   // Without a machine (kiln tune --merge), every well-formed record is kept.
   EXPECT_EQ(tune::read_records(path, nullptr).records.size(), 3u);
   fs::remove(path);
@@ -245,8 +245,11 @@ TEST(TuneExecutable, EveryKernelUnderANonDefaultScheduleStaysWithinTheContract) 
   s.unroll = 1;
   for (const auto& sig : signatures(*probe)) o.kernel_schedules[sig] = s;
   auto ex = runtime::Executable::build(std::move(g), o);
-  for (const auto& k : ex->kernels())
-    if (k.generated) EXPECT_TRUE(k.tuned) << k.name;
+  for (const auto& k : ex->kernels()) {
+    if (k.generated) {
+      EXPECT_TRUE(k.tuned) << k.name;
+    }
+  }
   TensorMap inputs;
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-1, 1);
