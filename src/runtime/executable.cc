@@ -12,6 +12,7 @@
 #include "fusion/partitioner.h"
 #include "loop/loop_transforms.h"
 #include "loop/lower_group.h"
+#include "tune/kernel_signature.h"
 
 namespace kiln::runtime {
 
@@ -74,11 +75,30 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
     } else if (!opts.generate_code) {
       info.reason = "code generation disabled";
     } else {
+      // A tuned schedule for this kernel, when one is given: tried first; the plan was made under
+      // `sched`, so a tuned schedule may be refused, and then the default builds the kernel.
+      loop::LoweredGroup lg;
+      const loop::Schedule* used = &sched;
+      loop::Schedule tuned;
+      if (!opts.kernel_schedules.empty()) {
+        info.signature = tune::kernel_signature(grp);
+        if (auto it = opts.kernel_schedules.find(info.signature); it != opts.kernel_schedules.end()) {
+          tuned = it->second;
+          if (opts.strict_fp) tuned.set_strict_numerics();
+          lg = loop::lower_group(grp, info.name, tuned);
+          if (lg.kernel) {
+            info.tuned = true;
+            used = &tuned;
+          } else {
+            info.tuned_refused = lg.reason.empty() ? "the lowering refuses it" : lg.reason;
+          }
+        }
+      }
       // The partitioner's analysis accepted this group under `sched`: its lowering cannot refuse.
-      loop::LoweredGroup lg = loop::lower_group(grp, info.name, sched);
+      if (!info.tuned) lg = loop::lower_group(grp, info.name, sched);
       KILN_CHECK(lg.kernel, "kernel ", info.name, " was planned as generated code, but its lowering refuses: ",
                  lg.reason);
-      if (sched.default_transforms) loop::apply_default_schedule(*lg.kernel, sched);
+      if (used->default_transforms) loop::apply_default_schedule(*lg.kernel, *used);
       // Weights the kernel reads in the micro-kernel's panel layout: packed once, here.
       for (const loop::PackedInput& p : lg.kernel->packed_inputs) {
         const Value* v = grp.inputs.at(p.input);

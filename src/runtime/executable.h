@@ -30,6 +30,12 @@ struct BuildOptions {
   bool load_kernels = true;         // false: emit the C source only (kiln compile); run() refuses
   // Loop-nest parameters (tiles, vector width); unset: Schedule::for_target(fusion.target).
   std::optional<loop::Schedule> schedule;
+  // Per-kernel schedules (kiln tune's records, docs/tuning.md), keyed by tune::kernel_signature of
+  // the group (never by kernel name, which depends on plan order): a planned group found here is
+  // lowered under that schedule, every other under the default one. The fusion plan stays the
+  // default schedule's (the partitioner is not asked again), so an entry the lowering refuses is
+  // not used: the kernel keeps the default and KernelInfo::tuned_refused says why.
+  std::map<std::string, loop::Schedule> kernel_schedules;
   // The numerics mode (docs/codegen.md "Numerics contract"), the one switch for it: false (the
   // default) lets contractions and epilogues use fused multiply-adds, reductions sum in lanes and
   // exp/erf use kiln's vectorised approximations, all within the 1e-4 tolerance; true (--strict-fp)
@@ -51,6 +57,9 @@ struct KernelInfo {
   bool generated = false;
   std::string reason;  // why it runs as a library kernel
   size_t group = 0;    // index into plan().groups
+  std::string signature;      // tune::kernel_signature of the group (generated kernels)
+  bool tuned = false;         // built under its BuildOptions::kernel_schedules entry
+  std::string tuned_refused;  // why that entry was not used (the default schedule was), else ""
 };
 
 // The tensor a view group's output copies: the group's view ops followed back to their data

@@ -73,6 +73,7 @@ int cmd_compile(const std::vector<std::string>& argv);
 int cmd_emit(const std::vector<std::string>& argv);
 int cmd_probe(const std::vector<std::string>& argv);
 int cmd_roofline(const std::vector<std::string>& argv);
+int cmd_tune(const std::vector<std::string>& argv);
 
 // A one-line progress display for long steps (building kernels), shown only when stderr is a
 // terminal; the line is cleared by done() or when the object goes away.
@@ -95,5 +96,11 @@ runtime::BuildOptions build_options(const Args& a);
 // One stderr line naming the kernels that run outside generated code (library kernels), if any:
 // a slow path is never silent.
 void warn_library_kernels(const runtime::Executable& ex);
+// kiln tune's records (cmd_tune.cc): the matching records of --records FILE or the default
+// database become `o`'s per-kernel schedules, unless --no-records; call after o.threads and
+// o.fusion are set. Skipped records are one warning line each kind.
+void use_tuned_records(const Args& a, runtime::BuildOptions& o);
+// One stderr line per kernel whose tuned schedule the lowering refused (it runs the default).
+void warn_tuned_fallbacks(const runtime::Executable& ex);
 
 }  // namespace kiln::cli

@@ -225,9 +225,9 @@ std::string kernel_rows_json(const std::vector<KernelRow>& rows) {
 
 int cmd_bench(const std::vector<std::string>& argv) {
   auto valued = kModelValuedOptions;
-  valued.insert(valued.end(), {"threads", "runs", "warmup", "input", "target", "device"});
+  valued.insert(valued.end(), {"threads", "runs", "warmup", "input", "target", "device", "records"});
   auto flags = kModelFlags;
-  flags.insert(flags.end(), {"json", "compare", "no-cache", "no-fusion", "kernels", "strict-fp"});
+  flags.insert(flags.end(), {"json", "compare", "no-cache", "no-fusion", "kernels", "strict-fp", "no-records"});
   Args a(argv, valued, flags);
   if (a.positional().size() != 1) user_error("bench expects one MODEL.onnx");
   const std::string model = a.positional()[0];

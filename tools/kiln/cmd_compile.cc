@@ -22,9 +22,9 @@ int cmd_compile(const std::vector<std::string>& argv_in) {
     }
   }
   auto valued = kModelValuedOptions;
-  valued.insert(valued.end(), {"output", "target", "fusion-fuel", "threads"});
+  valued.insert(valued.end(), {"output", "target", "fusion-fuel", "threads", "records"});
   auto flags = kModelFlags;
-  flags.insert(flags.end(), {"no-fusion", "no-cache", "strict-fp"});
+  flags.insert(flags.end(), {"no-fusion", "no-cache", "strict-fp", "no-records"});
   Args a(argv, valued, flags);
   if (a.positional().size() != 1) user_error("compile expects one MODEL.onnx (see kiln help)");
   if (!a.has("output")) user_error("compile needs -o DIR");

@@ -48,6 +48,7 @@ void warn_library_kernels(const runtime::Executable& ex) {
       const Node* n = ex.plan().groups[info.group].nodes.front();
       lib.push_back(n->op_type() + " '" + n->name() + "'");
     }
+  warn_tuned_fallbacks(ex);
   if (lib.empty()) return;
   std::string list;
   for (size_t i = 0; i < lib.size() && i < 5; ++i) list += (i ? ", " : "") + lib[i];
@@ -68,6 +69,8 @@ runtime::BuildOptions build_options(const Args& a) {
   o.device = runtime::parse_device(a.get("device"));
   if (o.device != runtime::DeviceKind::Cpu && o.strict_fp)
     user_error("--strict-fp is CPU-only: a device's math library is not the reference's");
+  // Tuned per-kernel schedules (kiln tune) for this machine and thread count, when recorded.
+  if (o.device == runtime::DeviceKind::Cpu) use_tuned_records(a, o);
   return o;
 }
 

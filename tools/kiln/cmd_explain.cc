@@ -10,6 +10,8 @@
 #include "fusion/explain.h"
 #include "fusion/partitioner.h"
 #include "runtime/memory_plan.h"
+#include "tune/kernel_signature.h"
+#include "tune/schedule_fields.h"
 
 namespace kiln::cli {
 
@@ -48,9 +50,9 @@ FusionOptions fusion_options(const Args& a) {
 
 int cmd_explain(const std::vector<std::string>& argv) {
   auto valued = kModelValuedOptions;
-  valued.insert(valued.end(), {"dot", "svg", "target", "fusion-fuel"});
+  valued.insert(valued.end(), {"dot", "svg", "target", "fusion-fuel", "records", "threads"});
   auto flags = kModelFlags;
-  flags.insert(flags.end(), {"json", "no-fusion", "strict-fp"});
+  flags.insert(flags.end(), {"json", "no-fusion", "strict-fp", "no-records"});
   Args a(argv, valued, flags);
   if (a.positional().size() != 1) user_error("explain expects one MODEL.onnx");
   FusionOptions fo = fusion_options(a);
@@ -84,6 +86,24 @@ int cmd_explain(const std::vector<std::string>& argv) {
       std::printf("estimated on this machine (kiln probe %s: %.0f GFLOP/s, %.1f GB/s): %.1f us unfused -> %.1f us fused\n",
                   m->probed_at.c_str(), native.peak_gflops, native.dram_gbps, total(partition(*g, unfused)), total(plan));
     }
+  // Which kernels kiln run/bench/compile would build under a tuned schedule (kiln tune's records
+  // for this machine and --threads), and its fields.
+  if (!a.has("json")) {
+    runtime::BuildOptions bo;
+    bo.fusion = fo;
+    bo.threads = a.threads();
+    use_tuned_records(a, bo);
+    const loop::Schedule dflt = fo.schedule_or_default();
+    int tuned = 0;
+    for (const auto& grp : plan.groups) {
+      if (!grp.counts_as_kernel() || grp.is_library()) continue;
+      auto it = bo.kernel_schedules.find(tune::kernel_signature(grp));
+      if (it == bo.kernel_schedules.end()) continue;
+      if (!tuned++) std::printf("tuned schedules (kiln tune records; --no-records: none):\n");
+      std::printf("  %s: %s\n", grp.name.c_str(), tune::describe_fields(tune::changed_fields(it->second, dflt)).c_str());
+    }
+    if (!tuned) std::printf("tuned schedules: none (every kernel uses the default schedule)\n");
+  }
   if (a.has("dot")) write_file(a.get("dot"), explain_dot(*g, plan));
   if (a.has("svg")) {
     std::string dot_path = a.get("svg") + ".dot.kiln-tmp";

@@ -64,9 +64,9 @@ std::string printable(const std::string& name) {
 int cmd_run(const std::vector<std::string>& argv) {
   auto valued = kModelValuedOptions;
   valued.insert(valued.end(), {"input", "output-dir"});
-  valued.insert(valued.end(), {"target", "fusion-fuel", "threads", "device"});
+  valued.insert(valued.end(), {"target", "fusion-fuel", "threads", "device", "records"});
   auto flags = kModelFlags;
-  flags.insert(flags.end(), {"reference", "fused-plan", "no-fusion", "compiled", "check", "no-cache", "strict-fp"});
+  flags.insert(flags.end(), {"reference", "fused-plan", "no-fusion", "compiled", "check", "no-cache", "strict-fp", "no-records"});
   Args a(argv, valued, flags);
   if (a.positional().size() != 1) user_error("run expects one MODEL.onnx (see kiln help)");
   int modes = a.has("reference") + a.has("fused-plan") + (a.has("compiled") || a.has("check"));

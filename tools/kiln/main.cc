@@ -34,6 +34,11 @@ commands:
   emit MODEL.onnx [--device cpu|opencl|cuda] [-o FILE] [--nvrtc sm_80,sm_90]
                                                  the kernels' source for one target; --nvrtc
                                                  compiles the CUDA source to PTX per architecture
+  tune MODEL.onnx [--budget 10m|90s] [--threads N] [--records FILE] [--input NAME=FILE.npy]
+                                                 search per-kernel schedules, record them; run,
+                                                 bench and compile then use matching records
+                                                 (--records FILE, --no-records)
+  tune --merge A.jsonl B.jsonl ... -o C.jsonl    combine records databases
   test-onnx DIR... [--expect FILE] [--write-passed FILE] [--quiet] [--compiled [--device D]]
                                                  run ONNX backend-test folders
   help                                           this text
@@ -66,6 +71,7 @@ int main(int argc, char** argv) {
     if (cmd == "emit") return kiln::cli::cmd_emit(args);
     if (cmd == "probe") return kiln::cli::cmd_probe(args);
     if (cmd == "roofline") return kiln::cli::cmd_roofline(args);
+    if (cmd == "tune") return kiln::cli::cmd_tune(args);
     std::cerr << "kiln: error: unknown command '" << cmd << "' (see kiln help)\n";
     return 2;
   } catch (const kiln::UserError& e) {

@@ -1,0 +1,92 @@
+// kiln tune's records database: one JSON object per line (JSON lines), one record per (kernel
+// signature, machine, target), each the schedule the search chose for that kernel on that machine,
+// with the times that justified it. Read by `kiln run/bench/compile` (per-kernel schedules,
+// runtime::BuildOptions::kernel_schedules), extended by `kiln tune` (which skips kernels already
+// recorded: a second run resumes), combined by `kiln tune --merge`.
+//
+// A line is a flat object (support/json.h):
+//   {"schema": 1, "signature": "conv_add_relu-…", "ops": "Conv,Add,Relu", "emitter": "contraction",
+//    "cpu": "<model name from /proc/cpuinfo>", "isa": "avx512f,avx2,fma", "threads": 2,
+//    "target": "x86-avx512", "improved": true, "default_ms": 0.41, "tuned_ms": 0.33, "trials": 23,
+//    "date": "2026-01-31T12:00:00Z", "s:contraction.mr": 6, "s:contraction.kc": 128, ...}
+// "s:<field>" are the tuned schedule's tunable fields (tune/schedule_fields.h), every one of them,
+// so a record means the same after kiln's defaults change. "improved": false records a kernel the
+// search found nothing better for: kept so that the next run skips it, never applied.
+//
+// Reading is forgiving, writing is strict: a line that is not a record of this schema, or a record
+// of another machine, is skipped with one warning line per file and kind; the file is replaced
+// whole (written aside, renamed over), so a crash never leaves half a database.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fusion/target.h"
+#include "loop/schedule.h"
+
+namespace kiln::tune {
+
+inline constexpr int kRecordsSchema = 1;
+
+// What a record's time depends on besides the kernel: the CPU, the ISA extensions kiln's code
+// uses on it, and the thread count the kernel ran with.
+struct MachineKey {
+  std::string cpu;
+  std::string isa;
+  int threads = 0;
+  bool operator==(const MachineKey&) const = default;
+  std::string str() const;  // "CPU (isa, N threads)"
+};
+// This machine with `threads` threads (0: every CPU).
+MachineKey current_machine(int threads);
+
+struct Record {
+  std::string signature;  // tune::kernel_signature
+  std::string ops, emitter;
+  MachineKey machine;
+  std::string target;     // the fusion target whose default schedule the search started from
+  bool improved = false;  // tuned_ms beat default_ms: the record is applied
+  double default_ms = 0, tuned_ms = 0;
+  int trials = 0;
+  std::string date;                        // ISO 8601 UTC
+  std::map<std::string, int64_t> fields;  // tunable schedule fields -> values
+};
+
+std::string to_json_line(const Record& r);
+// The record on one line; nullopt with `why` set when it is not one (bad JSON, missing field,
+// another schema, an unknown schedule field).
+std::optional<Record> from_json_line(const std::string& line, std::string* why);
+
+// `r`'s schedule: the target's default with the record's fields set.
+loop::Schedule record_schedule(const Record& r, const Target& target);
+
+struct RecordsFile {
+  std::vector<Record> records;
+  std::vector<std::string> warnings;  // one line per kind of line skipped
+};
+// Reads `path`. A missing file is an empty database; an unreadable one is a UserError. With
+// `machine`, records of other machines are skipped (those of another CPU or ISA counted in a
+// warning; those of this CPU at another thread count silently).
+RecordsFile read_records(const std::string& path, const MachineKey* machine);
+// Writes `records` to `path` atomically (a temporary beside it, renamed over); UserError when the
+// folder cannot be written.
+void write_records(const std::string& path, const std::vector<Record>& records);
+// `a` and `b` together: one record per (signature, machine, target), the one with the larger
+// speed-up (default_ms / tuned_ms, measured in one run, so comparable across runs) where both have
+// one.
+std::vector<Record> merge_records(const std::vector<Record>& a, const std::vector<Record>& b);
+// Adds or replaces `r` in `records` (same key: the new one).
+void upsert_record(std::vector<Record>& records, const Record& r);
+
+// The default database: <kiln's cache folder>/tune_records.jsonl, when that folder is private to
+// the user (runtime/jit_cache.h's rule: a records file changes what kiln builds); "" with `why`
+// set otherwise.
+std::string default_records_path(std::string* why);
+
+// The per-kernel schedules for a build (runtime::BuildOptions::kernel_schedules): the improved
+// records of `machine` and `target`.
+std::map<std::string, loop::Schedule> kernel_schedules(const std::vector<Record>& records, const MachineKey& machine,
+                                                       const Target& target);
+
+}  // namespace kiln::tune

@@ -1,0 +1,86 @@
+#include "tune/schedule_fields.h"
+
+#include <functional>
+
+namespace kiln::tune {
+
+namespace {
+
+struct Field {
+  std::string name;
+  std::function<int64_t&(loop::Schedule&)> ref64;  // int64_t fields
+  std::function<int&(loop::Schedule&)> ref32;      // int fields
+};
+
+const std::vector<Field>& fields() {
+  using S = loop::Schedule;
+  static const std::vector<Field> f = {
+      {"unroll", nullptr, [](S& s) -> int& { return s.unroll; }},
+      {"parallel_min_work", [](S& s) -> int64_t& { return s.parallel_min_work; }, nullptr},
+      {"contraction.mr", nullptr, [](S& s) -> int& { return s.contraction.mr; }},
+      {"contraction.nr", nullptr, [](S& s) -> int& { return s.contraction.nr; }},
+      {"contraction.kc", [](S& s) -> int64_t& { return s.contraction.kc; }, nullptr},
+      {"contraction.a_reuse_bytes", [](S& s) -> int64_t& { return s.contraction.a_reuse_bytes; }, nullptr},
+      {"contraction.channel_rows_positions", [](S& s) -> int64_t& { return s.contraction.channel_rows_positions; },
+       nullptr},
+      {"contraction.channel_rows_positions_few_k",
+       [](S& s) -> int64_t& { return s.contraction.channel_rows_positions_few_k; }, nullptr},
+      {"contraction.channel_rows_few_k", [](S& s) -> int64_t& { return s.contraction.channel_rows_few_k; }, nullptr},
+      {"rows_block_bytes", [](S& s) -> int64_t& { return s.rows_block_bytes; }, nullptr},
+      {"stencil_bytes", [](S& s) -> int64_t& { return s.stencil_bytes; }, nullptr},
+      {"chain.max_pack_bytes", [](S& s) -> int64_t& { return s.chain.max_pack_bytes; }, nullptr},
+      {"chain.max_row_blocks", [](S& s) -> int64_t& { return s.chain.max_row_blocks; }, nullptr},
+      {"chain.min_tiles", [](S& s) -> int64_t& { return s.chain.min_tiles; }, nullptr},
+      {"chain.max_local_bytes", [](S& s) -> int64_t& { return s.chain.max_local_bytes; }, nullptr},
+      {"chain.max_stream_bytes", [](S& s) -> int64_t& { return s.chain.max_stream_bytes; }, nullptr},
+  };
+  return f;
+}
+
+const Field* find(const std::string& name) {
+  for (const Field& f : fields())
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+}  // namespace
+
+const std::vector<std::string>& schedule_field_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const Field& f : fields()) n.push_back(f.name);
+    return n;
+  }();
+  return names;
+}
+
+std::optional<int64_t> get_field(const loop::Schedule& s, const std::string& name) {
+  const Field* f = find(name);
+  if (!f) return std::nullopt;
+  loop::Schedule copy = s;  // the accessors take a mutable schedule
+  return f->ref64 ? f->ref64(copy) : int64_t(f->ref32(copy));
+}
+
+bool set_field(loop::Schedule& s, const std::string& name, int64_t value) {
+  const Field* f = find(name);
+  if (!f) return false;
+  if (f->ref64) f->ref64(s) = value;
+  else f->ref32(s) = int(value);
+  return true;
+}
+
+std::map<std::string, int64_t> changed_fields(const loop::Schedule& s, const loop::Schedule& base) {
+  std::map<std::string, int64_t> r;
+  for (const std::string& n : schedule_field_names())
+    if (*get_field(s, n) != *get_field(base, n)) r[n] = *get_field(s, n);
+  return r;
+}
+
+std::string describe_fields(const std::map<std::string, int64_t>& fields) {
+  if (fields.empty()) return "default";
+  std::string r;
+  for (const auto& [k, v] : fields) r += (r.empty() ? "" : " ") + k + "=" + std::to_string(v);
+  return r;
+}
+
+}  // namespace kiln::tune

@@ -1,0 +1,61 @@
+// kiln tune's search: for every distinct kernel of a model (by tune::kernel_signature), a budgeted
+// coordinate descent over its search space (tune/search_space.h), starting from the default
+// schedule; every point the lowering accepts and whose generated C differs from the points already
+// tried is measured (tune/measurer.h) against the incumbent in the same batch, and taken when it
+// beats it by TuneOptions::min_gain. A kernel stops when a full pass over its fields improves
+// nothing or its share of the budget is spent; a final batch of the default and the best,
+// interleaved, gives the times a record keeps.
+//
+// The budget is split over the kernels still to tune in proportion to their default time (times
+// their instance count), recomputed after each kernel so that what a converged kernel leaves goes
+// to the others; the heaviest kernels go first. A batch is only started when its predicted cost
+// (the last batch's, per candidate) fits the kernel's share.
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/executable.h"
+#include "tune/measurer.h"
+#include "tune/records.h"
+
+namespace kiln::tune {
+
+// "10m", "90s", "1h", "1m30s" or plain seconds ("45"); UserError otherwise (also for 0).
+double parse_budget(const std::string& text);
+
+struct TuneOptions {
+  double budget_s = 600;
+  runtime::BuildOptions build;  // threads, target, compiler, numerics; kernel_schedules is ignored
+  TimingProtocol protocol;
+  double min_gain = 0.03;       // a candidate must beat the incumbent by this fraction (noise)
+  std::function<void(const std::string&)> progress;  // one line per step, for a progress display
+};
+
+struct KernelResult {
+  std::string signature, name, ops, emitter;  // name: the first instance's kernel name
+  int instances = 0;
+  double default_ms = 0, tuned_ms = 0;        // per call, from the confirming batch (or the record)
+  int trials = 0;
+  bool improved = false;
+  bool from_records = false;                  // already recorded: not searched again
+  std::string note;                           // why it was not searched (budget spent, ...)
+  std::map<std::string, int64_t> changed;     // fields that differ from the default schedule
+};
+
+struct TuneReport {
+  std::vector<KernelResult> kernels;  // distinct kernels, heaviest first
+  double search_s = 0;                // wall time of the search (what the budget limits)
+  MachineKey machine;
+};
+
+// Tunes `g` (simplified and lowered) on `inputs` (every graph input). `records` are the records
+// read so far (kernels recorded for this machine and target are skipped); each finished kernel's
+// record is upserted into it and `save` is called with the whole list, so an interrupted run
+// keeps what it finished.
+TuneReport tune_model(const Graph& g, const TensorMap& inputs, const TuneOptions& opts, Measurer& measurer,
+                      std::vector<Record>& records, const std::function<void(const std::vector<Record>&)>& save);
+
+}  // namespace kiln::tune

@@ -1,0 +1,199 @@
+// kiln tune: empirical search for per-kernel schedules (src/tune/tuner.h), the records database
+// they are kept in (src/tune/records.h), and the rule every other command follows to use them:
+// matching records apply automatically, --records FILE picks another database, --no-records none.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "analysis/kernel_timing.h"
+#include "cli.h"
+#include "tune/records.h"
+#include "tune/schedule_fields.h"
+#include "tune/tuner.h"
+
+namespace kiln::cli {
+
+namespace {
+
+// The records file a command reads: --records FILE, else the default under kiln's cache folder
+// (only when that folder is private to the user; "" otherwise).
+std::string records_path(const Args& a, std::string* why_none) {
+  if (a.has("records")) {
+    if (a.get("records").empty()) user_error("--records needs a file name");
+    return a.get("records");
+  }
+  return tune::default_records_path(why_none);
+}
+
+void print_warnings(const std::vector<std::string>& w) {
+  for (const auto& line : w) std::cerr << "kiln: warning: " << line << "\n";
+}
+
+using Clock = std::chrono::steady_clock;
+
+// Whole-model medians of the default and the tuned build, runs interleaved (default, tuned, tuned,
+// default, ...) so that a change in the machine's load touches both alike.
+std::pair<double, double> interleaved_medians(runtime::Executable& a, runtime::Executable& b, const TensorMap& inputs,
+                                              int rounds) {
+  analysis::CallerBuffers ia(a, inputs), ib(b, inputs);
+  ia.run(a);  // warm-up
+  ib.run(b);
+  std::vector<double> ta, tb;
+  for (int r = 0; r < rounds; ++r)
+    for (int k = 0; k < 2; ++k) {
+      const bool first_a = (r % 2 == 0) == (k == 0);
+      runtime::Executable& e = first_a ? a : b;
+      analysis::CallerBuffers& io = first_a ? ia : ib;
+      const auto t0 = Clock::now();
+      io.run(e);
+      (first_a ? ta : tb).push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+  return {analysis::median(ta), analysis::median(tb)};
+}
+
+int merge(const Args& a) {
+  if (!a.has("output")) user_error("tune --merge needs -o FILE");
+  std::vector<tune::Record> all;
+  for (const auto& f : a.positional()) {
+    std::error_code ec;
+    if (!std::filesystem::exists(f, ec)) user_error(f, ": no such records file");
+    tune::RecordsFile rf = tune::read_records(f, nullptr);
+    print_warnings(rf.warnings);
+    all = tune::merge_records(all, rf.records);
+  }
+  tune::write_records(a.get("output"), all);
+  std::printf("%s: %zu records from %zu files\n", a.get("output").c_str(), all.size(), a.positional().size());
+  return 0;
+}
+
+}  // namespace
+
+void use_tuned_records(const Args& a, runtime::BuildOptions& o) {
+  if (a.has("no-records")) {
+    if (a.has("records")) user_error("choose one of --records FILE and --no-records");
+    return;
+  }
+  std::string why;
+  const std::string path = records_path(a, &why);
+  if (path.empty()) return;  // no private cache folder: no default database (jit warns about it)
+  const tune::MachineKey machine = tune::current_machine(o.threads);
+  tune::RecordsFile rf = tune::read_records(path, &machine);
+  print_warnings(rf.warnings);
+  o.kernel_schedules = tune::kernel_schedules(rf.records, machine, o.fusion.target);
+}
+
+void warn_tuned_fallbacks(const runtime::Executable& ex) {
+  for (const auto& info : ex.kernels())
+    if (!info.tuned_refused.empty())
+      std::cerr << "kiln: warning: kernel " << info.name << ": its tuned schedule is refused (" << info.tuned_refused
+                << "); the default schedule is used\n";
+}
+
+int cmd_tune(const std::vector<std::string>& argv_in) {
+  std::vector<std::string> argv;
+  for (size_t i = 0; i < argv_in.size(); ++i) {
+    if (argv_in[i] == "-o") {
+      if (i + 1 >= argv_in.size()) user_error("option -o needs a value");
+      argv.push_back("--output=" + argv_in[++i]);
+    } else {
+      argv.push_back(argv_in[i]);
+    }
+  }
+  auto valued = kModelValuedOptions;
+  valued.insert(valued.end(), {"budget", "threads", "records", "input", "target", "output"});
+  auto flags = kModelFlags;
+  flags.insert(flags.end(), {"merge", "no-cache", "strict-fp"});
+  Args a(argv, valued, flags);
+  if (a.has("merge")) {
+    if (a.positional().size() < 2) user_error("tune --merge expects two or more records files and -o FILE");
+    return merge(a);
+  }
+  if (a.positional().size() != 1) user_error("tune expects one MODEL.onnx (see kiln help)");
+  const std::string model = a.positional()[0];
+  const double budget = tune::parse_budget(a.get("budget", "10m"));
+  std::string why;
+  const std::string path = records_path(a, &why);
+  if (path.empty()) user_error("no private cache folder for the records (", why, "); give --records FILE");
+  runtime::BuildOptions bo;
+  bo.fusion = fusion_options(a);
+  bo.threads = a.threads();
+  if (bo.threads <= 0) bo.threads = tune::current_machine(0).threads;
+  bo.compile.use_cache = !a.has("no-cache");
+  bo.strict_fp = a.has("strict-fp");
+  const tune::MachineKey machine = tune::current_machine(bo.threads);
+  // The database is read (and refused when unreadable) before any work.
+  tune::RecordsFile rf = tune::read_records(path, nullptr);
+  print_warnings(rf.warnings);
+  std::vector<tune::Record> records = rf.records;
+
+  auto g = load_model(model, a, pipeline_options(a), /*lower=*/true);
+  TensorMap inputs = analysis::fill_inputs(*g, analysis::read_input_specs(a.all("input")));
+  tune::TuneOptions to;
+  to.budget_s = budget;
+  to.build = bo;
+  const bool tty = isatty(fileno(stderr)) != 0;
+  to.progress = [&](const std::string& m) {
+    // A terminal gets one line rewritten in place; a log gets every line.
+    if (tty) std::fprintf(stderr, "\rkiln tune: %s\033[K", m.c_str());
+    else std::fprintf(stderr, "kiln tune: %s\n", m.c_str());
+    std::fflush(stderr);
+  };
+  std::printf("tuning %s on %s, budget %.0f s, records %s\n", model.c_str(), machine.str().c_str(), budget, path.c_str());
+  std::fflush(stdout);
+  tune::LocalMeasurer measurer;
+  tune::TuneReport rep;
+  try {
+    rep = tune::tune_model(*g, inputs, to, measurer, records,
+                           [&](const std::vector<tune::Record>& rs) { tune::write_records(path, rs); });
+  } catch (const UserError& e) {
+    throw UserError(model + ": " + e.what());
+  }
+  if (tty) std::fprintf(stderr, "\r\033[K");
+
+  std::printf("%-44s %4s %6s %11s %11s %7s  %s\n", "kernel", "x", "trials", "default ms", "tuned ms", "speedup",
+              "schedule");
+  int searched = 0, tuned = 0, skipped = 0;
+  for (const auto& k : rep.kernels) {
+    searched += !k.from_records && k.trials > 0;
+    tuned += k.improved;
+    skipped += k.from_records;
+    std::string name = k.name.size() > 44 ? k.name.substr(0, 41) + "..." : k.name;
+    if (k.default_ms > 0)
+      std::printf("%-44s %4d %6d %11.4g %11.4g %6.2fx  %s%s\n", name.c_str(), k.instances, k.trials, k.default_ms,
+                  k.improved ? k.tuned_ms : k.default_ms, k.improved ? k.default_ms / k.tuned_ms : 1.0,
+                  tune::describe_fields(k.changed).c_str(), k.from_records ? " (recorded)" : "");
+    else
+      std::printf("%-44s %4d %6d %11s %11s %7s  %s\n", name.c_str(), k.instances, k.trials, "-", "-", "-", k.note.c_str());
+  }
+  std::printf("search: %.1f s of the %.0f s budget; %d kernels searched, %d from the records, %d with a tuned schedule\n",
+              rep.search_s, budget, searched, skipped, tuned);
+
+  // The whole model, default vs tuned (every matching record, this run's included).
+  runtime::BuildOptions tb = bo;
+  tb.kernel_schedules = tune::kernel_schedules(records, machine, bo.fusion.target);
+  if (tb.kernel_schedules.empty()) {
+    std::printf("whole model: no kernel has a tuned schedule; the default is kept\n");
+    return 0;
+  }
+  auto dex = runtime::Executable::build(g->clone(), bo);
+  auto tex = runtime::Executable::build(g->clone(), tb);
+  warn_tuned_fallbacks(*tex);
+  int used = 0;
+  for (const auto& k : tex->kernels()) used += k.tuned;
+  const auto t0 = Clock::now();
+  analysis::CallerBuffers probe(*dex, inputs);
+  probe.run(*dex);
+  const double once = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  const int rounds = std::clamp(int(3000.0 / std::max(2 * once, 1e-3)), 5, 50);
+  auto [dms, tms] = interleaved_medians(*dex, *tex, inputs, rounds);
+  std::printf("whole model (%d threads, %d of %d kernels tuned, medians of %d interleaved runs): default %.3f ms, "
+              "tuned %.3f ms (%.2fx)\n",
+              bo.threads, used, tex->plan().kernel_count(), rounds, dms, tms, dms / tms);
+  return 0;
+}
+
+}  // namespace kiln::cli
