@@ -28,6 +28,7 @@ const std::vector<Field>& fields() {
       {"contraction.channel_rows_few_k", [](S& s) -> int64_t& { return s.contraction.channel_rows_few_k; }, nullptr},
       {"rows_block_bytes", [](S& s) -> int64_t& { return s.rows_block_bytes; }, nullptr},
       {"stencil_bytes", [](S& s) -> int64_t& { return s.stencil_bytes; }, nullptr},
+      {"stencil_max_group_width", [](S& s) -> int64_t& { return s.stencil_max_group_width; }, nullptr},
       {"chain.max_pack_bytes", [](S& s) -> int64_t& { return s.chain.max_pack_bytes; }, nullptr},
       {"chain.max_row_blocks", [](S& s) -> int64_t& { return s.chain.max_row_blocks; }, nullptr},
       {"chain.min_tiles", [](S& s) -> int64_t& { return s.chain.min_tiles; }, nullptr},

@@ -69,7 +69,11 @@ std::vector<Dimension> search_space(const FusionGroup& grp, const loop::Schedule
       d.push_back(dim("contraction.channel_rows_positions_few_k", {0, 256, 512, 1024, kNever}, dflt));
       d.push_back(dim("contraction.channel_rows_few_k", {32, 64, 128, 256}, dflt));
     }
-    if (has_grouped_conv(grp)) d.push_back(dim("stencil_bytes", {l2 / 8, l2 / 4, l2 / 2, l2, 2 * l2}, dflt));
+    if (has_grouped_conv(grp)) {
+      d.push_back(dim("stencil_bytes", {l2 / 8, l2 / 4, l2 / 2, l2, 2 * l2}, dflt));
+      // 0: every grouped conv takes the GEMM per group (depthwise ones the untiled nest).
+      d.push_back(dim("stencil_max_group_width", {0, 8, 16, 32, 64, 128, 256}, dflt));
+    }
   }
   if (grp.emitter == "chain" || (contraction && has_op(grp, "MatMul"))) {
     d.push_back(dim("chain.max_row_blocks", {2, 4, 8, 16, 32}, dflt));
