@@ -149,6 +149,8 @@ class ContractionLowering {
 
   // A 1x1, stride-1, unpadded conv whose input is a plain buffer: B is the input image itself.
   bool conv_in_place() const;
+  // A 1x1, stride-1, unpadded conv (its input a plain buffer or computed in the kernel).
+  bool unit_window() const;
   bool computed_by_members(const Value* v) const;
 
   // The row stride of the tiled rows' accumulator (and packed panel): n, or n rounded up to whole

@@ -294,13 +294,14 @@ bool ContractionLowering::computed_by_members(const Value* v) const {
 }
 
 // A 1x1, stride-1, unpadded conv whose input is a plain buffer: B is the input image itself.
-bool ContractionLowering::conv_in_place() const {
-  bool in_place = is_group_input(c_->input(0));
-  for (size_t d = 0; d < size_t(geo_.rank()); ++d)
-    in_place = in_place && geo_.kernel[d] == 1 && geo_.stride[d] == 1 && geo_.pad_begin[d] == 0 &&
-               geo_.out[d] == geo_.in[d];
-  return in_place;
+bool ContractionLowering::unit_window() const {
+  bool unit = c_->op_type() == "Conv";
+  for (size_t d = 0; unit && d < size_t(geo_.rank()); ++d)
+    unit = geo_.kernel[d] == 1 && geo_.stride[d] == 1 && geo_.pad_begin[d] == 0 && geo_.out[d] == geo_.in[d];
+  return unit;
 }
+
+bool ContractionLowering::conv_in_place() const { return is_group_input(c_->input(0)) && unit_window(); }
 
 // The row stride of the tiled rows' accumulator (and packed panel): n, or n rounded up to whole
 // column tiles when the conv's im2col panel is packed through the offset tables.

@@ -369,6 +369,42 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
   batch.check("implicit_conv_test", /*contract=*/true);
 }
 
+// A pointwise conv over many positions whose input the kernel computes (a fused prologue): the
+// input is staged once into a plain buffer and read in place as B of the channel-rows GEMM — not
+// packed per tile through its per-element value. Both numerics modes; strict is bit-exact.
+TEST(LowerContraction, StagedPointwiseConvMatchesReference) {
+  const ConvCase c{"staged_pointwise", R"(  %s: f32[2,16,24,24] = Sigmoid(%x) name="sig"
+  %m: f32[2,16,24,24] = Mul(%x, %s) name="silu"
+  %y: f32[2,40,24,24] = Conv(%m, %w, %b) {kernel_shape=[1,1]} name="conv"
+)", "%x: f32[2,16,24,24]", "%y", {{"w", {40, 16, 1, 1}}, {"b", {40}}}};
+  auto g = make_conv_graph(c);
+  const TensorMap inputs = random_inputs(*g, 3, {}, false);
+  auto values = run_reference_values(*g, inputs);
+  KernelBatch fma, strict;
+  loop::Schedule strict_sched;
+  strict_sched.set_strict_numerics();
+  int convs = 0;
+  for (const auto& grp : partition(*g).groups) {
+    if (!is_contraction_group(grp)) continue;
+    ++convs;
+    EXPECT_EQ(grp.nodes.size(), 3u);  // the prologue is fused
+    for (const loop::Schedule* sp : {static_cast<const loop::Schedule*>(nullptr), static_cast<const loop::Schedule*>(&strict_sched)}) {
+      auto lg = sp ? loop::lower_group(grp, "staged_pw_strict", *sp) : loop::lower_group(grp, "staged_pw");
+      ASSERT_TRUE(lg.kernel) << lg.reason;
+      const std::string nest = loop::print_kernel(*lg.kernel);
+      EXPECT_NE(nest.find("kiln_xph"), std::string::npos) << nest;     // staged once
+      EXPECT_EQ(nest.find("kiln_bpack"), std::string::npos) << nest;   // no panel packed per tile
+      EXPECT_EQ(nest.find("K in segments"), std::string::npos) << nest;  // output channels as rows
+      auto got = testing::interpret_group(*lg.kernel, grp, values);
+      for (size_t o = 0; o < got.size(); ++o) EXPECT_EQ(compare_tensors(got[o], values.at(grp.outputs[o])), "");
+      (sp ? strict : fma).add(std::move(*lg.kernel), grp, values);
+    }
+  }
+  EXPECT_EQ(convs, 1);
+  fma.check("staged_pw_fma", /*contract=*/true);
+  strict.check("staged_pw_strict", /*contract=*/false);
+}
+
 // Under strict numerics (reorder_sums false) convs keep the reference's K order: im2col.
 TEST(LowerContraction, ImplicitConvNotUnderStrictNumerics) {
   loop::Schedule strict;
