@@ -150,7 +150,10 @@ std::string microkernel_c_source(const std::set<std::pair<int64_t, int64_t>>& ti
   for (int64_t w : widths)
     os << "typedef float kiln_vf" << w << " __attribute__((vector_size(" << 4 * w << "), aligned(4)));\n";
   if (fma) os << "#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))\n#include <immintrin.h>\n#endif\n";
-  for (auto [mr, nr] : tiles) {
+  for (const auto& tile : tiles) {
+    // Plain variables, not a structured binding: clang 14 (the sanitizer build) cannot capture
+    // a binding in the lambda below.
+    const int64_t mr = tile.first, nr = tile.second;
     if (!has_specialisation(mr, nr)) continue;
     auto fallback = [&] {
       if (nr % 4 == 0) vector_extension_kernel(os, mr, nr);
