@@ -39,7 +39,7 @@ commands:
                                                  bench and compile then use matching records
                                                  (--records FILE, --no-records)
   tune --merge A.jsonl B.jsonl ... -o C.jsonl    combine records databases
-  test-onnx DIR... [--expect FILE] [--write-passed FILE] [--quiet] [--compiled [--device D]]
+  test-onnx DIR... [--expect FILE] [--write-passed FILE] [--compiled [--device D]]
                                                  run ONNX backend-test folders
   help                                           this text
 
