@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "analysis/probe_kernels.h"
+#include "support/clock.h"
 
 namespace kiln::analysis {
 
@@ -80,15 +81,6 @@ void read_caches(MachineModel& m) {
   if (m.l1d_bytes <= 0) m.l1d_bytes = 32 << 10;
   if (m.l2_bytes <= 0) m.l2_bytes = 1 << 20;
   if (m.l3_bytes <= 0) m.l3_bytes = int64_t(8) << 20, m.l3_shared_by = std::max(1, current_cpus());
-}
-
-std::string iso_now() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char b[32];
-  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return b;
 }
 
 double median(std::vector<double> v) {
@@ -223,7 +215,7 @@ MachineModel probe_machine(const ProbeOptions& o) {
   m.isa = isa_name(isa);
   m.vector_bits = isa_vector_bits(isa);
   read_caches(m);
-  m.probed_at = iso_now();
+  m.probed_at = iso_utc_now();
   m.quick = o.quick;
   std::ifstream("/proc/loadavg") >> m.load_avg;
 

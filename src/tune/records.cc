@@ -16,6 +16,7 @@
 #include "support/error.h"
 #include "support/json.h"
 #include "tune/schedule_fields.h"
+#include "support/clock.h"
 
 namespace kiln::tune {
 
@@ -45,15 +46,6 @@ std::string number(double v) {
   return b;
 }
 
-std::string iso_now() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char b[32];
-  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return b;
-}
-
 }  // namespace
 
 std::string MachineKey::str() const { return cpu + " (" + isa + ", " + std::to_string(threads) + " threads)"; }
@@ -74,7 +66,7 @@ std::string to_json_line(const Record& r) {
      << ", \"threads\": " << r.machine.threads << ", \"target\": " << json_quote(r.target)
      << ", \"improved\": " << (r.improved ? "true" : "false") << ", \"default_ms\": " << number(r.default_ms)
      << ", \"tuned_ms\": " << number(r.tuned_ms) << ", \"trials\": " << r.trials
-     << ", \"date\": " << json_quote(r.date.empty() ? iso_now() : r.date);
+     << ", \"date\": " << json_quote(r.date.empty() ? iso_utc_now() : r.date);
   for (const auto& [k, v] : r.fields) os << ", " << json_quote("s:" + k) << ": " << v;
   os << "}";
   return os.str();

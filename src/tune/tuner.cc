@@ -15,6 +15,7 @@
 #include "tune/kernel_signature.h"
 #include "tune/schedule_fields.h"
 #include "tune/search_space.h"
+#include "support/clock.h"
 
 namespace kiln::tune {
 
@@ -176,15 +177,6 @@ std::string op_list(const FusionGroup& grp) {
   return r;
 }
 
-std::string iso_now() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char b[32];
-  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return b;
-}
-
 }  // namespace
 
 double parse_budget(const std::string& text) {
@@ -337,7 +329,7 @@ TuneReport tune_model(const Graph& g, const TensorMap& inputs, const TuneOptions
       rec.default_ms = kr.default_ms;
       rec.tuned_ms = kr.improved ? kr.tuned_ms : kr.default_ms;
       rec.trials = kr.trials;
-      rec.date = iso_now();
+      rec.date = iso_utc_now();
       const loop::Schedule& s = kr.improved ? search.final_schedule() : dflt;
       for (const std::string& f : schedule_field_names()) rec.fields[f] = *get_field(s, f);
       upsert_record(records, rec);
