@@ -255,6 +255,15 @@ void Executable::run_into(const std::vector<const void*>& inputs, const std::vec
 }
 
 // Library kernel: the reference kernels, op by op, on copies of the group's inputs.
+void Executable::run_group_nodes(const FusionGroup& grp, std::unordered_map<const Value*, Tensor>& local) {
+  for (const Node* n : grp.nodes) {
+    std::vector<Tensor> a;
+    for (const Value* v : n->inputs()) a.push_back(v ? local.at(v) : Tensor{});
+    auto r = run_node(*n, a);
+    for (size_t i = 0; i < r.size(); ++i) local[n->output(i)] = r[i];
+  }
+}
+
 void Executable::run_library_kernel(size_t k, void* const* io, const Observer& observe) {
   const FusionGroup& grp = plan_.groups[k];
   const auto& refs = arg_refs_[k];
@@ -269,12 +278,7 @@ void Executable::run_library_kernel(size_t k, void* const* io, const Observer& o
     if (t.nbytes()) std::memcpy(t.raw(), address(refs[i], io), t.nbytes());  // empty: pointers may be null
     local[v] = t;
   }
-  for (const Node* n : grp.nodes) {
-    std::vector<Tensor> a;
-    for (const Value* v : n->inputs()) a.push_back(v ? local.at(v) : Tensor{});
-    auto r = run_node(*n, a);
-    for (size_t i = 0; i < r.size(); ++i) local[n->output(i)] = r[i];
-  }
+  run_group_nodes(grp, local);
   for (size_t i = 0; i < grp.outputs.size(); ++i) {
     const Value* v = grp.outputs[i];
     void* dst = address(refs[grp.inputs.size() + i], io);

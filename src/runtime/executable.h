@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "codegen/c/c_emitter.h"
@@ -121,6 +122,9 @@ class Executable {
   ArgRef locate(const Value* v);
   void* address(const ArgRef& r, void* const* io) const { return r.io >= 0 ? io[r.io] : r.fixed; }
   void run_library_kernel(size_t k, void* const* io, const Observer& observe);
+  // A library kernel's nodes on host tensors (the reference kernels, in plan order): `local` holds
+  // the group's inputs and receives every value the nodes compute. The CPU and device paths share it.
+  static void run_group_nodes(const FusionGroup& grp, std::unordered_map<const Value*, Tensor>& local);
   // Per view group: (output, the input it copies) as argument slots of arg_refs_.
   std::vector<std::vector<std::pair<size_t, size_t>>> view_copies_;
 

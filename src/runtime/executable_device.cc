@@ -141,12 +141,7 @@ void Executable::run_on_device(const Observer& observe) {
         if (t.nbytes()) dev.download(t.raw(), args[i], int64_t(t.nbytes()));
         local[v] = t;
       }
-      for (const Node* n : grp.nodes) {
-        std::vector<Tensor> a;
-        for (const Value* v : n->inputs()) a.push_back(v ? local.at(v) : Tensor{});
-        auto r = run_node(*n, a);
-        for (size_t i = 0; i < r.size(); ++i) local[n->output(i)] = r[i];
-      }
+      run_group_nodes(grp, local);
       for (size_t i = 0; i < grp.outputs.size(); ++i) {
         const Tensor& t = local.at(grp.outputs[i]);
         if (t.nbytes()) dev.upload(args[grp.inputs.size() + i], t.raw(), int64_t(t.nbytes()));
