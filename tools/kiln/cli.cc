@@ -141,4 +141,17 @@ void Progress::done() {
   shown_ = false;
 }
 
+std::vector<std::string> with_long_output(const std::vector<std::string>& argv) {
+  std::vector<std::string> r;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    if (argv[i] == "-o") {
+      if (i + 1 >= argv.size()) user_error("option -o needs a value");
+      r.push_back("--output=" + argv[++i]);
+    } else {
+      r.push_back(argv[i]);
+    }
+  }
+  return r;
+}
+
 }  // namespace kiln::cli

@@ -59,6 +59,10 @@ FusionOptions fusion_options(const Args& a);
 TensorMap run_compiled(std::unique_ptr<Graph> g, const Args& a, const TensorMap& inputs, bool check,
                        std::vector<std::string>* library = nullptr);
 
+// The arguments with the conventional "-o X" spelled "--output=X" (Args knows only --name
+// options); "-o" without a value is a user error. compile, emit and tune accept it.
+std::vector<std::string> with_long_output(const std::vector<std::string>& argv);
+
 // The options every model-loading command accepts.
 extern const std::vector<std::string> kModelValuedOptions;
 extern const std::vector<std::string> kModelFlags;

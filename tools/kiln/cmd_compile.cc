@@ -11,16 +11,7 @@
 namespace kiln::cli {
 
 int cmd_compile(const std::vector<std::string>& argv_in) {
-  // Args only knows "--name" options; accept the conventional "-o DIR" as --output DIR.
-  std::vector<std::string> argv;
-  for (size_t i = 0; i < argv_in.size(); ++i) {
-    if (argv_in[i] == "-o") {
-      if (i + 1 >= argv_in.size()) user_error("option -o needs a value");
-      argv.push_back("--output=" + argv_in[++i]);
-    } else {
-      argv.push_back(argv_in[i]);
-    }
-  }
+  const std::vector<std::string> argv = with_long_output(argv_in);
   auto valued = kModelValuedOptions;
   valued.insert(valued.end(), {"output", "target", "fusion-fuel", "threads", "records"});
   auto flags = kModelFlags;

@@ -10,8 +10,7 @@
 namespace kiln::cli {
 
 int cmd_emit(const std::vector<std::string>& argv_in) {
-  std::vector<std::string> argv;  // -o FILE is --output FILE, as for kiln compile
-  for (const auto& s : argv_in) argv.push_back(s == "-o" ? "--output" : s);
+  const std::vector<std::string> argv = with_long_output(argv_in);
   auto valued = kModelValuedOptions;
   valued.insert(valued.end(), {"device", "output", "nvrtc", "target"});
   auto flags = kModelFlags;

@@ -94,15 +94,7 @@ void warn_tuned_fallbacks(const runtime::Executable& ex) {
 }
 
 int cmd_tune(const std::vector<std::string>& argv_in) {
-  std::vector<std::string> argv;
-  for (size_t i = 0; i < argv_in.size(); ++i) {
-    if (argv_in[i] == "-o") {
-      if (i + 1 >= argv_in.size()) user_error("option -o needs a value");
-      argv.push_back("--output=" + argv_in[++i]);
-    } else {
-      argv.push_back(argv_in[i]);
-    }
-  }
+  const std::vector<std::string> argv = with_long_output(argv_in);
   auto valued = kModelValuedOptions;
   valued.insert(valued.end(), {"budget", "threads", "records", "input", "target", "output"});
   auto flags = kModelFlags;
