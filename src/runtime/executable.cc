@@ -239,7 +239,9 @@ void Executable::run_into(const std::vector<const void*>& inputs, const std::vec
       const FusionGroup& grp = plan_.groups[k];
       for (auto [o, i] : view_copies_[k]) {
         void* dst = address(refs[o], io_.data());
-        std::memmove(dst, address(refs[i], io_.data()), size_t(value_bytes(grp.outputs[o - grp.inputs.size()])));
+        // An empty tensor may have no storage (a null pointer, which memmove must not get).
+        if (const int64_t n = value_bytes(grp.outputs[o - grp.inputs.size()]))
+          std::memmove(dst, address(refs[i], io_.data()), size_t(n));
         if (observe) observe(k, grp.outputs[o - grp.inputs.size()], dst);
       }
     } else {
