@@ -77,9 +77,13 @@ echo "sanitize: bad-input table"
 # process): kiln's importer, passes, lowering and emitter on about 1,000 small graphs. Without
 # LeakSanitizer for the reason the models step gives.
 echo "sanitize: ONNX conformance (compiled)"
-ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" \
+if ! ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" \
   "$SRC/tests/onnx/run_conformance.sh" "$BUILD/kiln" --compiled \
-  --expect-library "$SRC/tests/onnx/expected_library.txt" >/dev/null
+  --expect-library "$SRC/tests/onnx/expected_library.txt" > "$BUILD/conformance.log" 2>&1; then
+  echo "sanitize: ONNX conformance (compiled) failed:"
+  grep -v '^FAIL ' "$BUILD/conformance.log" | tail -n 60
+  exit 1
+fi
 conformance=$(date +%s)
 
 echo "sanitize: importer fuzz regressions"
