@@ -193,8 +193,12 @@ std::vector<Tensor> tile(const Node& node, const std::vector<Tensor>& in) {
     if (repeats[d] < 0) user_error("repeats must be non-negative, got ", repeats[d]);
     v.shape.insert(v.shape.end(), {repeats[d], x.shape()[d]});
     v.strides.insert(v.strides.end(), {0, strides[d]});
-    out_shape.push_back(repeats[d] * x.shape()[d]);
+    int64_t n = 0;
+    if (__builtin_mul_overflow(repeats[d], x.shape()[d], &n))
+      user_error("repeats[", d, "] = ", repeats[d], " times dimension ", x.shape()[d], " overflows");
+    out_shape.push_back(n);
   }
+  shape_numel(out_shape);  // throws before the view below is materialised if the product overflows
   return {materialize(x, v).reshaped(out_shape)};
 }
 
