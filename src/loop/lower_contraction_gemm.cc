@@ -356,8 +356,11 @@ bool ContractionLowering::implicit_conv() const {
     if (m != c_)
       for (const Value* in : m->inputs())
         if (in == w) return false;
+  if (shape_numel(c_->input(0)->shape()) == 0) return false;
+  // Few input channels: output channels are the rows (staged_im2col_view), any count of them.
+  if (c < 16 && ks > 1) return true;
   // Output channels fill the micro-kernel's columns (fewer would run mostly zero columns).
-  return w->shape()[0] >= sched_.contraction.nr && shape_numel(c_->input(0)->shape()) > 0;
+  return w->shape()[0] >= sched_.contraction.nr;
 }
 
 GemmView ContractionLowering::implicit_conv_view() {
@@ -508,7 +511,11 @@ ContractionLowering::PhasePlanes ContractionLowering::stage_phase_planes() {
 }
 
 
-// implicit_conv() with few input channels: A is the transposed im2col, staged once per call.
+// implicit_conv() with few input channels: a GEMM with the output channels as rows (A = the
+// weights in place, K in the reference's (ci, ky, kx) order) and the positions as columns, B the
+// im2col staged once per call straight into the micro-kernel's panel layout
+// ([image][position / nr][k][position % nr]): a tile's B panel is one contiguous kc × nr block, its
+// stores are contiguous runs of an output channel's positions.
 GemmView ContractionLowering::staged_im2col_view() {
   const Value* x = c_->input(0);
   const Value* w = c_->input(1);
@@ -516,17 +523,16 @@ GemmView ContractionLowering::staged_im2col_view() {
   const int64_t nb = xs[0], c = xs[1], ho = geo_.out[0], wo = geo_.out[1];
   const int64_t kh = geo_.kernel[0], kw = geo_.kernel[1];
   const int64_t cout = w->shape()[0], ks = kh * kw, m = ho * wo, kk = c * ks;
-  const int64_t mr = std::max(1, sched_.contraction.mr), mb = std::max<int64_t>(mr, (128 / mr) * mr);
-  const int64_t blocks = (m + mb - 1) / mb;
+  const int64_t nr = std::max(1, sched_.contraction.nr);
+  const int64_t blocks = (m + nr - 1) / nr;
   GemmView g;
   g.batch = {nb};
-  g.m = m;
-  g.n = cout;
+  g.m = cout;
+  g.n = m;
   g.k = kk;
-  g.m_block = mb;
-  // Position p = y · wo + x of image n, term k: staged[((n · blocks + p / mb) · K + k) · mb + p % mb]
+  // Position p = y · wo + x of image n, term k: staged[((n · blocks + p / nr) · K + k) · nr + p % nr]
   // = the input (n, ci, y·sy + ky·dy − pt, x·sx + kx·dx − pl), 0 in the padding.
-  auto staged = std::make_shared<Buffer>(Buffer{"kiln_xcol", DType::Float32, {nb * blocks * kk * mb}, Scope::Local});
+  auto staged = std::make_shared<Buffer>(Buffer{"kiln_xcol", DType::Float32, {nb * blocks * kk * nr}, Scope::Local});
   g.staging_locals.push_back(staged);
   // From the phase planes: row k = (ci, ky, kx) of image n is, per output row y, the contiguous
   // run of phase row y + ⌊ky·dy / sy⌋ from column ⌊kx·dx / sx⌋.
@@ -534,47 +540,50 @@ GemmView ContractionLowering::staged_im2col_view() {
   g.staging_locals.push_back(ph.buffer);
   g.staging.push_back(ph.fill);
   const std::vector<int64_t>& offset = ph.offset;
-  const Expr t = var("kiln_xt"), y = var("kiln_xy"), xo = var("kiln_xx");
+  const Expr t = var("kiln_xt"), y = var("kiln_xy");
   const Expr n = div_floor(t, int_imm(kk)), k = mod(t, int_imm(kk));
   std::vector<Stmt> row = {let("kiln_xn", n), let("kiln_xc", div_floor(k, int_imm(ks))),
                            let("kiln_xo", add(mul(add(mul(var("kiln_xn"), int_imm(c)), var("kiln_xc")), int_imm(ph.slots * ph.plane)),
                                               table_lookup(mod(k, int_imm(ks)), offset)))};
-  // Output row y is the run of positions [y·wo, y·wo + wo): split at the M blocks it crosses, each
-  // piece is a contiguous copy on both sides (a store per position at p / mb, p % mb was a
-  // scatter: MobileNetV2's stem spent half its time here).
+  // Output row y is the run of positions [y·wo, y·wo + wo): split at the panels it crosses, each
+  // piece is a contiguous copy on both sides.
   const Expr row0 = mul(y, int_imm(wo));
   const Expr blk = add(var("kiln_xb0"), var("kiln_xbl"));
   const Expr p0 = var("kiln_xp0");
   const Expr e = var("kiln_xe");
   const Expr val = load(ph.buffer, add(add(var("kiln_xo"), add(mul(y, int_imm(ph.wq)), sub(p0, row0))), e));
-  const Expr at = add(add(mul(add(mul(add(mul(var("kiln_xn"), int_imm(blocks)), blk), int_imm(kk)), k), int_imm(mb)),
-                          sub(p0, mul(blk, int_imm(mb)))),
-                      e);
+  auto at = [&](const Expr& block, const Expr& lane) {
+    return add(mul(add(mul(add(mul(var("kiln_xn"), int_imm(blocks)), block), int_imm(kk)), k), int_imm(nr)), lane);
+  };
   std::vector<Stmt> piece = {
-      let("kiln_xp0", binary(BinOp::Max, row0, mul(blk, int_imm(mb)))),
-      let("kiln_xp1", binary(BinOp::Min, add(row0, int_imm(wo)), add(mul(blk, int_imm(mb)), int_imm(mb)))),
-      for_loop("kiln_xe", sub(var("kiln_xp1"), p0), {store(staged, at, val)}, ForKind::Vectorized)};
+      let("kiln_xp0", binary(BinOp::Max, row0, mul(blk, int_imm(nr)))),
+      let("kiln_xp1", binary(BinOp::Min, add(row0, int_imm(wo)), add(mul(blk, int_imm(nr)), int_imm(nr)))),
+      for_loop("kiln_xe", sub(var("kiln_xp1"), p0), {store(staged, at(blk, add(sub(p0, mul(blk, int_imm(nr))), e)), val)},
+               ForKind::Vectorized)};
   row.push_back(for_loop(
       "kiln_xy", int_imm(ho),
-      {let("kiln_xb0", div_floor(row0, int_imm(mb))),
-       for_loop("kiln_xbl", add(sub(div_floor(add(row0, int_imm(wo - 1)), int_imm(mb)), var("kiln_xb0")), int_imm(1)),
+      {let("kiln_xb0", div_floor(row0, int_imm(nr))),
+       for_loop("kiln_xbl", add(sub(div_floor(add(row0, int_imm(wo - 1)), int_imm(nr)), var("kiln_xb0")), int_imm(1)),
                 std::move(piece))}));
+  // The last panel's columns past M are zeros (the micro-kernel reads whole panels).
+  if (m % nr != 0)
+    row.push_back(for_loop("kiln_xe", int_imm(nr - m % nr), {store(staged, at(int_imm(blocks - 1), add(int_imm(m % nr), e)), float_imm(0))},
+                           ForKind::Vectorized));
   const bool par = nb * kk > 1 && nb * kk * m >= (int64_t(1) << 16);
   g.staging.push_back(for_loop("kiln_xt", int_imm(nb * kk), std::move(row), par ? ForKind::Parallel : ForKind::Serial));
-  g.a.buffer = staged;
-  g.a.base = [blocks, kk, mb](const std::vector<Expr>& bt) { return mul(bt[0], int_imm(blocks * kk * mb)); };
-  g.a.stride_r = 1;
-  g.a.stride_c = mb;
-  g.a.m_block_stride = kk * mb;
+  g.a.buffer = L_.input_buffers_.at(w);
+  g.a.base = [](const std::vector<Expr>&) { return int_imm(0); };
+  g.a.stride_r = kk;
+  g.a.stride_c = 1;
   g.a.value = [](const std::vector<Expr>&, Expr, Expr) -> Expr { refuse("staged im2col: A is read in place"); };
-  g.b.value = [](const std::vector<Expr>&, Expr, Expr) -> Expr { refuse("staged im2col: B is prepacked"); };
-  // B(k, co) = W[co][k]: the weights' own order.
-  PanelLayout layout = PanelLayout::row_major(1, kk, cout, sched_.contraction.nr);
-  layout.inner_rows = kk;
-  layout.inner_stride = 1;
-  layout.col_stride = kk;
-  layout.batch_stride = 0;
-  conv_weights_and_stores(g, w, layout, wo, wo);
+  g.b.buffer = staged;
+  g.b.base = [blocks, kk, nr](const std::vector<Expr>& bt) { return mul(bt[0], int_imm(blocks * kk * nr)); };
+  g.b.panel_nr = nr;
+  g.b.value = [](const std::vector<Expr>&, Expr, Expr) -> Expr { refuse("staged im2col: B is staged in panels"); };
+  g.epilogue = [this, cout, m](const std::vector<Expr>& bt, Expr i, Expr j, Expr acc) {
+    Expr flat = add(mul(add(mul(bt[0], int_imm(cout)), i), int_imm(m)), j);
+    return tile_stores(Index::from_flat(out_shape_, flat), acc, i);
+  };
   return g;
 }
 
