@@ -19,6 +19,52 @@ Expr minimum(Expr a, Expr b) {
 
 Expr lt(Expr a, Expr b) { return binary(BinOp::Lt, std::move(a), std::move(b)); }
 
+// The share of the busiest thread's work in an even split, for tiles of mc rows × nc columns
+// (the last ones shorter) run under OpenMP's static schedule: thread t gets the tiles
+// [t·chunk, (t + 1)·chunk), chunk = ⌈tiles / threads⌉, in the nest's order (batch, M block, column
+// tile). 1 is a perfect split.
+double static_balance(int64_t m, int64_t n, int64_t nbatch, int64_t mc, int64_t nc, int threads) {
+  const int64_t mb = ceil_div(m, mc), nt = ceil_div(n, nc), tiles = nbatch * mb * nt;
+  const int64_t chunk = ceil_div(tiles, threads);
+  double worst = 0;
+  for (int64_t t0 = 0; t0 < tiles; t0 += chunk) {
+    double w = 0;
+    for (int64_t t = t0; t < std::min(tiles, t0 + chunk); ++t) {
+      const int64_t mi = (t / nt) % mb, jt = t % nt;
+      w += double(std::min(mc, m - mi * mc)) * double(std::min(nc, n - jt * nc));
+    }
+    worst = std::max(worst, w);
+  }
+  return worst > 0 ? double(nbatch) * double(m) * double(n) / (threads * worst) : 1.0;
+}
+
+// Tiles the threads can share evenly. M blocks get equal heights (multiples of mr): a short rest
+// block left the threads' static shares unequal (a 196-row GEMM as 128 + 68 rows kept one thread
+// idle a third of the time). Then, when the busiest thread would still carry more than 5 % above
+// an even share, smaller M blocks (up to twice as many) or narrower column panels (q) are tried
+// and the best split kept, the largest tiles among equals: 7 M blocks of a 28x28 3x3 conv as
+// panels of all 4 column tiles were 7 tiles, 4 : 3 on two threads; panels of 2 give 14.
+void balance_tiles(int64_t m, int64_t n, int64_t nbatch, int64_t mr, int64_t nr, int threads, int64_t& mc, int64_t& q) {
+  const int64_t mb0 = ceil_div(m, mc);
+  if (mb0 > 1) mc = std::min(mc, ceil_div(ceil_div(m, mb0), mr) * mr);
+  if (threads <= 1) return;
+  double best = static_balance(m, n, nbatch, mc, q * nr, threads);
+  if (best >= 0.95) return;
+  const int64_t mc0 = mc, q0 = q;
+  for (int64_t mb = mb0; mb <= 2 * mb0; ++mb) {
+    const int64_t mcx = std::max(mr, ceil_div(ceil_div(m, mb), mr) * mr);
+    if (mcx > mc0) continue;
+    for (int64_t qx = q0; qx >= 1; --qx) {
+      const double b = static_balance(m, n, nbatch, mcx, qx * nr, threads);
+      if (b > best + 0.01) {
+        best = b;
+        mc = mcx;
+        q = qx;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& next_let) {
@@ -69,6 +115,7 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
     const int64_t keep = std::max<int64_t>(1, ceil_div(4, mblocks0));  // column panels needed for 4 tiles
     q = std::clamp<int64_t>(std::min(budget / (mc * nr), ntiles_n / keep), 1, ntiles_n);
   }
+  if (v.m_block == 0) balance_tiles(v.m, v.n, nbatch0, mr, nr, s.threads, mc, q);
   const int64_t nc = q * nr;  // columns of a tile's accumulators
   const int64_t mblocks = ceil_div(v.m, mc), ntiles = ceil_div(v.n, nc);
   const int64_t nbatch = shape_numel(v.batch);
