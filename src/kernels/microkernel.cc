@@ -96,6 +96,8 @@ void intrinsic_kernel(std::ostringstream& os, int64_t mr, int64_t nr, int lanes)
      << ";\n"
      << "  for (int64_t k = 0; k < kc; ++k) {\n"
      << "    " << vt << " bv[" << nv << "];\n"
+     << "    if (bs_k == " << nr << ")\n"
+     << "      for (int v = 0; v < " << nv << "; ++v) _mm_prefetch((const char*)(b + (k + 32) * bs_k + v * " << lanes << "), _MM_HINT_T0);\n"
      << "    for (int v = 0; v < " << nv << "; ++v) bv[v] = " << ld("b + k * bs_k + v * " + std::to_string(lanes), "v")
      << ";\n"
      << "    for (int i = 0; i < " << mr << "; ++i) {\n"
