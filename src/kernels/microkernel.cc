@@ -17,10 +17,16 @@ void microkernel_f32(int64_t mr, int64_t nr, int64_t kc, const float* a, int64_t
     }
 }
 
+void microkernel_seg_f32(int64_t mr, int64_t nr, int64_t nseg, int64_t seglen, const float* a, const int64_t* aoff,
+                         int64_t as_i, int64_t as_k, const float* b, int64_t bs_k, float* c, int64_t ldc) {
+  for (int64_t s = 0; s < nseg; ++s) microkernel_f32(mr, nr, seglen, a + aoff[s], as_i, as_k, b + s * seglen * bs_k, bs_k, c, ldc);
+}
+
 bool has_specialisation(int64_t mr, int64_t nr) { return mr >= 1 && mr <= 16 && nr >= 1 && nr <= 64; }
 
-std::string specialisation_name(int64_t mr, int64_t nr) {
-  return std::string(kMicroKernelF32) + "_" + std::to_string(mr) + "x" + std::to_string(nr);
+std::string specialisation_name(int64_t mr, int64_t nr, bool segmented) {
+  return std::string(segmented ? kMicroKernelSegF32 : kMicroKernelF32) + "_" + std::to_string(mr) + "x" +
+         std::to_string(nr);
 }
 
 namespace {
@@ -70,7 +76,7 @@ void vector_extension_kernel(std::ostringstream& os, int64_t mr, int64_t nr) {
 // accumulators (mr × nv registers: 8 × 2 zmm on AVX-512 leaves room for B and the broadcast, and
 // covers the FMA latency × throughput of two pipes). Measured on Zen 5, one thread, a packed
 // 1024³ GEMM: 8 × 32 250 GFLOP/s, 12 × 32 246, 14 × 32 237, 6 × 64 250, 8 × 48 257 of 287 peak.
-void intrinsic_kernel(std::ostringstream& os, int64_t mr, int64_t nr, int lanes) {
+void intrinsic_kernel(std::ostringstream& os, int64_t mr, int64_t nr, int lanes, bool seg) {
   // AVX-512 covers any nr: the last vector of a row is loaded and stored under a lane mask (masked
   // lanes are neither read nor written, so a rest tile of a 49-wide row — a 7x7 conv's positions —
   // needs no padding and no generic loop; that loop ran MobileNetV2's last conv 4x slower).
@@ -86,15 +92,19 @@ void intrinsic_kernel(std::ostringstream& os, int64_t mr, int64_t nr, int lanes)
     return "if (v < " + std::to_string(nv - 1) + ") " + p + "storeu_ps(" + ptr + ", " + val + "); else " + p +
            "mask_storeu_ps(" + ptr + ", kiln_mask, " + val + ")";
   };
-  os << "static void " << specialisation_name(mr, nr)
-     << "(int64_t kc, const float* restrict a, int64_t as_i, int64_t as_k,\n"
-        "    const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc) {\n";
+  os << "static void " << specialisation_name(mr, nr, seg)
+     << (seg ? "(int64_t nseg, int64_t kc, const float* restrict a0, const int64_t* restrict aoff, int64_t as_i,\n"
+               "    int64_t as_k, const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc) {\n"
+             : "(int64_t kc, const float* restrict a, int64_t as_i, int64_t as_k,\n"
+               "    const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc) {\n");
   if (rest != 0) os << "  const __mmask16 kiln_mask = (__mmask16)" << ((1 << rest) - 1) << ";\n";
   os << "  " << vt << " acc[" << mr << "][" << nv << "];\n"
      << "  for (int i = 0; i < " << mr << "; ++i)\n"
      << "    for (int v = 0; v < " << nv << "; ++v) acc[i][v] = " << ld("c + i * ldc + v * " + std::to_string(lanes), "v")
-     << ";\n"
-     << "  for (int64_t k = 0; k < kc; ++k) {\n"
+     << ";\n";
+  // Segmented: segment s reads A from a0 + aoff[s] and the next kc rows of B.
+  if (seg) os << "  for (int64_t s = 0; s < nseg; ++s, b += kc * bs_k) {\n  const float* restrict a = a0 + aoff[s];\n";
+  os << "  for (int64_t k = 0; k < kc; ++k) {\n"
      << "    " << vt << " bv[" << nv << "];\n"
      << "    if (bs_k == " << nr << ")\n"
      << "      for (int v = 0; v < " << nv << "; ++v) _mm_prefetch((const char*)(b + (k + 32) * bs_k + v * " << lanes << "), _MM_HINT_T0);\n"
@@ -105,6 +115,7 @@ void intrinsic_kernel(std::ostringstream& os, int64_t mr, int64_t nr, int lanes)
      << "      for (int v = 0; v < " << nv << "; ++v) acc[i][v] = " << p << "fmadd_ps(ai, bv[v], acc[i][v]);\n"
      << "    }\n"
      << "  }\n"
+     << (seg ? "  }\n" : "")
      << "  for (int i = 0; i < " << mr << "; ++i)\n"
      << "    for (int v = 0; v < " << nv << "; ++v) " << st("c + i * ldc + v * " + std::to_string(lanes), "acc[i][v]")
      << ";\n"
@@ -118,6 +129,17 @@ void forwarding_kernel(std::ostringstream& os, int64_t mr, int64_t nr) {
      << "(int64_t kc, const float* restrict a, int64_t as_i, int64_t as_k,\n"
         "    const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc) {\n"
      << "  kiln_mk_f32(" << mr << ", " << nr << ", kc, a, as_i, as_k, b, bs_k, c, ldc);\n"
+     << "}\n";
+}
+
+// The segmented form of a specialisation without a fused one (strict numerics, no AVX): the
+// plain specialisation once per segment, the accumulators through memory in between.
+void segment_wrapper(std::ostringstream& os, int64_t mr, int64_t nr) {
+  os << "static void " << specialisation_name(mr, nr, true)
+     << "(int64_t nseg, int64_t kc, const float* restrict a, const int64_t* restrict aoff, int64_t as_i,\n"
+        "    int64_t as_k, const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc) {\n"
+     << "  for (int64_t s = 0; s < nseg; ++s)\n"
+     << "    " << specialisation_name(mr, nr) << "(kc, a + aoff[s], as_i, as_k, b + s * kc * bs_k, bs_k, c, ldc);\n"
      << "}\n";
 }
 
@@ -140,6 +162,12 @@ std::string microkernel_c_source(const std::set<std::pair<int64_t, int64_t>>& ti
         "      float* restrict ci = c + i * ldc;\n"
         "      for (int64_t j = 0; j < nr; ++j) ci[j] = ci[j] + aik * bk[j];\n"
         "    }\n"
+        "}\n"
+        "static void kiln_mk_f32_seg(int64_t mr, int64_t nr, int64_t nseg, int64_t kc, const float* restrict a,\n"
+        "    const int64_t* restrict aoff, int64_t as_i, int64_t as_k, const float* restrict b, int64_t bs_k,\n"
+        "    float* restrict c, int64_t ldc) {\n"
+        "  for (int64_t s = 0; s < nseg; ++s)\n"
+        "    kiln_mk_f32(mr, nr, kc, a + aoff[s], as_i, as_k, b + s * kc * bs_k, bs_k, c, ldc);\n"
         "}\n";
   std::set<int64_t> widths;
   bool any = false;
@@ -163,17 +191,21 @@ std::string microkernel_c_source(const std::set<std::pair<int64_t, int64_t>>& ti
     };
     if (!fma) {
       fallback();
+      segment_wrapper(os, mr, nr);
       continue;
     }
     // The ISA is the compiler's target (-march): the preprocessor picks the kernel.
     os << "#if defined(__AVX512F__)\n";
-    intrinsic_kernel(os, mr, nr, 16);
+    intrinsic_kernel(os, mr, nr, 16, false);
+    intrinsic_kernel(os, mr, nr, 16, true);
     if (nr % 8 == 0) {
       os << "#elif defined(__AVX2__) && defined(__FMA__)\n";
-      intrinsic_kernel(os, mr, nr, 8);
+      intrinsic_kernel(os, mr, nr, 8, false);
+      intrinsic_kernel(os, mr, nr, 8, true);
     }
     os << "#else\n";
     fallback();
+    segment_wrapper(os, mr, nr);
     os << "#endif\n";
   }
   return os.str() + "\n";

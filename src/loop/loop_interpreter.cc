@@ -127,6 +127,7 @@ class Interpreter {
   // kiln_mk_f32(mr, nr, kc, a, as_i, as_k, b, bs_k, c, ldc) (src/kernels/microkernel.h), with every
   // element it touches checked to lie inside its buffer.
   void call_microkernel(const StmtNode& s) {
+    if (s.text == kernels::kMicroKernelSegF32) return call_segmented_microkernel(s);
     KILN_CHECK(s.text == kernels::kMicroKernelF32 && s.call_args.size() == 10, "the interpreter cannot run call ",
                s.text);
     const auto& a = s.call_args;
@@ -149,6 +150,44 @@ class Interpreter {
     const float* pb = ptr(6, kc, bs_k, nr, 1);
     float* pc = ptr(8, mr, ldc, nr, 1);
     kernels::microkernel_f32(mr, nr, kc, pa, as_i, as_k, pb, bs_k, pc, ldc);
+  }
+
+  // kiln_mk_f32_seg(mr, nr, nseg, seglen, a, aoff, as_i, as_k, b, bs_k, c, ldc): the plain call
+  // per segment, each segment's elements checked.
+  void call_segmented_microkernel(const StmtNode& s) {
+    KILN_CHECK(s.call_args.size() == 12, "kiln_mk_f32_seg takes 12 arguments");
+    const auto& a = s.call_args;
+    auto i64 = [&](size_t k) { return eval(a[k]).i; };
+    auto addr = [&](size_t k, DType t) {
+      KILN_CHECK(a[k]->kind == ExprKind::Address, "micro-kernel argument ", k, " is not an address");
+      Tensor* tn = tensor(a[k]->buffer);
+      KILN_CHECK(tn->dtype() == t, "micro-kernel buffer '", a[k]->buffer->name, "' has the wrong type");
+      return std::pair<Tensor*, int64_t>{tn, eval(a[k]->args[0]).i};
+    };
+    const int64_t mr = i64(0), nr = i64(1), nseg = i64(2), kc = i64(3), as_i = i64(6), as_k = i64(7), bs_k = i64(9),
+                  ldc = i64(11);
+    KILN_CHECK(mr >= 0 && nr >= 0 && nseg >= 0 && kc >= 0 && as_i >= 0 && as_k >= 0 && bs_k >= 0 && ldc >= 0,
+               "negative micro-kernel extent or stride");
+    auto [ta, a0] = addr(4, DType::Float32);
+    auto [to, o0] = addr(5, DType::Int64);
+    auto [tb, b0] = addr(8, DType::Float32);
+    auto [tc, c0] = addr(10, DType::Float32);
+    auto check = [&](const Expr& e, int64_t first, int64_t last) {
+      checked_index(e->buffer, first);
+      checked_index(e->buffer, last);
+    };
+    if (mr > 0 && nr > 0) check(a[10], c0, c0 + (mr - 1) * ldc + nr - 1);
+    for (int64_t sg = 0; sg < nseg; ++sg) {
+      checked_index(a[5]->buffer, o0 + sg);
+      const int64_t off = to->data<int64_t>()[o0 + sg];
+      const int64_t bs = b0 + sg * kc * bs_k;
+      if (mr > 0 && nr > 0 && kc > 0) {
+        check(a[4], a0 + off, a0 + off + (mr - 1) * as_i + (kc - 1) * as_k);
+        check(a[8], bs, bs + (kc - 1) * bs_k + nr - 1);
+      }
+      kernels::microkernel_f32(mr, nr, kc, ta->data<float>() + a0 + off, as_i, as_k, tb->data<float>() + bs, bs_k,
+                               tc->data<float>() + c0, ldc);
+    }
   }
 
   void exec_list(const std::vector<Stmt>& body) {

@@ -82,9 +82,17 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   const int64_t seg = v.k_segment > 0 ? v.k_segment : std::max<int64_t>(v.k, 1);
   KILN_CHECK(v.k_segment == 0 || v.k % v.k_segment == 0, "tiled GEMM: K is not a whole number of segments");
   KILN_CHECK(!v.a.segment_base || (v.a.buffer && v.k_segment > 0), "tiled GEMM: A's segments need k_segment");
-  const int64_t kc = std::clamp<int64_t>(s.contraction.kc, 1, seg);
+  // Segments shorter than kc (a conv's kernel positions over few input channels): a K block is
+  // nsb whole segments and one segmented micro-kernel call (kernels/microkernel.h), the
+  // accumulators kept in registers across them; A's segment offsets come from a table filled
+  // once. (One call per segment of 16 channels spent as long on its accumulators' loads and
+  // stores as on its products.)
+  const int64_t nsegs = v.k_segment > 0 ? v.k / seg : 0;
+  const int64_t nsb = v.k_segment > 0 && v.a.segment_base && seg < s.contraction.kc ? s.contraction.kc / seg : 0;
+  const int64_t kc = nsb > 0 ? nsb * seg : std::clamp<int64_t>(s.contraction.kc, 1, seg);
   const int64_t per_seg = ceil_div(seg, kc);
-  const int64_t kblocks = v.k_segment > 0 ? (v.k / seg) * per_seg : ceil_div(v.k, kc);
+  const int64_t kblocks = nsb > 0 ? ceil_div(nsegs, nsb) : v.k_segment > 0 ? nsegs * per_seg : ceil_div(v.k, kc);
+  auto segtab = std::make_shared<Buffer>(Buffer{"kiln_segoff", DType::Int64, {std::max<int64_t>(nsegs, 1)}, Scope::Local});
   // M blocks bound the accumulator tile (and give the threads more tiles when N is narrow): 128
   // rows × nr columns of accumulators (16 KiB) stay in L1 beside the B panel while every K block
   // passes over them (256 rows: ResNet's 3x3 convs with 64-channel K segments 5 % slower).
@@ -156,7 +164,13 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   // One K block: A packed once, then for each column tile of the panel B packed and the
   // micro-kernels run (a panel of one tile has no loop around it).
   std::vector<Stmt> kblock;
-  if (v.k_segment > 0) {
+  if (nsb > 0) {
+    // Block kb is segments [kb · nsb, kb · nsb + kiln_ns).
+    kblock.push_back(let("kiln_sg", mul(var("kiln_kb"), int_imm(nsb))));
+    kblock.push_back(let("kiln_ns", minimum(int_imm(nsb), sub(int_imm(nsegs), var("kiln_sg")))));
+    kblock.push_back(let("kiln_k0", mul(var("kiln_sg"), int_imm(seg))));
+    kblock.push_back(let("kiln_kc", mul(var("kiln_ns"), int_imm(seg))));
+  } else if (v.k_segment > 0) {
     // Block kb is block (kb mod per_seg) of segment kb / per_seg.
     kblock.push_back(let("kiln_sg", div_floor(var("kiln_kb"), int_imm(per_seg))));
     kblock.push_back(let("kiln_ks", mul(mod(var("kiln_kb"), int_imm(per_seg)), int_imm(kc))));
@@ -192,8 +206,16 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
                                          {store(bpack, add(mul(var("kiln_pk"), int_imm(nr)), var("kiln_pj")), val)})}));
   }
   // Micro-kernel arguments for the row tile starting at row `r` (relative to m0).
+  const std::vector<Expr> batch0(batch.size(), int_imm(0));
   auto a_args = [&](Expr r) -> std::vector<Expr> {
     if (pack_a) return {address(apack, mul(r, int_imm(kc))), int_imm(kc), int_imm(1)};
+    if (nsb > 0) {
+      // The batch's offset (segment_base less its batch-0 value) and the row; the segments'
+      // offsets are in kiln_segoff.
+      Expr off = add(sub(v.a.segment_base(batch, int_imm(0)), v.a.segment_base(batch0, int_imm(0))),
+                     mul(add(var("kiln_m0"), r), int_imm(v.a.stride_r)));
+      return {address(v.a.buffer, off), address(segtab, var("kiln_sg")), int_imm(v.a.stride_r), int_imm(v.a.stride_c)};
+    }
     if (v.a.segment_base) {
       Expr off = add(v.a.segment_base(batch, var("kiln_sg")),
                      add(mul(add(var("kiln_m0"), r), int_imm(v.a.stride_r)), mul(var("kiln_ks"), int_imm(v.a.stride_c))));
@@ -212,12 +234,18 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
     return {address(v.b.buffer, off), int_imm(v.b.stride_r)};
   };
   auto mk = [&](Expr rows, Expr cols, Expr r) {
-    std::vector<Expr> args = {std::move(rows), std::move(cols), kcv};
+    std::vector<Expr> args = {std::move(rows), std::move(cols)};
+    if (nsb > 0) {
+      args.push_back(var("kiln_ns"));
+      args.push_back(int_imm(seg));
+    } else {
+      args.push_back(kcv);
+    }
     for (auto& e : a_args(r)) args.push_back(e);
     for (auto& e : b_args()) args.push_back(e);
     args.push_back(address(acc, add(mul(r, int_imm(nc)), acc_col)));
     args.push_back(int_imm(nc));
-    return call_stmt(kernels::kMicroKernelF32, std::move(args));
+    return call_stmt(nsb > 0 ? kernels::kMicroKernelSegF32 : kernels::kMicroKernelF32, std::move(args));
   };
   // The row tiles of an M block of `rows` rows: full tiles of mr, then the rest. A packed B always
   // has nr columns (zero padded), an in-place B may not. With a constant row count (every block
@@ -349,16 +377,22 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
 
   const bool parallel = tiles > 1 && nbatch * v.m * v.n * std::max<int64_t>(v.k, 1) >= s.parallel_min_work;
   Stmt nest = for_loop("kiln_t", int_imm(tiles), std::move(tile), parallel ? ForKind::Parallel : ForKind::Serial);
-  if (!v.staging.empty()) {
-    std::vector<Stmt> all = v.staging;
-    all.push_back(nest);
-    nest = block(std::move(all));
-    for (size_t i = v.staging_locals.size(); i-- > 0;) nest = allocate(v.staging_locals[i], {nest});
+  std::vector<Stmt> staging = v.staging;
+  std::vector<BufferPtr> staging_locals = v.staging_locals;
+  if (nsb > 0) {
+    staging.push_back(for_loop("kiln_sgi", int_imm(nsegs), {store(segtab, var("kiln_sgi"), v.a.segment_base(batch0, var("kiln_sgi")))}));
+    staging_locals.push_back(segtab);
+  }
+  if (!staging.empty()) {
+    staging.push_back(nest);
+    nest = block(std::move(staging));
+    for (size_t i = staging_locals.size(); i-- > 0;) nest = allocate(staging_locals[i], {nest});
   }
   return {comment(cat("tiled contraction: ", nbatch, " x [", v.m, " x ", v.k, "] * [", v.k, " x ", v.n, "], tile ", mc,
                       "x", nc, ", micro-kernel ", mr, "x", nr, ", K block ", kc, (pack_a ? ", A packed" : ""),
                       (pack_b ? ", B packed" : ""), (panel_b ? ", B prepacked" : ""),
-                      (v.k_segment > 0 ? cat(", K in segments of ", v.k_segment) : std::string()))),
+                      (v.k_segment > 0 ? cat(", K in segments of ", v.k_segment) : std::string()),
+                      (nsb > 0 ? cat(", ", nsb, " segments per call") : std::string()))),
           nest};
 }
 

@@ -3,7 +3,8 @@
 // tile shape kind — nr a multiple of 16, of 8, of 4, and widths no vector divides (a 7x7 conv's
 // 49-column rows: the AVX-512 kernel masks its last vector) — with strided A, a B row stride wider
 // than the tile and an accumulator row stride wider than nr whose extra columns must stay as they
-// were. Strict mode must match bit for bit; the default within the FMA contract.
+// were; and the segmented form (A at a per-segment offset). Strict mode must match bit for bit;
+// the default within the FMA contract.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,6 +33,13 @@ std::string wrapper_source(bool fma) {
        << "  " << kernels::specialisation_name(mr, nr)
        << "(*(const int64_t*)args[0], (const float*)args[1], *(const int64_t*)args[2], *(const int64_t*)args[3],\n"
           "      (const float*)args[4], *(const int64_t*)args[5], (float*)args[6], *(const int64_t*)args[7]);\n"
+          "}\n";
+    // The segmented form: args = {nseg, kc, a, aoff, as_i, as_k, b, bs_k, c, ldc}.
+    os << "void seg_" << mr << "x" << nr << "(void* const* args) {\n"
+       << "  " << kernels::specialisation_name(mr, nr, true)
+       << "(*(const int64_t*)args[0], *(const int64_t*)args[1], (const float*)args[2], (const int64_t*)args[3],\n"
+          "      *(const int64_t*)args[4], *(const int64_t*)args[5], (const float*)args[6], *(const int64_t*)args[7],\n"
+          "      (float*)args[8], *(const int64_t*)args[9]);\n"
           "}\n";
   }
   return os.str();
@@ -67,6 +75,30 @@ void check_mode(bool strict) {
         } else {
           // |fma order - rounded order| <= a few ulps of the sum of |terms| (kc terms of |a·b| <= 1).
           ASSERT_NEAR(got[at], want[at], 1e-5 * kc) << "row " << i << " column " << j;
+        }
+      }
+  }
+  // Segmented: 3 segments of kc terms, each reading A at its own offset (out of order, as a
+  // conv's kernel positions do), B's rows one after another.
+  for (auto [mr, nr] : kTiles) {
+    SCOPED_TRACE("segmented " + std::to_string(mr) + "x" + std::to_string(nr));
+    const int64_t nseg = 3, kc = 13, as_i = 2, as_k = 29, bs_k = nr + 3, ldc = nr + 2;
+    const std::vector<int64_t> aoff = {400, 7, 211};
+    std::vector<float> a(size_t(400 + (mr - 1) * as_i + (kc - 1) * as_k + 1)), b(size_t(nseg * kc * bs_k)), c(size_t(mr * ldc));
+    for (auto* v : {&a, &b, &c})
+      for (float& x : *v) x = u(rng);
+    std::vector<float> want = c, got = c;
+    kernels::microkernel_seg_f32(mr, nr, nseg, kc, a.data(), aoff.data(), as_i, as_k, b.data(), bs_k, want.data(), ldc);
+    int64_t ns_v = nseg, kc_v = kc, as_i_v = as_i, as_k_v = as_k, bs_k_v = bs_k, ldc_v = ldc;
+    void* args[] = {&ns_v, &kc_v, a.data(), const_cast<int64_t*>(aoff.data()), &as_i_v, &as_k_v, b.data(), &bs_k_v, got.data(), &ldc_v};
+    module->get("seg_" + std::to_string(mr) + "x" + std::to_string(nr))(args);
+    for (int64_t i = 0; i < mr; ++i)
+      for (int64_t j = 0; j < ldc; ++j) {
+        const size_t at = size_t(i * ldc + j);
+        if (j >= nr || strict) {
+          ASSERT_EQ(got[at], want[at]) << "row " << i << " column " << j << (j >= nr ? " (outside the tile)" : "");
+        } else {
+          ASSERT_NEAR(got[at], want[at], 1e-5 * nseg * kc) << "row " << i << " column " << j;
         }
       }
   }

@@ -21,7 +21,7 @@ constexpr int64_t kMaxStackBytes = 64 * 1024;
 // The (mr, nr) tiles of the micro-kernel calls in `s`: one specialisation is emitted for each.
 void collect_tiles(const Stmt& s, std::set<std::pair<int64_t, int64_t>>& tiles, bool& any) {
   if (!s) return;
-  if (s->kind == StmtKind::Call && s->text == kernels::kMicroKernelF32) {
+  if (s->kind == StmtKind::Call && (s->text == kernels::kMicroKernelF32 || s->text == kernels::kMicroKernelSegF32)) {
     any = true;
     const auto& a = s->call_args;
     if (a.size() >= 2 && a[0]->kind == ExprKind::IntImm && a[1]->kind == ExprKind::IntImm)
@@ -107,9 +107,10 @@ class CEmitter final : public CStyleEmitter {
   // A micro-kernel call with a constant tile goes to that tile's specialisation.
   std::pair<std::string, size_t> microkernel_call(const StmtNode& s) override {
     const auto& a = s.call_args;
-    if (s.text == kernels::kMicroKernelF32 && a.size() == 10 && a[0]->kind == ExprKind::IntImm &&
+    const bool seg = s.text == kernels::kMicroKernelSegF32;
+    if ((seg ? a.size() == 12 : s.text == kernels::kMicroKernelF32 && a.size() == 10) && a[0]->kind == ExprKind::IntImm &&
         a[1]->kind == ExprKind::IntImm && kernels::has_specialisation(a[0]->int_value, a[1]->int_value))
-      return {kernels::specialisation_name(a[0]->int_value, a[1]->int_value), 2};
+      return {kernels::specialisation_name(a[0]->int_value, a[1]->int_value, seg), 2};
     return CStyleEmitter::microkernel_call(s);
   }
 };

@@ -51,6 +51,7 @@ class CudaEmitter final : public GpuEmitter {
   std::string global_ptr(const std::string& t) const override { return t + "*"; }
   std::string global_index() const override { return "(int64_t)blockIdx.x * blockDim.x + threadIdx.x"; }
   int64_t private_limit() const override { return 4 * 1024; }
+  std::string device_function() const override { return "static __device__ "; }
 
   // CUDA pointers are generic: one micro-kernel serves every address space.
   std::string microkernel_name(const std::string&) const override { return "kiln_mk_f32"; }

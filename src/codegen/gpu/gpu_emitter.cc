@@ -70,6 +70,7 @@ std::string GpuEmitter::storage_type(DType t) const {
 DeviceProgram GpuEmitter::emit_program(const std::vector<LoopKernel>& kernels) {
   DeviceProgram prog;
   microkernels_.clear();
+  seg_microkernels_.clear();
   std::ostringstream body;
   for (const auto& k : kernels) {
     prog.kernels.push_back({});
@@ -81,6 +82,7 @@ DeviceProgram GpuEmitter::emit_program(const std::vector<LoopKernel>& kernels) {
     os << "/* Contraction micro-kernels (src/kernels/microkernel.h): c[i*ldc+j] += sum_k a[i*as_i+k*as_k] *\n"
           " * b[k*bs_k+j], k ascending, one accumulator per element; one variant per address spaces. */\n";
   for (const auto& spaces : microkernels_) os << microkernel_source(spaces);
+  for (const auto& spaces : seg_microkernels_) os << seg_microkernel_source(spaces);
   os << "\n" << body.str();
   prog.source = os.str();
   return prog;
@@ -193,7 +195,30 @@ void GpuEmitter::emit_allocate(std::ostream& os, const StmtNode& s, int indent) 
   release_buffer(name);
 }
 
+// The segmented micro-kernel on a device: the plain one per segment (the interface's definition).
+std::string GpuEmitter::seg_microkernel_source(const std::string& spaces) const {
+  auto ptr = [&](size_t i, const std::string& t) { return spaces[i] == 'g' ? global_ptr(t) : t + "*"; };
+  const std::string plain = microkernel_name(std::string{spaces[0], spaces[2], spaces[3]});
+  return device_function() + "void kiln_mk_f32_seg_" + spaces + "(int64_t mr, int64_t nr, int64_t nseg, int64_t kc, " +
+         ptr(0, "const float") + " a,\n    " + ptr(1, "const int64_t") + " aoff, int64_t as_i, int64_t as_k, " +
+         ptr(2, "const float") + " b, int64_t bs_k, " + ptr(3, "float") +
+         " c, int64_t ldc) {\n"
+         "  for (int64_t s = 0; s < nseg; ++s)\n"
+         "    " + plain + "(mr, nr, kc, a + aoff[s], as_i, as_k, b + s * kc * bs_k, bs_k, c, ldc);\n"
+         "}\n";
+}
+
 std::pair<std::string, size_t> GpuEmitter::microkernel_call(const StmtNode& s) {
+  auto space = [&](size_t i) {
+    const Expr& a = s.call_args[i];
+    return a->kind == ExprKind::Address && private_.count(ident(a->buffer->name)) ? 'p' : 'g';
+  };
+  if (s.text == kernels::kMicroKernelSegF32 && s.call_args.size() == 12) {
+    const std::string spaces = {space(4), space(5), space(8), space(10)};
+    microkernels_.insert(std::string{spaces[0], spaces[2], spaces[3]});
+    seg_microkernels_.insert(spaces);
+    return {"kiln_mk_f32_seg_" + spaces, 0};
+  }
   KILN_CHECK(s.text == kernels::kMicroKernelF32 && s.call_args.size() == 10, "GPU emitter: no device spelling of '",
              s.text, "' with ", s.call_args.size(), " arguments");
   std::string spaces;

@@ -77,6 +77,7 @@ class GpuEmitter : public CStyleEmitter {
   virtual std::string microkernel_name(const std::string& spaces) const = 0;
   virtual std::string microkernel_source(const std::string& spaces) const = 0;
   virtual int64_t private_limit() const = 0;  // bytes of a private array, at most
+  virtual std::string device_function() const { return "static "; }  // how a device helper is declared
 
   std::string storage_type(DType t) const override;
   const std::set<std::string>& used_spaces() const { return microkernels_; }
@@ -100,6 +101,8 @@ class GpuEmitter : public CStyleEmitter {
   int64_t shared_bytes_ = 0;                       // of the kernel being emitted
   int64_t item_bytes_ = 0;                         // of the phase being emitted
   std::set<std::string> microkernels_;             // variants used (by spaces)
+  std::set<std::string> seg_microkernels_;         // segmented variants used (spaces of a, aoff, b, c)
+  std::string seg_microkernel_source(const std::string& spaces) const;
 };
 
 }  // namespace kiln::codegen
