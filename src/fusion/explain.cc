@@ -73,6 +73,12 @@ std::string explain_text(const Graph& g, const FusionPlan& plan, const ExplainEx
      << plan.analysis_calls - plan.analysis_cache_hits << " lowered (" << fmt(plan.analysis_ms, 1) << " ms)\n";
   os << "intermediate bytes to DRAM: " << human_bytes(plan.intermediate_bytes_unfused) << " unfused -> "
      << human_bytes(plan.intermediate_bytes_fused) << " fused\n";
+  // On a GPU every kernel is a launch from the host (the seed's case for fusion): what the plan
+  // saves of the target's per-launch cost, which the estimates above include.
+  const int saved = plan.kernels_unfused - plan.kernel_count();
+  os << "launches per inference: " << plan.kernel_count() << " (" << plan.kernels_unfused << " unfused): " << saved
+     << " saved, " << fmt(saved * plan.target.launch_overhead_us, 1) << " us of launch overhead at "
+     << fmt(plan.target.launch_overhead_us, 1) << " us each\n";
   os << "estimated time: " << fmt(plan.est_us_unfused) << " us unfused -> " << fmt(plan.est_us_fused) << " us fused\n";
   os << (extras.strict_fp ? "numerics: strict (--strict-fp): the reference's float operations in its order, bit-identical\n"
                           : "numerics: default: FMA in contractions and epilogues, reordered sums, kiln's exp/erf/tanh; within "
@@ -93,6 +99,7 @@ std::string explain_json(const Graph& g, const FusionPlan& plan, const ExplainEx
      << ", \"intermediate_bytes_unfused\": " << plan.intermediate_bytes_unfused
      << ", \"intermediate_bytes_fused\": " << plan.intermediate_bytes_fused
      << ", \"est_us_unfused\": " << fmt(plan.est_us_unfused, 3) << ", \"est_us_fused\": " << fmt(plan.est_us_fused, 3)
+     << ", \"kernels_unfused\": " << plan.kernels_unfused << ", \"launch_overhead_us\": " << fmt(plan.target.launch_overhead_us, 3)
      << ", \"numerics\": " << (extras.strict_fp ? "\"strict\"" : "\"default\"")
      << ", \"peak_arena_bytes\": " << extras.arena_bytes << ", \"intermediate_sum_bytes\": " << extras.intermediate_sum_bytes
      << ",\n \"kernels\": [";

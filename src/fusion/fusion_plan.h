@@ -72,6 +72,8 @@ struct FusionPlan {
   // kernel per op vs with this plan; and the cost model's time for both.
   int64_t intermediate_bytes_unfused = 0, intermediate_bytes_fused = 0;
   double est_us_unfused = 0, est_us_fused = 0;
+  // Kernel launches per inference with one kernel per op (pure views launch nothing).
+  int kernels_unfused = 0;
   // The one analysis: how often the partitioner asked it, how often the cache answered, and the
   // time spent in it (for --time-passes and the 24-layer-encoder figure in docs/fusion.md).
   int64_t analysis_calls = 0, analysis_cache_hits = 0;

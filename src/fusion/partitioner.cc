@@ -415,6 +415,7 @@ FusionPlan partition(const Graph& g, const FusionOptions& opts) {
   plan.intermediate_bytes_unfused = intermediate_bytes(g, baseline.groups);
   plan.intermediate_bytes_fused = intermediate_bytes(g, plan.groups);
   for (const auto& grp : baseline.groups) plan.est_us_unfused += grp.cost.total_us();
+  plan.kernels_unfused = baseline.kernel_count();
   for (const auto& grp : plan.groups) plan.est_us_fused += grp.cost.total_us();
 
   // Why each remaining producer→consumer edge was not fused.

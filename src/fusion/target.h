@@ -37,7 +37,7 @@ struct Target {
   int64_t shared_memory_bytes = 0;
 
   static Target default_target();  // "x86-avx512"
-  // "x86-avx512", "x86-avx2", "cuda-sm80"; nullopt for unknown names.
+  // "x86-avx512", "x86-avx2", "cuda-sm80", "cuda-sm90", "opencl"; nullopt for unknown names.
   static std::optional<Target> by_name(const std::string& name);
   static std::vector<std::string> names();
 };

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """`kiln explain` output contract: the JSON schema later issues and external checks rely on, the
 text summary lines, --dot (one cluster per kernel) and --svg (well-formed SVG via Graphviz), and
---no-fusion / --fusion-fuel.
+--no-fusion / --fusion-fuel, and the launches saved on the GPU targets.
 
 Usage: test_explain_cli.py KILN MODEL_DIR
 """
@@ -51,12 +51,23 @@ check(3.72e9 <= flops <= 3.76e9, f"encoder FLOPs {flops:.4g} disagree with the h
 unfused = json.loads(run("--json", "--no-fusion"))
 check(unfused["kernel_count"] > plan["kernel_count"], "--no-fusion did not give more kernels")
 check(unfused["intermediate_bytes_fused"] == unfused["intermediate_bytes_unfused"], "--no-fusion still fuses bytes")
+check(unfused["kernels_unfused"] == unfused["kernel_count"], "--no-fusion: unfused launches != its kernels")
+check(plan["kernels_unfused"] == unfused["kernel_count"], "kernels_unfused disagrees with --no-fusion's kernel count")
+# GPU targets: the launches the plan saves, priced at the target's launch cost (in its estimates).
+for target, launch_us in (("cuda-sm80", 5.0), ("cuda-sm90", 5.0), ("opencl", 10.0)):
+    gpu = json.loads(run("--json", "--target", target))
+    check(gpu["target"] == target and gpu["launch_overhead_us"] == launch_us, f"--target {target}: {gpu['target']}")
+    check(gpu["kernels_unfused"] > gpu["kernel_count"] > 0, f"--target {target} saved no launches")
+    line = f"launches per inference: {gpu['kernel_count']} ({gpu['kernels_unfused']} unfused): "
+    line += f"{gpu['kernels_unfused'] - gpu['kernel_count']} saved, "
+    line += f"{(gpu['kernels_unfused'] - gpu['kernel_count']) * launch_us:.1f} us of launch overhead"
+    check(line in run("--target", target), f"--target {target} text lacks '{line}'")
 one = json.loads(run("--json", "--fusion-fuel", "1"))
 check(one["accepted_fusions"] == 1 and one["kernel_count"] == unfused["kernel_count"] - 1,
       f"--fusion-fuel 1 gave {one['accepted_fusions']} fusions / {one['kernel_count']} kernels")
 
 text = run()
-for line in ("kernels: ", "intermediate bytes to DRAM: ", "estimated time: "):
+for line in ("kernels: ", "launches per inference: ", "intermediate bytes to DRAM: ", "estimated time: "):
     check(line in text, f"text output lacks '{line}'")
 
 with tempfile.TemporaryDirectory() as d:
