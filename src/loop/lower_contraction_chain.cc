@@ -95,6 +95,7 @@ class RowPipeline {
   struct Stage : ChainStage {
     explicit Stage(const ChainStage& c) : ChainStage(c) {}
     bool pack = false, axpy = false, mk = false;  // how the right operand is read (choose_form)
+    bool panel = false;                           // b_buf holds it in panels (prepack_weights)
     BufferPtr b_buf;                              // read in place: b_buf[b_base + k * b_stride + j]
     Expr b_base;
     int64_t b_stride = 0;
@@ -293,6 +294,38 @@ class RowPipeline {
     st.mk = sched_.tile_contractions && st.axpy && st.dtype == DType::Float32 && (st.b_buf || st.pack);
   }
 
+  // A stage's constant right operand read in place as a plain [K, N] matrix by the micro-kernel
+  // is read in its panel layout instead (panel_layout.h; packed once when the executable is
+  // built, LoopKernel::packed_inputs), as the tiled GEMM reads weights: the micro-kernel then
+  // streams B at stride nr. In place its rows lay N floats apart, and a 32-column panel of K rows
+  // at a stride of 1.5 KiB (ConvNeXt's 96 x 384 MLP weights) maps to a few L1 sets, re-read from
+  // L2 by every row block. Only weights nothing else in the kernel reads.
+  void prepack_weights() {
+    const int64_t nr = std::max(sched_.contraction.nr, 1);
+    for (Stage& st : stages_) {
+      if (!st.mk || st.pack || !st.b_buf || m_ % tile_ != 0 || st.b_stride != st.n) continue;
+      if (st.b_base->kind != ExprKind::IntImm || st.b_base->int_value != 0) continue;
+      const Value* w = nullptr;
+      for (const Value* v : grp_.inputs)
+        if (input_buf_.count(v) && input_buf_.at(v) == st.b_buf) w = v;
+      if (!w || !w->is_constant() || w->dtype() != DType::Float32 || shape_numel(w->shape()) != st.k * st.n) continue;
+      bool shared = false;
+      for (const Node* n : grp_.nodes)
+        for (size_t i = 0; i < n->num_inputs(); ++i)
+          if (n->input(i) == w && !(n == st.c && i == 1)) shared = true;
+      auto it = std::find(k_.inputs.begin(), k_.inputs.end(), st.b_buf);
+      if (shared || it == k_.inputs.end()) continue;
+      const PanelLayout layout = PanelLayout::row_major(1, st.k, st.n, nr);
+      auto packed = std::make_shared<Buffer>(Buffer{st.b_buf->name, DType::Float32, {layout.packed_numel()}, Scope::Global});
+      *it = packed;
+      input_buf_[w] = packed;
+      k_.packed_inputs.push_back({size_t(it - k_.inputs.begin()), layout});
+      st.b_buf = packed;
+      st.b_stride = nr;
+      st.panel = true;
+    }
+  }
+
   // Bytes of local buffers with tiles of t rows.
   int64_t local_bytes(int64_t t) const {
     int64_t b = 0;
@@ -384,12 +417,14 @@ class RowPipeline {
       const BufferPtr bb = st.pack ? st.b_pack : st.b_buf;
       const Expr base = st.pack ? int_imm(0) : st.b_base;
       const int64_t bs = st.pack ? st.n : st.b_stride, nr = std::max(sched_.contraction.nr, 1);
+      // Panel layout: the column tile from j0 (a multiple of nr) starts at j0 · K.
+      auto b_at_col = [&](const Expr& j0) { return st.panel ? mul(j0, int_imm(st.k)) : add(base, j0); };
       const std::string vn = cat("kiln_n", s), vm = cat("kiln_b", s);
       auto call = [&](int64_t w, Expr j0) {
         Expr r0 = mul(var(vm), int_imm(mr_));
         Stmt c = call_stmt(kernels::kMicroKernelF32,
                            {int_imm(mr_), int_imm(w), int_imm(st.k), address(a_in, mul(r0, int_imm(st.k))), int_imm(st.k),
-                            int_imm(1), address(bb, add(base, j0)), int_imm(bs),
+                            int_imm(1), address(bb, b_at_col(j0)), int_imm(bs),
                             address(st.acc, add(mul(r0, int_imm(st.n)), j0)), int_imm(st.n)});
         return for_loop(vm, int_imm(tile_ / mr_), {c});
       };
@@ -566,6 +601,7 @@ class RowPipeline {
         if (l) body.push_back(l);
     }
 
+    prepack_weights();
     std::vector<BufferPtr> locals;
     auto local = [&](const std::string& name, DType t, int64_t n) {
       locals.push_back(std::make_shared<Buffer>(Buffer{name, t, Shape{n}, Scope::Local}));
