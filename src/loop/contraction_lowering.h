@@ -75,13 +75,19 @@ class ContractionLowering {
   // contraction's value there is `with`.
   std::vector<std::pair<Expr, Expr>> epilogue_stores(Index& point, const Expr& with);
 
-  // e with every placeholder load replaced by `with`; refuses a load at another position.
-  // `at`: the position_key (affine.h) of the contraction output position the placeholder stands for.
-  Expr substitute(const Expr& e, const std::string& at, const Expr& with, std::unordered_map<const ExprNode*, Expr>& memo);
+  // Epilogue value v at idx when the contraction's value at its output position `point_flat` is
+  // `with` (substitute_placeholders; a read of the output at another position refuses).
+  Expr epilogue_value(const Value* v, const Index& idx, const Expr& point_flat, const Expr& with,
+                      std::unordered_map<const ExprNode*, Expr>& memo);
 
   // ---- the nest
 
+  // Loop variables and extents, outermost first.
+  using LoopVars = std::vector<std::pair<std::string, int64_t>>;
+
   LoopKernel build();
+  // The untiled nests' outer loops around `body` (the outermost Parallel when the work is big).
+  LoopKernel untiled_kernel(const LoopVars& loops, std::vector<Stmt> body);
 
   // ---- the tiled nest (lower_contraction_tiled.h)
 
@@ -164,8 +170,7 @@ class ContractionLowering {
 
   // The block loops around the per-row statements `per_row` (which read row kiln_tr_row of kiln_acc and
   // use the outer loop variables `outer`, decoded here from the row index).
-  std::vector<Stmt> tiled_row_blocks(const std::vector<std::pair<std::string, int64_t>>& outer, const BufferPtr& acc,
-                                     std::vector<Stmt> per_row);
+  std::vector<Stmt> tiled_row_blocks(const LoopVars& outer, const BufferPtr& acc, std::vector<Stmt> per_row);
 
   // The im2col panel of a conv whose input is a plain buffer, without per-element div/mod: per
   // tile, each column's input window origin (pos<d> = o_d * stride - pad) and its flat offset go

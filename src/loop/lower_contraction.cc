@@ -277,32 +277,26 @@ Expr ContractionLowering::result(Expr acc, Expr channel) {
 // The stores of the group's outputs at `point` (the contraction's output position) when the
 // contraction's value there is `with`.
 std::vector<std::pair<Expr, Expr>> ContractionLowering::epilogue_stores(Index& point, const Expr& with) {
-  const Value* y = c_->output(0);
   const Expr point_flat = L_.flat(point);
-  const std::string at = position_key(point_flat);
   std::unordered_map<const ExprNode*, Expr> memo;
   std::vector<std::pair<Expr, Expr>> stores;
   for (const Value* v : grp_.outputs) {
     Index idx = v->shape() == out_shape_ ? point : Index::from_flat(v->shape(), point_flat);
-    Expr e = v == y ? with : substitute(L_.value_at(v, idx), at, with, memo);
+    Expr e = epilogue_value(v, idx, point_flat, with, memo);
     stores.push_back({L_.flat(idx), e});
   }
   return stores;
 }
 
-// e with every placeholder load replaced by `with`; refuses a load at another position.
-Expr ContractionLowering::substitute(const Expr& e, const std::string& at, const Expr& with, std::unordered_map<const ExprNode*, Expr>& memo) {
-  if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
-  Expr r = e;
-  if (e->kind == ExprKind::Load && e->buffer == placeholder_) {
-    if (position_key(e->args[0]) != at)
-      refuse(cat("an epilogue op reads the ", c_->op_type(), " output at another position (not lowered to loops yet)"));
-    r = with;
-  } else if (!e->args.empty()) {
-    r = map_args(e, [&](const Expr& a) { return substitute(a, at, with, memo); });
-  }
-  memo[e.get()] = r;
-  return r;
+Expr ContractionLowering::epilogue_value(const Value* v, const Index& idx, const Expr& point_flat, const Expr& with,
+                                         std::unordered_map<const ExprNode*, Expr>& memo) {
+  if (v == c_->output(0)) return with;
+  const std::string what = cat("the ", c_->op_type(), " output");
+  auto lookup = [&](const Buffer* b) -> std::optional<PlaceholderValue> {
+    if (b != placeholder_.get()) return std::nullopt;
+    return PlaceholderValue{point_flat, with, what};
+  };
+  return substitute_placeholders(L_.value_at(v, idx), lookup, memo);
 }
 
 // ---- the nest
@@ -314,11 +308,7 @@ LoopKernel ContractionLowering::build() {
       refuse(cat("group output '", v->name(), "' has another size than the ", c_->op_type(), " output"));
   const DType acc_t = compute_type(dtype_);
 
-  struct Loop {
-    std::string var;
-    int64_t extent;
-  };
-  std::vector<Loop> out_loops;
+  LoopVars out_loops;
   std::vector<Expr> out;
   int next_var = 0;
   for (int64_t e : out_shape_) {
@@ -340,12 +330,17 @@ LoopKernel ContractionLowering::build() {
                             comment("innermost tile: src/kernels micro-kernels with epilogue plug in here"), kloop};
   append_hoisted_stores(body, k_.outputs, std::move(stores), next_let);
 
+  return untiled_kernel(out_loops, std::move(body));
+}
+
+// The untiled nests' outer loops around `body`, the outermost Parallel when the work is big.
+LoopKernel ContractionLowering::untiled_kernel(const LoopVars& loops, std::vector<Stmt> body) {
   int64_t k_total = 1;
   for (int64_t e : k_extents_) k_total *= e;
-  for (size_t i = out_loops.size(); i-- > 0;) {
-    const bool parallel = i == 0 && out_loops[0].extent > 1 && numel * std::max<int64_t>(k_total, 1) >= sched_.parallel_min_work;
-    body = {for_loop(out_loops[i].var, int_imm(out_loops[i].extent), std::move(body),
-                     parallel ? ForKind::Parallel : ForKind::Serial)};
+  const int64_t work = shape_numel(out_shape_) * std::max<int64_t>(k_total, 1);
+  for (size_t i = loops.size(); i-- > 0;) {
+    const bool parallel = i == 0 && loops[0].second > 1 && work >= sched_.parallel_min_work;
+    body = {for_loop(loops[i].first, int_imm(loops[i].second), std::move(body), parallel ? ForKind::Parallel : ForKind::Serial)};
   }
   k_.body = body.size() == 1 ? body[0] : block(std::move(body));
   return std::move(k_);

@@ -174,18 +174,18 @@ class RowPipeline {
       }
     } else if (is_elementwise(n)) {
       bool have = false;
-      std::string where;
+      Expr where;
       for (const Value* u : n->inputs()) {
         if (!u || stage_of(u) != int(s)) continue;
         if (u->shape() != v->shape())
           refuse(cat(name_of(n), " broadcasts a value computed from a chained contraction (not lowered to loops yet)"));
         At a = forward(cx, s, u);
-        const std::string w = position_key(cx.L.flat(a.pos));
+        Expr w = cx.L.flat(a.pos);
         if (!have) {
           r.pos = a.pos;
           where = w;
           have = true;
-        } else if (w != where) {
+        } else if (!same_position(w, where)) {
           refuse(cat(name_of(n), " reads its operands at different positions (not lowered to loops yet)"));
         }
       }
@@ -193,7 +193,7 @@ class RowPipeline {
       size_t slot = 0;
       while (n->output(slot) != v) ++slot;
       std::unordered_map<const ExprNode*, Expr> memo;
-      r.val = substitute(cx, cx.L.lower_node(*n, slot, r.pos), memo);
+      r.val = substitute_placeholders(cx.L.lower_node(*n, slot, r.pos), placeholders(cx), memo);
       KILN_CHECK(r.val->type == v->dtype(), name_of(n), " lowered to ", dtype_name(r.val->type), ", expected ",
                  dtype_name(v->dtype()));
     } else {
@@ -203,22 +203,15 @@ class RowPipeline {
     return r;
   }
 
-  // e with each placeholder load replaced by its value's expression (at that value's position).
-  Expr substitute(Ctx& cx, const Expr& e, std::unordered_map<const ExprNode*, Expr>& memo) {
-    if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
-    Expr r = e;
-    if (e->kind == ExprKind::Load && cx.placeholder_of.count(e->buffer.get())) {
-      const Value* u = cx.placeholder_of.at(e->buffer.get());
-      auto it = cx.at.find(u);
-      KILN_CHECK(it != cx.at.end(), "placeholder of '", u->name(), "' read before it was computed");
-      if (!same_position(e->args[0], cx.L.flat(it->second.pos)))
-        refuse(cat("an epilogue op reads '", u->name(), "' at another position (not lowered to loops yet)"));
-      r = it->second.val;
-    } else if (!e->args.empty()) {
-      r = map_args(e, [&](const Expr& a) { return substitute(cx, a, memo); });
-    }
-    memo[e.get()] = r;
-    return r;
+  // The stage values the placeholders stand for, at their positions (substitute_placeholders).
+  PlaceholderLookup placeholders(Ctx& cx) {
+    return [&cx](const Buffer* b) -> std::optional<PlaceholderValue> {
+      auto p = cx.placeholder_of.find(b);
+      if (p == cx.placeholder_of.end()) return std::nullopt;
+      auto it = cx.at.find(p->second);
+      KILN_CHECK(it != cx.at.end(), "placeholder of '", p->second->name(), "' read before it was computed");
+      return PlaceholderValue{cx.L.flat(it->second.pos), it->second.val, cat("'", p->second->name(), "'")};
+    };
   }
 
   // ---- operands
@@ -428,13 +421,13 @@ class RowPipeline {
     std::vector<Expr> pd(outer_.begin(), outer_.end());
     pd.push_back(j);
     Index point = Index::from_dims(st.out, pd);
-    const std::string point_at = position_key(cx.L.flat(point));
+    const Expr point_at = cx.L.flat(point);
     cx.at[st.c->output(0)] = At{point, acc_val};
     std::vector<BufferPtr> bufs;
     std::vector<std::pair<Expr, Expr>> stores;
     auto row_value = [&](const Value* v) {
       At r = forward(cx, s, v);
-      if (position_key(cx.L.flat(r.pos)) != point_at)
+      if (!same_position(cx.L.flat(r.pos), point_at))
         refuse(cat("'", v->name(), "' is not computed at its row position (not lowered to loops yet)"));
       return r.val;
     };

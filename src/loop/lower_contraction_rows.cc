@@ -325,8 +325,8 @@ int64_t ContractionLowering::rows_per_block(int64_t m, int64_t ld) const {
 
 // The block loops around the per-row statements `per_row` (which read row kiln_tr_row of kiln_acc and
 // use the outer loop variables `outer`, decoded here from the row index).
-std::vector<Stmt> ContractionLowering::tiled_row_blocks(const std::vector<std::pair<std::string, int64_t>>& outer,
-                                                        const BufferPtr& acc, std::vector<Stmt> per_row) {
+std::vector<Stmt> ContractionLowering::tiled_row_blocks(const LoopVars& outer, const BufferPtr& acc,
+                                                        std::vector<Stmt> per_row) {
   const int64_t mr = sched_.contraction.mr, nr = sched_.contraction.nr;
   const bool conv = c_->op_type() == "Conv";
   int64_t rows = 1;
@@ -445,7 +445,6 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const std::vector<std::p
 
 LoopKernel ContractionLowering::build_rows() {
   ContractionRows plan = plan_contraction_rows(grp_, c_, out_shape_);
-  const Value* y = c_->output(0);
   const int64_t numel = shape_numel(out_shape_);
   const DType acc_t = compute_type(dtype_);
   std::unordered_map<const Value*, BufferPtr> buffers;
@@ -467,11 +466,7 @@ LoopKernel ContractionLowering::build_rows() {
     refuse(cat("a row of ", bytes, " bytes after a contraction exceeds the 64 KiB local row (not lowered to loops yet)"));
 
   // Outer loops i<d> (the row kernel's names), row loops kiln_c<d>, K loops kiln_k<j>.
-  struct Loop {
-    std::string var;
-    int64_t extent;
-  };
-  std::vector<Loop> outer_loops, row_loops;
+  LoopVars outer_loops, row_loops;
   std::vector<Expr> out;
   Expr row_flat = int_imm(0);
   for (size_t d = 0; d < out_shape_.size(); ++d) {
@@ -535,76 +530,46 @@ LoopKernel ContractionLowering::build_rows() {
                           : k_loop_nest(out, acc_t, [](size_t j) { return "kiln_k" + std::to_string(j); }, next_let);
 
   // The first loop over the row: the staged values into the local rows, the pre-reduction
-  // outputs into memory.
-  struct St {
-    BufferPtr buf;
-    Expr index, value;
-  };
-  std::vector<St> stores;
+  // outputs into memory (the one epilogue builder: epilogue_value, append_hoisted_stores).
+  std::vector<BufferPtr> bufs;
+  std::vector<std::pair<Expr, Expr>> stores;
   {
     Expr with = result(out, acc_t);
-    const std::string at = position_key(point_flat);
     std::unordered_map<const ExprNode*, Expr> memo;
-    auto value = [&](const Value* v, Index& idx) { return v == y ? with : substitute(L_.value_at(v, idx), at, with, memo); };
     std::vector<Expr> lead_out(lead, int_imm(0));
     lead_out.insert(lead_out.end(), out.begin(), out.end());
     Index lead_point = Index::from_dims(plan.shape, lead_out);
-    for (size_t i = 0; i < plan.staged.size(); ++i)
-      stores.push_back({rows[i], row_flat, value(plan.staged[i], plan.staged[i]->shape() == out_shape_ ? point : lead_point)});
+    for (size_t i = 0; i < plan.staged.size(); ++i) {
+      bufs.push_back(rows[i]);
+      stores.push_back({row_flat, epilogue_value(plan.staged[i], plan.staged[i]->shape() == out_shape_ ? point : lead_point,
+                                                 point_flat, with, memo)});
+    }
     for (const Value* v : plan.first_outputs) {
       if (shape_numel(v->shape()) != numel)
         refuse(cat("group output '", v->name(), "' has another size than the ", c_->op_type(), " output"));
       Index idx = v->shape() == out_shape_   ? point
                   : v->shape() == plan.shape ? lead_point
                                              : Index::from_flat(v->shape(), point_flat);
-      Expr e = value(v, idx);
+      Expr e = epilogue_value(v, idx, point_flat, with, memo);
       const size_t o = size_t(std::find(grp_.outputs.begin(), grp_.outputs.end(), v) - grp_.outputs.begin());
-      stores.push_back({k_.outputs.at(o), L_.flat(idx), e});
+      bufs.push_back(k_.outputs.at(o));
+      stores.push_back({L_.flat(idx), e});
     }
   }
   std::vector<Stmt> body = {let(kAcc, tiled_rows ? load(acc_rows, add(mul(var("kiln_tr_row"), int_imm(row_len)), row_flat))
                                                   : imm(0, acc_t)),
                             kloop};
-  SharedExprHoister h(next_let);
-  for (auto& s : stores) {
-    h.count(s.value);
-    h.count(s.index);
-  }
-  if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused epilogue has ", h.dag_size(), " nodes"));
-  for (auto& s : stores) {
-    s.value = h.rewrite(s.value, body);
-    s.index = h.rewrite(s.index, body);
-  }
-  if (stores.size() > 1)
-    for (auto& s : stores)
-      if (s.value->kind != ExprKind::Var && s.value->kind != ExprKind::IntImm && s.value->kind != ExprKind::FloatImm) {
-        std::string name = "t" + std::to_string(next_let++);
-        body.push_back(let(name, s.value));
-        s.value = var(name, s.value->type);
-      }
-  for (auto& s : stores) body.push_back(store(s.buf, s.index, s.value));
+  append_hoisted_stores(body, bufs, std::move(stores), next_let);
   for (size_t i = row_loops.size(); i-- > 0;)
-    body = {for_loop(row_loops[i].var, int_imm(row_loops[i].extent), std::move(body))};
+    body = {for_loop(row_loops[i].first, int_imm(row_loops[i].second), std::move(body))};
 
   // The reductions' passes over the local rows, then everything inside the outer loops.
   std::vector<Expr> outer(lead, int_imm(0));
   outer.insert(outer.end(), out.begin(), out.begin() + ptrdiff_t(plan.r0 - lead));
   for (auto& s : contraction_row_passes(plan, plan.shape, buffers, outer, name_ + "_rows", sched_)) body.push_back(s);
   for (size_t i = rows.size(); i-- > 0;) body = {allocate(rows[i], std::move(body))};
-  if (tiled_rows) {
-    std::vector<std::pair<std::string, int64_t>> outer_vars;
-    for (const Loop& l : outer_loops) outer_vars.push_back({l.var, l.extent});
-    k_.body = block(tiled_row_blocks(outer_vars, acc_rows, std::move(body)));
-    return std::move(k_);
-  }
-  int64_t k_total = 1;
-  for (int64_t e : k_extents_) k_total *= e;
-  for (size_t i = outer_loops.size(); i-- > 0;) {
-    const bool parallel = i == 0 && outer_loops[0].extent > 1 && numel * std::max<int64_t>(k_total, 1) >= sched_.parallel_min_work;
-    body = {for_loop(outer_loops[i].var, int_imm(outer_loops[i].extent), std::move(body),
-                     parallel ? ForKind::Parallel : ForKind::Serial)};
-  }
-  k_.body = body.size() == 1 ? body[0] : block(std::move(body));
+  if (!tiled_rows) return untiled_kernel(outer_loops, std::move(body));
+  k_.body = block(tiled_row_blocks(outer_loops, acc_rows, std::move(body)));
   return std::move(k_);
 }
 

@@ -11,6 +11,7 @@
 // Every expression built here is total: loads are always in bounds and integer division never
 // traps, even in a select branch that is not taken (the contract in loop_interpreter.h).
 #pragma once
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -180,6 +181,23 @@ class SharedExprHoister {
   std::unordered_map<const ExprNode*, bool> loads_;
   std::unordered_map<const ExprNode*, Expr> done_;
 };
+
+// ---- the epilogue of an anchor (anchor_epilogue.cc; docs/codegen.md, "Anchored emitters")
+//
+// An anchor's output (a contraction's; in a chain, each value of the stage) is bound in the
+// Lowerer to a placeholder register buffer, so an epilogue value built by value_at loads it. At
+// the loop point each placeholder stands for one value at one position (its flat index):
+// `lookup(buffer)` says which (nullopt: not a placeholder). substitute_placeholders replaces
+// every placeholder load by that value; a load at another position (an epilogue op that remaps
+// the anchor's output before using it) refuses, since the point has no value there. Positions are
+// compared as affine forms (same_position, affine.h).
+struct PlaceholderValue {
+  Expr flat;         // where the value is
+  Expr value;
+  std::string what;  // names it in the refusal: "the MatMul output", "'x'"
+};
+using PlaceholderLookup = std::function<std::optional<PlaceholderValue>(const Buffer*)>;
+Expr substitute_placeholders(const Expr& e, const PlaceholderLookup& lookup, std::unordered_map<const ExprNode*, Expr>& memo);
 
 // Appends the stores of (index, value) pairs into `bufs` to `body`. With several stores, each
 // value that is not already a variable or literal is first bound to a Let, so every load of the
