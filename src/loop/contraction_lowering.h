@@ -19,15 +19,6 @@ namespace kiln::loop::detail {
 
 inline constexpr const char* kAcc = "acc";
 
-inline const std::initializer_list<DType> kMatMulTypes = {DType::Float32, DType::Float64, DType::Float16,
-                                                          DType::BFloat16, DType::Int32,  DType::Int64,
-                                                          DType::UInt32,  DType::UInt64};
-inline const std::initializer_list<DType> kConvTypes = {DType::Float32, DType::Float64, DType::Float16};
-
-inline bool type_in(DType t, std::initializer_list<DType> set) {
-  return std::find(set.begin(), set.end(), t) != set.end();
-}
-
 class ContractionLowering {
  public:
   ContractionLowering(const FusionGroup& grp, const std::string& name, const Schedule& sched)

@@ -73,10 +73,8 @@ LoopKernel ContractionLowering::lower() {
 void ContractionLowering::find_contraction() {
   std::vector<const Node*> cs;
   for (const Node* n : grp_.nodes) {
-    const auto kind = op_kind_of_type(n->op_type());
-    if (kind && *kind == OpKind::Contraction && n->domain().empty()) cs.push_back(n);
-    else if (kind && *kind == OpKind::Reduction && n->domain().empty())
-      has_reductions_ = true;
+    if (is_contraction(n)) cs.push_back(n);
+    else if (is_reduction(n)) has_reductions_ = true;
   }
   if (cs.size() != 1)
     refuse(cat("groups of ", cs.size(), " contractions (siblings or chains) are not lowered to loops yet"));
@@ -87,8 +85,7 @@ void ContractionLowering::find_contraction() {
   if (op != "MatMul" && op != "Conv") refuse(cat(op, " is not lowered to loops yet"));
   if (c_->num_outputs() != 1 || !c_->output(0)) refuse(cat(op, " must have one output"));
   for (const Node* n : grp_.nodes) {
-    const auto kind = op_kind_of_type(n->op_type());
-    if (n == c_ || (kind && *kind == OpKind::Reduction && n->domain().empty())) continue;  // row passes check them
+    if (n == c_ || is_reduction(n)) continue;  // row passes check them
     std::string why = unsupported_reason(*n);
     if (!why.empty()) refuse(why);
   }
@@ -97,22 +94,8 @@ void ContractionLowering::find_contraction() {
 }
 
 void ContractionLowering::bind() {
-  k_.name = name_;
-  for (const Node* n : grp_.nodes) {
-    L_.members_.insert(n);
-    if (!n->name().empty() && std::find(k_.sources.begin(), k_.sources.end(), n->name()) == k_.sources.end())
-      k_.sources.push_back(n->name());
-  }
-  std::set<std::string> used = {kAcc};
-  for (const Value* v : grp_.inputs) {
-    auto b = std::make_shared<Buffer>(Buffer{unique_buffer_name(v, used), v->dtype(), v->shape(), Scope::Global});
-    L_.input_buffers_[v] = b;
-    k_.inputs.push_back(b);
-  }
-  for (const Value* v : grp_.outputs)
-    k_.outputs.push_back(
-        std::make_shared<Buffer>(Buffer{unique_buffer_name(v, used), v->dtype(), v->shape(), Scope::Global}));
-  if (grp_.outputs.empty()) refuse("the group writes no outputs");
+  for (const Node* n : grp_.nodes) L_.members_.insert(n);
+  bind_kernel(grp_, name_, k_, {kAcc}, &L_.input_buffers_);
   // The contraction's output as the epilogue sees it: loads of this placeholder become `acc`.
   const Value* y = c_->output(0);
   placeholder_ = std::make_shared<Buffer>(Buffer{"kiln_contraction", y->dtype(), y->shape(), Scope::Register});

@@ -49,16 +49,6 @@ namespace {
 
 constexpr const char* kAcc = "acc";
 
-bool is_reduction(const Node* n) {
-  const auto k = op_kind_of_type(n->op_type());
-  return k && *k == OpKind::Reduction && n->domain().empty();
-}
-
-bool is_elementwise(const Node* n) {
-  const auto k = op_kind_of_type(n->op_type());
-  return k && *k == OpKind::ElementWise && n->domain().empty();
-}
-
 // Ops that move every element to one other position (a bijection): the epilogue carries values
 // through them forward.
 bool is_layout(const Node* n) {
@@ -73,8 +63,6 @@ Expr first_global_load_index(const Expr& e) {
     if (Expr r = first_global_load_index(a)) return r;
   return nullptr;
 }
-
-std::string name_of(const Node* n) { return n->name().empty() ? n->op_type() : cat(n->op_type(), " '", n->name(), "'"); }
 
 }  // namespace
 
@@ -120,22 +108,7 @@ class RowPipeline {
   int stage_of(const Value* v) const { return chain_.stage(v); }
 
   void bind() {
-    k_.name = name_;
-    for (const Node* n : grp_.nodes)
-      if (!n->name().empty() && std::find(k_.sources.begin(), k_.sources.end(), n->name()) == k_.sources.end())
-        k_.sources.push_back(n->name());
-    std::set<std::string> used = {kAcc};
-    for (const Value* v : grp_.inputs) {
-      auto b = std::make_shared<Buffer>(Buffer{unique_buffer_name(v, used), v->dtype(), v->shape(), Scope::Global});
-      input_buf_[v] = b;
-      k_.inputs.push_back(b);
-    }
-    for (const Value* v : grp_.outputs) {
-      auto b = std::make_shared<Buffer>(Buffer{unique_buffer_name(v, used), v->dtype(), v->shape(), Scope::Global});
-      output_buf_[v] = b;
-      k_.outputs.push_back(b);
-    }
-    if (grp_.outputs.empty()) refuse("the group writes no outputs");
+    bind_kernel(grp_, name_, k_, {kAcc}, &input_buf_, &output_buf_);
   }
 
   bool pass_output(const Stage& st, const Value* v) const {

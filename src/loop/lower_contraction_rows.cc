@@ -30,11 +30,6 @@ namespace kiln::loop::detail {
 
 namespace {
 
-bool is_reduction(const Node* n) {
-  const auto k = op_kind_of_type(n->op_type());
-  return k && *k == OpKind::Reduction && n->domain().empty();
-}
-
 // The axes one reduction reduces (as its reference kernel reads them); refuses what is unusual.
 std::vector<bool> reduced_axes(const Node& n) {
   if (!n.input(0) || n.num_outputs() != 1) refuse(cat(n.op_type(), " has an unexpected signature"));

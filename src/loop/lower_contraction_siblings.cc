@@ -30,11 +30,6 @@ namespace kiln::loop::detail {
 
 namespace {
 
-bool is_contraction(const Node* n) {
-  const auto k = op_kind_of_type(n->op_type());
-  return k && *k == OpKind::Contraction && n->domain().empty();
-}
-
 struct Part {
   FusionGroup grp;
   std::unordered_set<const Node*> core;  // members assigned to this part (not recomputed prologue)
@@ -194,20 +189,8 @@ class MultiContraction {
 
   LoopKernel merge(std::vector<LoopKernel>& kernels) {
     LoopKernel k;
-    k.name = name_;
-    for (const Node* n : grp_.nodes)
-      if (!n->name().empty() && std::find(k.sources.begin(), k.sources.end(), n->name()) == k.sources.end())
-        k.sources.push_back(n->name());
-    std::set<std::string> used = {"acc"};
     std::unordered_map<const Value*, BufferPtr> where;
-    for (const Value* v : grp_.inputs) {
-      k.inputs.push_back(std::make_shared<Buffer>(Buffer{unique_buffer_name(v, used), v->dtype(), v->shape(), Scope::Global}));
-      where[v] = k.inputs.back();
-    }
-    for (const Value* v : grp_.outputs) {
-      k.outputs.push_back(std::make_shared<Buffer>(Buffer{unique_buffer_name(v, used), v->dtype(), v->shape(), Scope::Global}));
-      where[v] = k.outputs.back();
-    }
+    bind_kernel(grp_, name_, k, {"acc"}, &where, &where);
     std::vector<BufferPtr> mids;
     std::vector<const FusionGroup*> groups;
     for (const auto& part : parts_) groups.push_back(&part.grp);
@@ -275,21 +258,6 @@ class MultiContraction {
   Part trailing_;
 };
 
-bool is_reduction(const Node* n) {
-  const auto k = op_kind_of_type(n->op_type());
-  return k && *k == OpKind::Reduction && n->domain().empty();
-}
-
-// MatMul's dtypes (the reference kernel's, as lower_contraction.cc accepts them).
-bool matmul_type(DType t) {
-  for (DType u : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32, DType::Int64,
-                  DType::UInt32, DType::UInt64})
-    if (t == u) return true;
-  return false;
-}
-
-std::string name_of(const Node* n) { return n->name().empty() ? n->op_type() : cat(n->op_type(), " '", n->name(), "'"); }
-
 // The chain's stages: which MatMul each member follows, each stage's geometry and row plan.
 class ChainAnalysis {
  public:
@@ -352,7 +320,7 @@ class ChainAnalysis {
     const Value* a = st.c->input(0);
     const Value* b = st.c->input(1);
     st.dtype = a->dtype();
-    if (b->dtype() != st.dtype || !matmul_type(st.dtype)) refuse(cat("MatMul does not accept ", dtype_name(st.dtype)));
+    if (b->dtype() != st.dtype || !type_in(st.dtype, kMatMulTypes)) refuse(cat("MatMul does not accept ", dtype_name(st.dtype)));
     const Shape& as = a->shape();
     const Shape& bs = b->shape();
     if (as.size() < 2 || bs.size() < 2) refuse("a chained MatMul with a vector operand is not lowered to loops yet");

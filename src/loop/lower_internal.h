@@ -11,7 +11,9 @@
 // Every expression built here is total: loads are always in bounds and integer division never
 // traps, even in a select branch that is not taken (the contract in loop_interpreter.h).
 #pragma once
+#include <algorithm>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <set>
 #include <string>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "fusion/fusion_plan.h"
+#include "fusion/op_kind.h"
 #include "loop/loop_ir.h"
 #include "loop/lower_group.h"
 #include "loop/schedule.h"
@@ -143,6 +146,28 @@ class Lowerer {
 
 // ---- helpers shared by the per-op files
 
+// A member's class as the anchored emitters read it (the op-kind table; ONNX-domain ops only).
+inline bool is_reduction(const Node* n) { return op_kind(*n) == OpKind::Reduction; }
+inline bool is_contraction(const Node* n) { return op_kind(*n) == OpKind::Contraction; }
+inline bool is_elementwise(const Node* n) {
+  const auto k = op_kind_of_type(n->op_type());
+  return k && *k == OpKind::ElementWise && n->domain().empty();
+}
+// The types the MatMul and Conv reference kernels accept.
+inline const std::initializer_list<DType> kMatMulTypes = {DType::Float32, DType::Float64, DType::Float16,
+                                                          DType::BFloat16, DType::Int32,  DType::Int64,
+                                                          DType::UInt32,  DType::UInt64};
+inline const std::initializer_list<DType> kConvTypes = {DType::Float32, DType::Float64, DType::Float16};
+
+inline bool type_in(DType t, std::initializer_list<DType> set) {
+  return std::find(set.begin(), set.end(), t) != set.end();
+}
+
+// "Op 'name'" (or the op type alone) for refusal texts.
+inline std::string name_of(const Node* n) {
+  return n->name().empty() ? n->op_type() : cat(n->op_type(), " '", n->name(), "'");
+}
+
 // Why the group cannot contain n ("" when n is supported); checked for every node before lowering.
 std::string unsupported_reason(const Node& n);         // lower_elementwise.cc (dispatches)
 std::string unsupported_injective(const Node& n);      // lower_injective.cc
@@ -214,6 +239,13 @@ void append_hoisted_stores(std::vector<Stmt>& body, const std::vector<BufferPtr>
 // A C buffer name for a value, unique within `used`, never a name the nest or an emitter uses
 // itself (i<k>, t<k>, acc, math functions, kiln_*).
 std::string unique_buffer_name(const Value* v, std::set<std::string>& used);
+
+// Sets up `k` for `grp`: its name, its sources (the members' node names) and one Global buffer per
+// group input and output, named after the values (unique_buffer_name within `used`), recorded in
+// `inputs` / `outputs` when given. Refuses a group that writes no outputs.
+void bind_kernel(const FusionGroup& grp, const std::string& name, LoopKernel& k, std::set<std::string> used,
+                 std::unordered_map<const Value*, BufferPtr>* inputs,
+                 std::unordered_map<const Value*, BufferPtr>* outputs = nullptr);
 
 // A contraction group with row reductions over the trailing axes of its output
 // (lower_contraction_rows.cc): which epilogue values are staged in a local row, which outputs the
