@@ -423,47 +423,32 @@ class RowPipeline {
   }
 
   // The stage's row reductions and what follows them for row t of the tile, reading the staged
-  // rows; `next` goes to its tile row. The passes address a row as its own buffer (staged) or by
-  // the full tensor's offset (outputs): stand-in buffers are rebound at the row's place.
+  // rows; `next` goes to its tile row. The passes address a staged row within the row and an
+  // output by the full tensor's offset: both are placed at the tile's row t.
   std::vector<Stmt> row_passes(size_t s, const std::string& t) {
     Stage& st = stages_[s];
     const ContractionRows& plan = *st.plan;
     const Expr row0 = mul(var(t), int_imm(st.n));
     Expr base = int_imm(0);
     for (size_t d = 0; d < st.out.size(); ++d) base = add(mul(base, int_imm(st.out[d])), d < plan.r0 ? outer_[d] : int_imm(0));
-    std::unordered_map<const Value*, BufferPtr> buffers;
-    BufferMap rebind;
+    std::unordered_map<const Value*, BufferTarget> targets;
     for (const Value* v : plan.passes.inputs) {
       auto si = std::find(plan.staged.begin(), plan.staged.end(), v);
-      if (si != plan.staged.end()) {
-        const BufferPtr& row = st.staged_rows[size_t(si - plan.staged.begin())];
-        auto stand_in = std::make_shared<Buffer>(Buffer{row->name, row->dtype, Shape{st.n}, Scope::Local});
-        buffers[v] = stand_in;
-        rebind[stand_in.get()] = BufferTarget{row, row0};
-      } else if (input_buf_.count(v)) {
-        buffers[v] = input_buf_.at(v);
-      } else {
-        refuse(cat("the row passes read '", v->name(), "', not a kernel input (not lowered to loops yet)"));
-      }
+      if (si != plan.staged.end()) targets[v] = BufferTarget{st.staged_rows[size_t(si - plan.staged.begin())], row0};
+      else if (input_buf_.count(v)) targets[v] = BufferTarget{input_buf_.at(v), nullptr};
+      else refuse(cat("the row passes read '", v->name(), "', not a kernel input (not lowered to loops yet)"));
     }
     for (const Value* v : plan.passes.outputs) {
       if (output_buf_.count(v)) {
-        buffers[v] = output_buf_.at(v);
+        targets[v] = BufferTarget{output_buf_.at(v), nullptr};
       } else {
         KILN_CHECK(v == st.next, "row pass output '", v->name(), "' has no buffer");
-        auto stand_in = std::make_shared<Buffer>(Buffer{cat("kiln_next", s), v->dtype(), v->shape(), Scope::Global});
-        buffers[v] = stand_in;
-        rebind[stand_in.get()] = BufferTarget{st.row_out, sub(row0, base)};
+        targets[v] = BufferTarget{st.row_out, sub(row0, base)};
       }
     }
-    std::vector<Stmt> passes = contraction_row_passes(plan, plan.shape, buffers, outer_, cat(name_, "_rows", s), sched_);
-    // The rebound offsets read the tile's row variable `t`: the passes' own loops must not be
-    // named like it (a tail loop kiln_t<pass> of pass 1 captured kiln_t1, stage 1's row loop).
-    std::set<std::string> avoid;
-    collect_vars(row0, avoid);
-    collect_vars(base, avoid);
-    passes = rename_bound_vars(passes, avoid);
-    for (auto& p : passes) p = rebind_buffers(p, rebind);
+    // (contraction_row_passes renames the passes' own loops away from the targets' offsets: a
+    // tail loop kiln_t<pass> of pass 1 once captured kiln_t1, stage 1's row loop.)
+    std::vector<Stmt> passes = contraction_row_passes(plan, plan.shape, targets, outer_, cat(name_, "_rows", s), sched_);
     std::vector<Stmt> r = {scoped(std::move(passes))};
     if (st.next && pass_output(st, st.next) && output_buf_.count(st.next)) {
       // `next` is a group output too: the passes stored it there; the next stage reads it back.

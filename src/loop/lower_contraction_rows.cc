@@ -165,58 +165,8 @@ ContractionRows plan_contraction_rows(const FusionGroup& grp, const Node* c, con
   return p;
 }
 
-namespace {
-
-struct Rebind {
-  std::unordered_map<const Buffer*, BufferPtr> global;  // the passes' buffer -> the kernel's
-  std::unordered_map<const Buffer*, BufferPtr> local;   // a staged input -> its local row
-  Expr row_base;                                         // flat offset of the current row
-  std::unordered_map<const ExprNode*, Expr> memo;
-
-  Expr expr(const Expr& e) {
-    if (!e) return e;
-    if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
-    Expr r = e;
-    if (e->kind == ExprKind::Load && local.count(e->buffer.get())) {
-      r = load(local.at(e->buffer.get()), sub(expr(e->args[0]), row_base));
-    } else {
-      auto copy = std::make_shared<ExprNode>(*e);
-      bool changed = false;
-      if (e->kind == ExprKind::Load) {
-        auto it = global.find(e->buffer.get());
-        KILN_CHECK(it != global.end(), "row pass loads an unmapped buffer ", e->buffer->name);
-        changed = it->second != e->buffer;
-        copy->buffer = it->second;
-      }
-      for (auto& a : copy->args) {
-        Expr na = expr(a);
-        changed = changed || na != a;
-        a = na;
-      }
-      if (changed) r = copy;
-    }
-    memo[e.get()] = r;
-    return r;
-  }
-
-  Stmt stmt(const Stmt& s) {
-    // A buffer the row kernel allocates itself (e.g. vector lanes of a reduction) stays as it is.
-    if (s->kind == StmtKind::Allocate) global[s->buffer.get()] = s->buffer;
-    auto c = map_stmt(s, [&](const Expr& e) { return expr(e); }, [&](const Stmt& b) { return stmt(b); });
-    if (s->kind == StmtKind::Store) {
-      auto it = global.find(s->buffer.get());
-      KILN_CHECK(it != global.end() && !local.count(s->buffer.get()), "row pass stores to an unmapped buffer ",
-                 s->buffer->name);
-      c->buffer = it->second;
-    }
-    return c;
-  }
-};
-
-}  // namespace
-
 std::vector<Stmt> contraction_row_passes(const ContractionRows& plan, const Shape& shape,
-                                         const std::unordered_map<const Value*, BufferPtr>& buffers,
+                                         const std::unordered_map<const Value*, BufferTarget>& targets,
                                          const std::vector<Expr>& outer, const std::string& name,
                                          const Schedule& sched) {
   LoweredGroup lg = lower_reduction_group(plan.passes, name, /*jam_rows=*/false, sched);
@@ -227,14 +177,27 @@ std::vector<Stmt> contraction_row_passes(const ContractionRows& plan, const Shap
   const LoopKernel& rk = *lg.kernel;
   KILN_CHECK(rk.inputs.size() == plan.passes.inputs.size() && rk.outputs.size() == plan.passes.outputs.size(),
              "row kernel buffers do not match its group");
-  Rebind rb;
+  // The flat offset of the current row: a staged value's full-tensor index minus it is its
+  // index within the local row.
+  Expr base = int_imm(0);
+  for (size_t d = 0; d < shape.size(); ++d)
+    base = add(mul(base, int_imm(shape[d])), d < plan.r0 ? outer[d] : int_imm(0));
+  BufferMap map;
+  std::set<std::string> avoid;
+  for (const Expr& e : outer) collect_vars(e, avoid);
+  auto target = [&](const Buffer* b, const Value* v, bool staged) {
+    auto it = targets.find(v);
+    KILN_CHECK(it != targets.end(), "row pass value '", v->name(), "' has no buffer");
+    BufferTarget t = it->second;
+    if (staged) t.base = base;
+    if (t.offset) collect_vars(t.offset, avoid);
+    map[b] = t;
+  };
   for (size_t i = 0; i < rk.inputs.size(); ++i) {
     const Value* v = plan.passes.inputs[i];
-    const BufferPtr& to = buffers.at(v);
-    if (std::find(plan.staged.begin(), plan.staged.end(), v) != plan.staged.end()) rb.local[rk.inputs[i].get()] = to;
-    else rb.global[rk.inputs[i].get()] = to;
+    target(rk.inputs[i].get(), v, std::find(plan.staged.begin(), plan.staged.end(), v) != plan.staged.end());
   }
-  for (size_t i = 0; i < rk.outputs.size(); ++i) rb.global[rk.outputs[i].get()] = buffers.at(plan.passes.outputs[i]);
+  for (size_t i = 0; i < rk.outputs.size(); ++i) target(rk.outputs[i].get(), plan.passes.outputs[i], false);
   // The row kernel's outer loops are `i<d>` over the non-unit dims before the row axes, the same
   // variables the contraction kernel's outer loops use; peel them.
   std::vector<Stmt> body = rk.body->kind == StmtKind::Block ? rk.body->body : std::vector<Stmt>{rk.body};
@@ -244,17 +207,13 @@ std::vector<Stmt> contraction_row_passes(const ContractionRows& plan, const Shap
       refuse("the row kernel's outer loops are not the contraction's (internal)");
     body = body[0]->body;
   }
-  Expr base = int_imm(0);
-  for (size_t d = 0; d < shape.size(); ++d)
-    base = add(mul(base, int_imm(shape[d])), d < plan.r0 ? outer[d] : int_imm(0));
-  rb.row_base = base;
   // The row kernel was lowered on its own: its loops (kiln_t<pass> over a row's tail, ...) may be
-  // named like the contraction kernel's loops around this point, which `outer` reads (the chain's
-  // row loop kiln_t<stage>). Renamed before the row base is substituted, so none captures them.
-  std::set<std::string> avoid;
-  for (const Expr& e : outer) collect_vars(e, avoid);
+  // named like the contraction kernel's loops around this point, which `outer` and the targets'
+  // offsets read (the chain's row loop kiln_t<stage>). Renamed before the buffers are rebound, so
+  // none captures them.
   body = rename_bound_vars(body, avoid);
-  for (auto& s : body) s = rb.stmt(s);
+  BufferRebinder rb(std::move(map));
+  for (auto& st : body) st = rb.stmt(st);
   return body;
 }
 
@@ -442,9 +401,9 @@ LoopKernel ContractionLowering::build_rows() {
   ContractionRows plan = plan_contraction_rows(grp_, c_, out_shape_);
   const int64_t numel = shape_numel(out_shape_);
   const DType acc_t = compute_type(dtype_);
-  std::unordered_map<const Value*, BufferPtr> buffers;
-  for (size_t i = 0; i < grp_.inputs.size(); ++i) buffers[grp_.inputs[i]] = k_.inputs[i];
-  for (size_t i = 0; i < grp_.outputs.size(); ++i) buffers[grp_.outputs[i]] = k_.outputs[i];
+  std::unordered_map<const Value*, BufferTarget> buffers;
+  for (size_t i = 0; i < grp_.inputs.size(); ++i) buffers[grp_.inputs[i]] = BufferTarget{k_.inputs[i], nullptr};
+  for (size_t i = 0; i < grp_.outputs.size(); ++i) buffers[grp_.outputs[i]] = BufferTarget{k_.outputs[i], nullptr};
   const Shape row_shape(plan.shape.begin() + ptrdiff_t(plan.r0), plan.shape.end());
   // plan.shape is the output with `lead` leading 1s (a residual broadcast it to a higher rank).
   const size_t lead = plan.shape.size() - out_shape_.size();
@@ -453,7 +412,7 @@ LoopKernel ContractionLowering::build_rows() {
   for (size_t i = 0; i < plan.staged.size(); ++i) {
     const Value* v = plan.staged[i];
     rows.push_back(std::make_shared<Buffer>(Buffer{"kiln_crow" + std::to_string(i), v->dtype(), row_shape, Scope::Local}));
-    buffers[v] = rows.back();
+    buffers[v] = BufferTarget{rows.back(), nullptr};
     bytes += plan.row * int64_t(dtype_size(v->dtype()));
   }
   // OpenMP workers have small stacks (the emitter would heap-allocate; keep it bounded anyway).

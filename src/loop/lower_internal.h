@@ -24,6 +24,7 @@
 #include "fusion/op_kind.h"
 #include "loop/loop_ir.h"
 #include "loop/lower_group.h"
+#include "loop/rebind_buffers.h"
 #include "loop/schedule.h"
 #include "support/error.h"
 
@@ -259,10 +260,11 @@ struct ContractionRows {
 };
 ContractionRows plan_contraction_rows(const FusionGroup& grp, const Node* c, const Shape& out_shape);
 // The passes' statements for one row, inside the contraction kernel's outer loops (`outer`: the
-// index into `shape` (plan.shape) at dims < r0): `buffers` maps the passes' inputs and outputs to
-// the kernel's buffers and each staged value to its local row.
+// index into `shape` (plan.shape) at dims < r0): `targets` maps the passes' inputs and outputs to
+// the kernel's buffers, indexed as the full tensor plus the target's offset, and each staged value
+// to its local row, indexed within the row plus the offset (where the row starts in the buffer).
 std::vector<Stmt> contraction_row_passes(const ContractionRows& plan, const Shape& shape,
-                                         const std::unordered_map<const Value*, BufferPtr>& buffers,
+                                         const std::unordered_map<const Value*, BufferTarget>& targets,
                                          const std::vector<Expr>& outer, const std::string& name,
                                          const Schedule& sched = Schedule{});
 
