@@ -76,7 +76,6 @@ class ContractionLowering {
   // Loop variables and extents, outermost first.
   using LoopVars = std::vector<std::pair<std::string, int64_t>>;
 
-  LoopKernel build();
   // The untiled nests' outer loops around `body` (the outermost Parallel when the work is big).
   LoopKernel untiled_kernel(const LoopVars& loops, std::vector<Stmt> body);
 
@@ -171,9 +170,12 @@ class ContractionLowering {
   // ResNet-18's 3x3 convs.)
   GemmOperand::Packer im2col_packer(int64_t ncols, int64_t mg, int64_t cg);
 
-  // ---- row reductions over trailing axes (lower_contraction_rows.cc has the plan and the passes)
+  // ---- the element / rows nest (lower_contraction_rows.cc): per outer position, the K loop (or
+  // the tiled rows' accumulator) and the epilogue per element, then the plan's row passes. A plan
+  // with no passes (no_rows: every output stored from the element loop) is the untiled nest.
 
-  LoopKernel build_rows();
+  ContractionRows no_rows() const;
+  LoopKernel build_rows(const ContractionRows& plan);
 
   const FusionGroup& grp_;
   std::string name_;

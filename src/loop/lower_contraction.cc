@@ -22,6 +22,7 @@
 // Row reductions over the trailing axes of the output (LayerNorm, softmax, a global pool after the
 // contraction): per outer position, a first loop over the row stores the pre-reduction epilogue
 // into a local row, then the row kernel's passes read it (build_rows, lower_contraction_rows.cc).
+// The untiled nest above is the same builder with no row passes (no_rows).
 // Groups with several contractions go to lower_contraction_siblings.cc / _chain.cc.
 //
 // Refused (LoweredGroup::reason; the runtime runs the reference kernels): reductions over other
@@ -46,7 +47,7 @@ LoopKernel ContractionLowering::lower() {
   else conv_geometry();
   if (out_shape_ != c_->output(0)->shape())
     refuse(cat(c_->op_type(), " output is ", shape_str(c_->output(0)->shape()), ", expected ", shape_str(out_shape_)));
-  if (has_reductions_) return build_rows();
+  if (has_reductions_) return build_rows(plan_contraction_rows(grp_, c_, out_shape_));
   if (stencil_conv()) return build_stencil();
   if (tiled()) return build_tiled();
   // The untiled nest applies the epilogue per output element after its K loop, unvectorised: an
@@ -65,7 +66,7 @@ LoopKernel ContractionLowering::lower() {
         refuse(cat(n->op_type(), " in the epilogue of the untiled ", c_->op_type(), " nest (", work,
                    " multiply-adds) would run per element, unvectorised; as its own kernel it vectorises"));
   }
-  return build();
+  return build_rows(no_rows());
 }
 
 // ---- analysis
@@ -211,11 +212,9 @@ Expr ContractionLowering::conv_input(Expr n, Expr cin, const std::vector<Expr>& 
   return x;
 }
 
-// The contraction's output at the loop point, from the accumulator.
 // The K loop nest: `acc = acc + A·B` over the reduction extents (size-1 extents fold to index 0),
-// shared parts of the operand loads in Lets inside the loop. This is the innermost tile: the
-// scheduling issue replaces it with a src/kernels micro-kernel (register tile of accumulators,
-// epilogue applied on the tile) behind the same interface.
+// shared parts of the operand loads in Lets inside the loop (the untiled nest's innermost loop;
+// the tiled nests call the micro-kernel instead).
 Stmt ContractionLowering::k_loop_nest(const std::vector<Expr>& out, DType acc_t, const std::function<std::string(size_t)>& name,
                                       int& next_let) {
   struct Loop {
@@ -283,38 +282,6 @@ Expr ContractionLowering::epilogue_value(const Value* v, const Index& idx, const
 }
 
 // ---- the nest
-
-LoopKernel ContractionLowering::build() {
-  const int64_t numel = shape_numel(out_shape_);
-  for (const Value* v : grp_.outputs)
-    if (shape_numel(v->shape()) != numel)
-      refuse(cat("group output '", v->name(), "' has another size than the ", c_->op_type(), " output"));
-  const DType acc_t = compute_type(dtype_);
-
-  LoopVars out_loops;
-  std::vector<Expr> out;
-  int next_var = 0;
-  for (int64_t e : out_shape_) {
-    std::string v = "i" + std::to_string(next_var++);
-    if (e == 1) {
-      out.push_back(int_imm(0));
-      continue;
-    }
-    out_loops.push_back({v, e});
-    out.push_back(var(v));
-  }
-  Index point = Index::from_dims(out_shape_, out);
-  int next_let = 0;
-  Stmt kloop = k_loop_nest(out, acc_t, [&](size_t) { return "i" + std::to_string(next_var++); }, next_let);
-
-  // The epilogue at the output position: the group's outputs from acc.
-  std::vector<std::pair<Expr, Expr>> stores = epilogue_stores(point, result(out, acc_t));
-  std::vector<Stmt> body = {let(kAcc, imm(0, acc_t)),
-                            comment("innermost tile: src/kernels micro-kernels with epilogue plug in here"), kloop};
-  append_hoisted_stores(body, k_.outputs, std::move(stores), next_let);
-
-  return untiled_kernel(out_loops, std::move(body));
-}
 
 // The untiled nests' outer loops around `body`, the outermost Parallel when the work is big.
 LoopKernel ContractionLowering::untiled_kernel(const LoopVars& loops, std::vector<Stmt> body) {

@@ -395,10 +395,19 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const LoopVars& outer, c
           body};
 }
 
-// ---- row reductions over trailing axes (lower_contraction_rows.cc has the plan and the passes)
+// ---- the element / rows nest: row reductions over trailing axes (the plan and the passes above),
+// or, with a plan of no row passes, the untiled nest (every output stored from the element loop)
 
-LoopKernel ContractionLowering::build_rows() {
-  ContractionRows plan = plan_contraction_rows(grp_, c_, out_shape_);
+ContractionRows ContractionLowering::no_rows() const {
+  ContractionRows p;
+  p.shape = out_shape_;
+  p.r0 = out_shape_.size();
+  p.first_outputs = grp_.outputs;
+  return p;
+}
+
+LoopKernel ContractionLowering::build_rows(const ContractionRows& plan) {
+  const bool passes = !plan.passes.nodes.empty();
   const int64_t numel = shape_numel(out_shape_);
   const DType acc_t = compute_type(dtype_);
   std::unordered_map<const Value*, BufferTarget> buffers;
@@ -419,7 +428,8 @@ LoopKernel ContractionLowering::build_rows() {
   if (bytes > 64 * 1024)
     refuse(cat("a row of ", bytes, " bytes after a contraction exceeds the 64 KiB local row (not lowered to loops yet)"));
 
-  // Outer loops i<d> (the row kernel's names), row loops kiln_c<d>, K loops kiln_k<j>.
+  // Outer loops i<d> (the row kernel's names), row loops kiln_c<d>, K loops kiln_k<j> (i<d> after
+  // the outer loops' in the untiled nest).
   LoopVars outer_loops, row_loops;
   std::vector<Expr> out;
   Expr row_flat = int_imm(0);
@@ -437,7 +447,7 @@ LoopKernel ContractionLowering::build_rows() {
   int next_let = 0;
   // Tiled: the products of a block of rows come from the micro-kernel into kiln_acc (see
   // rows_tiled); the untiled nest computes each element's K loop in place.
-  const bool tiled_rows = rows_tiled(plan, lead);
+  const bool tiled_rows = passes && rows_tiled(plan, lead);
   // The untiled nest is a dot product per element, reading B down its columns: fine for the
   // small or oddly shaped contractions it exists for, 30-100x slower than the micro-kernel on a
   // real layer. A group that is untiled only because fusion made an operand computed (a prologue
@@ -445,7 +455,7 @@ LoopKernel ContractionLowering::build_rows() {
   // slow kernel (swin_t's LayerNorm tail -> patch-merging MatMul -> LayerNorm: 45 ms untiled).
   // (A remapped B, attention's K^T, is read along K in that nest and stays accepted: the chain
   // it grows into is tiled.)
-  if (!tiled_rows && sched_.tile_contractions && dtype_ == DType::Float32 && c_->op_type() == "MatMul" &&
+  if (passes && !tiled_rows && sched_.tile_contractions && dtype_ == DType::Float32 && c_->op_type() == "MatMul" &&
       is_group_input(c_->input(1)) && computed_by_members(c_->input(0))) {
     const int64_t k = c_->input(0)->shape().back();
     if (numel * k >= sched_.parallel_min_work)
@@ -461,10 +471,10 @@ LoopKernel ContractionLowering::build_rows() {
   // rows nest also recomputes a fused prologue per kernel tap (EfficientNet-B0's SiLU of the
   // expansion inside a 3x3 depthwise conv + SiLU + global pool: 1.55 ms; as the stencil with the
   // prologue staged once, and a separate pool kernel, 0.1 ms).
-  if (stencil_conv())
+  if (passes && stencil_conv())
     refuse(cat("the row passes after a Conv with ", group_,
                " groups would need the untiled rows nest; the stencil nest and a separate row kernel are faster"));
-  if (!tiled_rows && sched_.tile_contractions && dtype_ == DType::Float32 && c_->op_type() == "Conv") {
+  if (passes && !tiled_rows && sched_.tile_contractions && dtype_ == DType::Float32 && c_->op_type() == "Conv") {
     const int64_t k = shape_numel(c_->input(1)->shape()) / std::max<int64_t>(c_->input(1)->shape()[0], 1);
     if (numel * k >= sched_.parallel_min_work)
       refuse(cat("the row passes after a Conv with ", group_, " groups would need the untiled rows nest (",
@@ -480,8 +490,11 @@ LoopKernel ContractionLowering::build_rows() {
     acc_rows_n = rows_per_block(rows / nb, row_len);
   }
   auto acc_rows = std::make_shared<Buffer>(Buffer{"kiln_acc", DType::Float32, {acc_rows_n * row_len}, Scope::Local});
+  const size_t rank = out_shape_.size();
   Stmt kloop = tiled_rows ? comment("products from the micro-kernel")
-                          : k_loop_nest(out, acc_t, [](size_t j) { return "kiln_k" + std::to_string(j); }, next_let);
+                          : k_loop_nest(out, acc_t, [passes, rank](size_t j) {
+                              return passes ? "kiln_k" + std::to_string(j) : "i" + std::to_string(rank + j);
+                            }, next_let);
 
   // The first loop over the row: the staged values into the local rows, the pre-reduction
   // outputs into memory (the one epilogue builder: epilogue_value, append_hoisted_stores).
@@ -520,7 +533,8 @@ LoopKernel ContractionLowering::build_rows() {
   // The reductions' passes over the local rows, then everything inside the outer loops.
   std::vector<Expr> outer(lead, int_imm(0));
   outer.insert(outer.end(), out.begin(), out.begin() + ptrdiff_t(plan.r0 - lead));
-  for (auto& s : contraction_row_passes(plan, plan.shape, buffers, outer, name_ + "_rows", sched_)) body.push_back(s);
+  if (passes)
+    for (auto& s : contraction_row_passes(plan, plan.shape, buffers, outer, name_ + "_rows", sched_)) body.push_back(s);
   for (size_t i = rows.size(); i-- > 0;) body = {allocate(rows[i], std::move(body))};
   if (!tiled_rows) return untiled_kernel(outer_loops, std::move(body));
   k_.body = block(tiled_row_blocks(outer_loops, acc_rows, std::move(body)));
