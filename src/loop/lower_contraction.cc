@@ -105,27 +105,41 @@ void ContractionLowering::bind() {
 
 // ---- geometry (the reference kernels' checks: what they would reject is refused)
 
-void ContractionLowering::matmul_geometry() {
-  const Value* a = c_->input(0);
-  const Value* b = c_->num_inputs() > 1 ? c_->input(1) : nullptr;
-  if (c_->num_inputs() != 2 || !a || !b) refuse("MatMul needs two inputs");
-  dtype_ = a->dtype();
-  if (b->dtype() != dtype_ || !type_in(dtype_, kMatMulTypes)) refuse(cat("MatMul does not accept ", dtype_name(dtype_)));
+MatMulGeometry matmul_geometry(const Node& c) {
+  const Value* a = c.num_inputs() > 0 ? c.input(0) : nullptr;
+  const Value* b = c.num_inputs() > 1 ? c.input(1) : nullptr;
+  if (c.num_inputs() != 2 || !a || !b) refuse("MatMul needs two inputs");
+  MatMulGeometry g;
+  g.dtype = a->dtype();
+  if (b->dtype() != g.dtype || !type_in(g.dtype, kMatMulTypes)) refuse(cat("MatMul does not accept ", dtype_name(g.dtype)));
   Shape as = a->shape(), bs = b->shape();
   if (as.empty() || bs.empty()) refuse("MatMul operands must have rank >= 1");
-  a_vec_ = as.size() == 1;
-  b_vec_ = bs.size() == 1;
-  if (a_vec_) as.insert(as.begin(), 1);
-  if (b_vec_) bs.push_back(1);
-  const int64_t k = as.back();
-  if (bs[bs.size() - 2] != k) refuse("MatMul inner dims differ");
-  a_batch_ = Shape(as.begin(), as.end() - 2);
-  b_batch_ = Shape(bs.begin(), bs.end() - 2);
-  batch_ = broadcast_shapes({a_batch_, b_batch_});
-  out_shape_ = batch_;
-  if (!a_vec_) out_shape_.push_back(as[as.size() - 2]);
-  if (!b_vec_) out_shape_.push_back(bs.back());
-  k_extents_ = {k};
+  g.a_vec = as.size() == 1;
+  g.b_vec = bs.size() == 1;
+  if (g.a_vec) as.insert(as.begin(), 1);
+  if (g.b_vec) bs.push_back(1);
+  g.k = as.back();
+  g.n = bs.back();
+  if (bs[bs.size() - 2] != g.k) refuse("MatMul inner dims differ");
+  g.a_batch = Shape(as.begin(), as.end() - 2);
+  g.b_batch = Shape(bs.begin(), bs.end() - 2);
+  g.batch = broadcast_shapes({g.a_batch, g.b_batch});
+  g.out = g.batch;
+  if (!g.a_vec) g.out.push_back(as[as.size() - 2]);
+  if (!g.b_vec) g.out.push_back(g.n);
+  return g;
+}
+
+void ContractionLowering::matmul_geometry() {
+  const MatMulGeometry g = detail::matmul_geometry(*c_);
+  dtype_ = g.dtype;
+  a_vec_ = g.a_vec;
+  b_vec_ = g.b_vec;
+  a_batch_ = g.a_batch;
+  b_batch_ = g.b_batch;
+  batch_ = g.batch;
+  out_shape_ = g.out;
+  k_extents_ = {g.k};
 }
 
 void ContractionLowering::conv_geometry() {

@@ -317,29 +317,21 @@ class ChainAnalysis {
   // its batch dims are the output's (the right operand broadcasts, not the left).
   void geometry(size_t s) {
     ChainStage& st = p_.stages[s];
-    const Value* a = st.c->input(0);
-    const Value* b = st.c->input(1);
-    st.dtype = a->dtype();
-    if (b->dtype() != st.dtype || !type_in(st.dtype, kMatMulTypes)) refuse(cat("MatMul does not accept ", dtype_name(st.dtype)));
-    const Shape& as = a->shape();
-    const Shape& bs = b->shape();
-    if (as.size() < 2 || bs.size() < 2) refuse("a chained MatMul with a vector operand is not lowered to loops yet");
-    st.k = as.back();
-    st.n = bs.back();
-    if (bs[bs.size() - 2] != st.k) refuse("MatMul inner dims differ");
-    st.a_batch = Shape(as.begin(), as.end() - 2);
-    st.b_batch = Shape(bs.begin(), bs.end() - 2);
-    const Shape batch = broadcast_shapes({st.a_batch, st.b_batch});
-    st.out = batch;
-    st.out.push_back(as[as.size() - 2]);
-    st.out.push_back(st.n);
+    const MatMulGeometry g = matmul_geometry(*st.c);
+    if (g.a_vec || g.b_vec) refuse("a chained MatMul with a vector operand is not lowered to loops yet");
+    st.dtype = g.dtype;
+    st.k = g.k;
+    st.n = g.n;
+    st.a_batch = g.a_batch;
+    st.b_batch = g.b_batch;
+    st.out = g.out;
     if (st.out != st.c->output(0)->shape())
       refuse(cat("MatMul output is ", shape_str(st.c->output(0)->shape()), ", expected ", shape_str(st.out)));
     if (shape_numel(st.out) == 0 || st.k == 0) refuse("an empty MatMul in a chain is not lowered to loops yet");
     if (s > 0) {
-      if (as != p_.stages[s - 1].out)
+      if (st.c->input(0)->shape() != p_.stages[s - 1].out)
         refuse("a chained MatMul's left operand does not have the previous MatMul's output shape (not lowered to loops yet)");
-      if (batch != st.a_batch)
+      if (g.batch != st.a_batch)
         refuse("a chained MatMul that broadcasts its left operand over batches is not lowered to loops yet");
     }
   }

@@ -164,6 +164,17 @@ inline bool type_in(DType t, std::initializer_list<DType> set) {
   return std::find(set.begin(), set.end(), t) != set.end();
 }
 
+// A MatMul's geometry as its reference kernel computes it (numpy matmul: a 1-D operand promoted
+// to a matrix, its unit dim dropped from the output; batch dims broadcast); refuses what the
+// reference kernel would reject (lower_contraction.cc).
+struct MatMulGeometry {
+  DType dtype = DType::Float32;
+  bool a_vec = false, b_vec = false;
+  Shape a_batch, b_batch, batch, out;
+  int64_t k = 0, n = 1;
+};
+MatMulGeometry matmul_geometry(const Node& c);
+
 // "Op 'name'" (or the op type alone) for refusal texts.
 inline std::string name_of(const Node* n) {
   return n->name().empty() ? n->op_type() : cat(n->op_type(), " '", n->name(), "'");
