@@ -30,6 +30,26 @@ namespace kiln::loop::detail {
 
 namespace {
 
+// The members of grp in `nodes` as a group of its own (in grp's order), its inputs the values they
+// read and do not produce, in the order first read; no outputs.
+FusionGroup subgroup(const FusionGroup& grp, const std::unordered_set<const Node*>& nodes, const std::string& name,
+                     GroupKind kind) {
+  FusionGroup g;
+  g.name = name;
+  g.kind = kind;
+  std::unordered_set<const Value*> produced;
+  for (const Node* n : grp.nodes)
+    if (nodes.count(n)) {
+      g.nodes.push_back(n);
+      for (const Value* o : n->outputs())
+        if (o) produced.insert(o);
+    }
+  for (const Node* n : g.nodes)
+    for (const Value* v : n->inputs())
+      if (v && !produced.count(v) && std::find(g.inputs.begin(), g.inputs.end(), v) == g.inputs.end()) g.inputs.push_back(v);
+  return g;
+}
+
 struct Part {
   FusionGroup grp;
   std::unordered_set<const Node*> core;  // members assigned to this part (not recomputed prologue)
@@ -136,21 +156,7 @@ class MultiContraction {
   void split() {
     std::unordered_set<const Value*> owned;  // group outputs already assigned to a part
     auto build = [&](Part& part, const std::string& name, GroupKind kind) {
-      const auto nodes = ancestors(part.core);
-      std::unordered_set<const Value*> produced;
-      part.grp.name = name;
-      part.grp.kind = kind;
-      for (const Node* n : grp_.nodes)
-        if (nodes.count(n)) {
-          part.grp.nodes.push_back(n);
-          for (const Value* o : n->outputs())
-            if (o) produced.insert(o);
-        }
-      for (const Node* n : part.grp.nodes)
-        for (const Value* v : n->inputs())
-          if (v && !produced.count(v) &&
-              std::find(part.grp.inputs.begin(), part.grp.inputs.end(), v) == part.grp.inputs.end())
-            part.grp.inputs.push_back(v);
+      part.grp = subgroup(grp_, ancestors(part.core), name, kind);
       for (const Value* v : grp_.outputs)
         if (part.core.count(v->producer()) && owned.insert(v).second) part.grp.outputs.push_back(v);
     };
@@ -356,20 +362,7 @@ class ChainAnalysis {
         todo.push_back(q);
       }
     }
-    FusionGroup syn;
-    syn.name = cat(grp_.name, "_stage", s);
-    syn.kind = GroupKind::Contraction;
-    std::unordered_set<const Value*> produced;
-    for (const Node* n : grp_.nodes)
-      if (keep.count(n)) {
-        syn.nodes.push_back(n);
-        for (const Value* o : n->outputs())
-          if (o) produced.insert(o);
-      }
-    for (const Node* n : syn.nodes)
-      for (const Value* u : n->inputs())
-        if (u && !produced.count(u) && std::find(syn.inputs.begin(), syn.inputs.end(), u) == syn.inputs.end())
-          syn.inputs.push_back(u);
+    FusionGroup syn = subgroup(grp_, keep, cat(grp_.name, "_stage", s), GroupKind::Contraction);
     for (const Value* v : grp_.outputs)
       if (p_.stage(v) == int(s)) syn.outputs.push_back(v);
     if (st.next && std::find(syn.outputs.begin(), syn.outputs.end(), st.next) == syn.outputs.end())
