@@ -19,15 +19,6 @@ namespace kiln::loop::detail {
 
 inline constexpr const char* kAcc = "acc";
 
-inline const std::initializer_list<DType> kMatMulTypes = {DType::Float32, DType::Float64, DType::Float16,
-                                                          DType::BFloat16, DType::Int32,  DType::Int64,
-                                                          DType::UInt32,  DType::UInt64};
-inline const std::initializer_list<DType> kConvTypes = {DType::Float32, DType::Float64, DType::Float16};
-
-inline bool type_in(DType t, std::initializer_list<DType> set) {
-  return std::find(set.begin(), set.end(), t) != set.end();
-}
-
 class ContractionLowering {
  public:
   ContractionLowering(const FusionGroup& grp, const std::string& name, const Schedule& sched)
@@ -75,13 +66,18 @@ class ContractionLowering {
   // contraction's value there is `with`.
   std::vector<std::pair<Expr, Expr>> epilogue_stores(Index& point, const Expr& with);
 
-  // e with every placeholder load replaced by `with`; refuses a load at another position.
-  // `at`: the position_key (affine.h) of the contraction output position the placeholder stands for.
-  Expr substitute(const Expr& e, const std::string& at, const Expr& with, std::unordered_map<const ExprNode*, Expr>& memo);
+  // Epilogue value v at idx when the contraction's value at its output position `point_flat` is
+  // `with` (substitute_placeholders; a read of the output at another position refuses).
+  Expr epilogue_value(const Value* v, const Index& idx, const Expr& point_flat, const Expr& with,
+                      std::unordered_map<const ExprNode*, Expr>& memo);
 
   // ---- the nest
 
-  LoopKernel build();
+  // Loop variables and extents, outermost first.
+  using LoopVars = std::vector<std::pair<std::string, int64_t>>;
+
+  // The untiled nests' outer loops around `body` (the outermost Parallel when the work is big).
+  LoopKernel untiled_kernel(const LoopVars& loops, std::vector<Stmt> body);
 
   // ---- the tiled nest (lower_contraction_tiled.h)
 
@@ -164,8 +160,7 @@ class ContractionLowering {
 
   // The block loops around the per-row statements `per_row` (which read row kiln_tr_row of kiln_acc and
   // use the outer loop variables `outer`, decoded here from the row index).
-  std::vector<Stmt> tiled_row_blocks(const std::vector<std::pair<std::string, int64_t>>& outer, const BufferPtr& acc,
-                                     std::vector<Stmt> per_row);
+  std::vector<Stmt> tiled_row_blocks(const LoopVars& outer, const BufferPtr& acc, std::vector<Stmt> per_row);
 
   // The im2col panel of a conv whose input is a plain buffer, without per-element div/mod: per
   // tile, each column's input window origin (pos<d> = o_d * stride - pad) and its flat offset go
@@ -175,9 +170,12 @@ class ContractionLowering {
   // ResNet-18's 3x3 convs.)
   GemmOperand::Packer im2col_packer(int64_t ncols, int64_t mg, int64_t cg);
 
-  // ---- row reductions over trailing axes (lower_contraction_rows.cc has the plan and the passes)
+  // ---- the element / rows nest (lower_contraction_rows.cc): per outer position, the K loop (or
+  // the tiled rows' accumulator) and the epilogue per element, then the plan's row passes. A plan
+  // with no passes (no_rows: every output stored from the element loop) is the untiled nest.
 
-  LoopKernel build_rows();
+  ContractionRows no_rows() const;
+  LoopKernel build_rows(const ContractionRows& plan);
 
   const FusionGroup& grp_;
   std::string name_;

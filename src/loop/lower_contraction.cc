@@ -22,6 +22,7 @@
 // Row reductions over the trailing axes of the output (LayerNorm, softmax, a global pool after the
 // contraction): per outer position, a first loop over the row stores the pre-reduction epilogue
 // into a local row, then the row kernel's passes read it (build_rows, lower_contraction_rows.cc).
+// The untiled nest above is the same builder with no row passes (no_rows).
 // Groups with several contractions go to lower_contraction_siblings.cc / _chain.cc.
 //
 // Refused (LoweredGroup::reason; the runtime runs the reference kernels): reductions over other
@@ -46,7 +47,7 @@ LoopKernel ContractionLowering::lower() {
   else conv_geometry();
   if (out_shape_ != c_->output(0)->shape())
     refuse(cat(c_->op_type(), " output is ", shape_str(c_->output(0)->shape()), ", expected ", shape_str(out_shape_)));
-  if (has_reductions_) return build_rows();
+  if (has_reductions_) return build_rows(plan_contraction_rows(grp_, c_, out_shape_));
   if (stencil_conv()) return build_stencil();
   if (tiled()) return build_tiled();
   // The untiled nest applies the epilogue per output element after its K loop, unvectorised: an
@@ -65,7 +66,7 @@ LoopKernel ContractionLowering::lower() {
         refuse(cat(n->op_type(), " in the epilogue of the untiled ", c_->op_type(), " nest (", work,
                    " multiply-adds) would run per element, unvectorised; as its own kernel it vectorises"));
   }
-  return build();
+  return build_rows(no_rows());
 }
 
 // ---- analysis
@@ -73,10 +74,8 @@ LoopKernel ContractionLowering::lower() {
 void ContractionLowering::find_contraction() {
   std::vector<const Node*> cs;
   for (const Node* n : grp_.nodes) {
-    const auto kind = op_kind_of_type(n->op_type());
-    if (kind && *kind == OpKind::Contraction && n->domain().empty()) cs.push_back(n);
-    else if (kind && *kind == OpKind::Reduction && n->domain().empty())
-      has_reductions_ = true;
+    if (is_contraction(n)) cs.push_back(n);
+    else if (is_reduction(n)) has_reductions_ = true;
   }
   if (cs.size() != 1)
     refuse(cat("groups of ", cs.size(), " contractions (siblings or chains) are not lowered to loops yet"));
@@ -87,8 +86,7 @@ void ContractionLowering::find_contraction() {
   if (op != "MatMul" && op != "Conv") refuse(cat(op, " is not lowered to loops yet"));
   if (c_->num_outputs() != 1 || !c_->output(0)) refuse(cat(op, " must have one output"));
   for (const Node* n : grp_.nodes) {
-    const auto kind = op_kind_of_type(n->op_type());
-    if (n == c_ || (kind && *kind == OpKind::Reduction && n->domain().empty())) continue;  // row passes check them
+    if (n == c_ || is_reduction(n)) continue;  // row passes check them
     std::string why = unsupported_reason(*n);
     if (!why.empty()) refuse(why);
   }
@@ -97,22 +95,8 @@ void ContractionLowering::find_contraction() {
 }
 
 void ContractionLowering::bind() {
-  k_.name = name_;
-  for (const Node* n : grp_.nodes) {
-    L_.members_.insert(n);
-    if (!n->name().empty() && std::find(k_.sources.begin(), k_.sources.end(), n->name()) == k_.sources.end())
-      k_.sources.push_back(n->name());
-  }
-  std::set<std::string> used = {kAcc};
-  for (const Value* v : grp_.inputs) {
-    auto b = std::make_shared<Buffer>(Buffer{unique_buffer_name(v, used), v->dtype(), v->shape(), Scope::Global});
-    L_.input_buffers_[v] = b;
-    k_.inputs.push_back(b);
-  }
-  for (const Value* v : grp_.outputs)
-    k_.outputs.push_back(
-        std::make_shared<Buffer>(Buffer{unique_buffer_name(v, used), v->dtype(), v->shape(), Scope::Global}));
-  if (grp_.outputs.empty()) refuse("the group writes no outputs");
+  for (const Node* n : grp_.nodes) L_.members_.insert(n);
+  bind_kernel(grp_, name_, k_, {kAcc}, &L_.input_buffers_);
   // The contraction's output as the epilogue sees it: loads of this placeholder become `acc`.
   const Value* y = c_->output(0);
   placeholder_ = std::make_shared<Buffer>(Buffer{"kiln_contraction", y->dtype(), y->shape(), Scope::Register});
@@ -121,27 +105,41 @@ void ContractionLowering::bind() {
 
 // ---- geometry (the reference kernels' checks: what they would reject is refused)
 
-void ContractionLowering::matmul_geometry() {
-  const Value* a = c_->input(0);
-  const Value* b = c_->num_inputs() > 1 ? c_->input(1) : nullptr;
-  if (c_->num_inputs() != 2 || !a || !b) refuse("MatMul needs two inputs");
-  dtype_ = a->dtype();
-  if (b->dtype() != dtype_ || !type_in(dtype_, kMatMulTypes)) refuse(cat("MatMul does not accept ", dtype_name(dtype_)));
+MatMulGeometry matmul_geometry(const Node& c) {
+  const Value* a = c.num_inputs() > 0 ? c.input(0) : nullptr;
+  const Value* b = c.num_inputs() > 1 ? c.input(1) : nullptr;
+  if (c.num_inputs() != 2 || !a || !b) refuse("MatMul needs two inputs");
+  MatMulGeometry g;
+  g.dtype = a->dtype();
+  if (b->dtype() != g.dtype || !type_in(g.dtype, kMatMulTypes)) refuse(cat("MatMul does not accept ", dtype_name(g.dtype)));
   Shape as = a->shape(), bs = b->shape();
   if (as.empty() || bs.empty()) refuse("MatMul operands must have rank >= 1");
-  a_vec_ = as.size() == 1;
-  b_vec_ = bs.size() == 1;
-  if (a_vec_) as.insert(as.begin(), 1);
-  if (b_vec_) bs.push_back(1);
-  const int64_t k = as.back();
-  if (bs[bs.size() - 2] != k) refuse("MatMul inner dims differ");
-  a_batch_ = Shape(as.begin(), as.end() - 2);
-  b_batch_ = Shape(bs.begin(), bs.end() - 2);
-  batch_ = broadcast_shapes({a_batch_, b_batch_});
-  out_shape_ = batch_;
-  if (!a_vec_) out_shape_.push_back(as[as.size() - 2]);
-  if (!b_vec_) out_shape_.push_back(bs.back());
-  k_extents_ = {k};
+  g.a_vec = as.size() == 1;
+  g.b_vec = bs.size() == 1;
+  if (g.a_vec) as.insert(as.begin(), 1);
+  if (g.b_vec) bs.push_back(1);
+  g.k = as.back();
+  g.n = bs.back();
+  if (bs[bs.size() - 2] != g.k) refuse("MatMul inner dims differ");
+  g.a_batch = Shape(as.begin(), as.end() - 2);
+  g.b_batch = Shape(bs.begin(), bs.end() - 2);
+  g.batch = broadcast_shapes({g.a_batch, g.b_batch});
+  g.out = g.batch;
+  if (!g.a_vec) g.out.push_back(as[as.size() - 2]);
+  if (!g.b_vec) g.out.push_back(g.n);
+  return g;
+}
+
+void ContractionLowering::matmul_geometry() {
+  const MatMulGeometry g = detail::matmul_geometry(*c_);
+  dtype_ = g.dtype;
+  a_vec_ = g.a_vec;
+  b_vec_ = g.b_vec;
+  a_batch_ = g.a_batch;
+  b_batch_ = g.b_batch;
+  batch_ = g.batch;
+  out_shape_ = g.out;
+  k_extents_ = {g.k};
 }
 
 void ContractionLowering::conv_geometry() {
@@ -228,11 +226,9 @@ Expr ContractionLowering::conv_input(Expr n, Expr cin, const std::vector<Expr>& 
   return x;
 }
 
-// The contraction's output at the loop point, from the accumulator.
 // The K loop nest: `acc = acc + A·B` over the reduction extents (size-1 extents fold to index 0),
-// shared parts of the operand loads in Lets inside the loop. This is the innermost tile: the
-// scheduling issue replaces it with a src/kernels micro-kernel (register tile of accumulators,
-// epilogue applied on the tile) behind the same interface.
+// shared parts of the operand loads in Lets inside the loop (the untiled nest's innermost loop;
+// the tiled nests call the micro-kernel instead).
 Stmt ContractionLowering::k_loop_nest(const std::vector<Expr>& out, DType acc_t, const std::function<std::string(size_t)>& name,
                                       int& next_let) {
   struct Loop {
@@ -277,75 +273,38 @@ Expr ContractionLowering::result(Expr acc, Expr channel) {
 // The stores of the group's outputs at `point` (the contraction's output position) when the
 // contraction's value there is `with`.
 std::vector<std::pair<Expr, Expr>> ContractionLowering::epilogue_stores(Index& point, const Expr& with) {
-  const Value* y = c_->output(0);
   const Expr point_flat = L_.flat(point);
-  const std::string at = position_key(point_flat);
   std::unordered_map<const ExprNode*, Expr> memo;
   std::vector<std::pair<Expr, Expr>> stores;
   for (const Value* v : grp_.outputs) {
     Index idx = v->shape() == out_shape_ ? point : Index::from_flat(v->shape(), point_flat);
-    Expr e = v == y ? with : substitute(L_.value_at(v, idx), at, with, memo);
+    Expr e = epilogue_value(v, idx, point_flat, with, memo);
     stores.push_back({L_.flat(idx), e});
   }
   return stores;
 }
 
-// e with every placeholder load replaced by `with`; refuses a load at another position.
-Expr ContractionLowering::substitute(const Expr& e, const std::string& at, const Expr& with, std::unordered_map<const ExprNode*, Expr>& memo) {
-  if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
-  Expr r = e;
-  if (e->kind == ExprKind::Load && e->buffer == placeholder_) {
-    if (position_key(e->args[0]) != at)
-      refuse(cat("an epilogue op reads the ", c_->op_type(), " output at another position (not lowered to loops yet)"));
-    r = with;
-  } else if (!e->args.empty()) {
-    r = map_args(e, [&](const Expr& a) { return substitute(a, at, with, memo); });
-  }
-  memo[e.get()] = r;
-  return r;
+Expr ContractionLowering::epilogue_value(const Value* v, const Index& idx, const Expr& point_flat, const Expr& with,
+                                         std::unordered_map<const ExprNode*, Expr>& memo) {
+  if (v == c_->output(0)) return with;
+  const std::string what = cat("the ", c_->op_type(), " output");
+  auto lookup = [&](const Buffer* b) -> std::optional<PlaceholderValue> {
+    if (b != placeholder_.get()) return std::nullopt;
+    return PlaceholderValue{point_flat, with, what};
+  };
+  return substitute_placeholders(L_.value_at(v, idx), lookup, memo);
 }
 
 // ---- the nest
 
-LoopKernel ContractionLowering::build() {
-  const int64_t numel = shape_numel(out_shape_);
-  for (const Value* v : grp_.outputs)
-    if (shape_numel(v->shape()) != numel)
-      refuse(cat("group output '", v->name(), "' has another size than the ", c_->op_type(), " output"));
-  const DType acc_t = compute_type(dtype_);
-
-  struct Loop {
-    std::string var;
-    int64_t extent;
-  };
-  std::vector<Loop> out_loops;
-  std::vector<Expr> out;
-  int next_var = 0;
-  for (int64_t e : out_shape_) {
-    std::string v = "i" + std::to_string(next_var++);
-    if (e == 1) {
-      out.push_back(int_imm(0));
-      continue;
-    }
-    out_loops.push_back({v, e});
-    out.push_back(var(v));
-  }
-  Index point = Index::from_dims(out_shape_, out);
-  int next_let = 0;
-  Stmt kloop = k_loop_nest(out, acc_t, [&](size_t) { return "i" + std::to_string(next_var++); }, next_let);
-
-  // The epilogue at the output position: the group's outputs from acc.
-  std::vector<std::pair<Expr, Expr>> stores = epilogue_stores(point, result(out, acc_t));
-  std::vector<Stmt> body = {let(kAcc, imm(0, acc_t)),
-                            comment("innermost tile: src/kernels micro-kernels with epilogue plug in here"), kloop};
-  append_hoisted_stores(body, k_.outputs, std::move(stores), next_let);
-
+// The untiled nests' outer loops around `body`, the outermost Parallel when the work is big.
+LoopKernel ContractionLowering::untiled_kernel(const LoopVars& loops, std::vector<Stmt> body) {
   int64_t k_total = 1;
   for (int64_t e : k_extents_) k_total *= e;
-  for (size_t i = out_loops.size(); i-- > 0;) {
-    const bool parallel = i == 0 && out_loops[0].extent > 1 && numel * std::max<int64_t>(k_total, 1) >= sched_.parallel_min_work;
-    body = {for_loop(out_loops[i].var, int_imm(out_loops[i].extent), std::move(body),
-                     parallel ? ForKind::Parallel : ForKind::Serial)};
+  const int64_t work = shape_numel(out_shape_) * std::max<int64_t>(k_total, 1);
+  for (size_t i = loops.size(); i-- > 0;) {
+    const bool parallel = i == 0 && loops[0].second > 1 && work >= sched_.parallel_min_work;
+    body = {for_loop(loops[i].first, int_imm(loops[i].second), std::move(body), parallel ? ForKind::Parallel : ForKind::Serial)};
   }
   k_.body = body.size() == 1 ? body[0] : block(std::move(body));
   return std::move(k_);

@@ -49,16 +49,6 @@ namespace {
 
 constexpr const char* kAcc = "acc";
 
-bool is_reduction(const Node* n) {
-  const auto k = op_kind_of_type(n->op_type());
-  return k && *k == OpKind::Reduction && n->domain().empty();
-}
-
-bool is_elementwise(const Node* n) {
-  const auto k = op_kind_of_type(n->op_type());
-  return k && *k == OpKind::ElementWise && n->domain().empty();
-}
-
 // Ops that move every element to one other position (a bijection): the epilogue carries values
 // through them forward.
 bool is_layout(const Node* n) {
@@ -73,8 +63,6 @@ Expr first_global_load_index(const Expr& e) {
     if (Expr r = first_global_load_index(a)) return r;
   return nullptr;
 }
-
-std::string name_of(const Node* n) { return n->name().empty() ? n->op_type() : cat(n->op_type(), " '", n->name(), "'"); }
 
 }  // namespace
 
@@ -121,22 +109,7 @@ class RowPipeline {
   int stage_of(const Value* v) const { return chain_.stage(v); }
 
   void bind() {
-    k_.name = name_;
-    for (const Node* n : grp_.nodes)
-      if (!n->name().empty() && std::find(k_.sources.begin(), k_.sources.end(), n->name()) == k_.sources.end())
-        k_.sources.push_back(n->name());
-    std::set<std::string> used = {kAcc};
-    for (const Value* v : grp_.inputs) {
-      auto b = std::make_shared<Buffer>(Buffer{unique_buffer_name(v, used), v->dtype(), v->shape(), Scope::Global});
-      input_buf_[v] = b;
-      k_.inputs.push_back(b);
-    }
-    for (const Value* v : grp_.outputs) {
-      auto b = std::make_shared<Buffer>(Buffer{unique_buffer_name(v, used), v->dtype(), v->shape(), Scope::Global});
-      output_buf_[v] = b;
-      k_.outputs.push_back(b);
-    }
-    if (grp_.outputs.empty()) refuse("the group writes no outputs");
+    bind_kernel(grp_, name_, k_, {kAcc}, &input_buf_, &output_buf_);
   }
 
   bool pass_output(const Stage& st, const Value* v) const {
@@ -175,18 +148,18 @@ class RowPipeline {
       }
     } else if (is_elementwise(n)) {
       bool have = false;
-      std::string where;
+      Expr where;
       for (const Value* u : n->inputs()) {
         if (!u || stage_of(u) != int(s)) continue;
         if (u->shape() != v->shape())
           refuse(cat(name_of(n), " broadcasts a value computed from a chained contraction (not lowered to loops yet)"));
         At a = forward(cx, s, u);
-        const std::string w = position_key(cx.L.flat(a.pos));
+        Expr w = cx.L.flat(a.pos);
         if (!have) {
           r.pos = a.pos;
           where = w;
           have = true;
-        } else if (w != where) {
+        } else if (!same_position(w, where)) {
           refuse(cat(name_of(n), " reads its operands at different positions (not lowered to loops yet)"));
         }
       }
@@ -194,7 +167,7 @@ class RowPipeline {
       size_t slot = 0;
       while (n->output(slot) != v) ++slot;
       std::unordered_map<const ExprNode*, Expr> memo;
-      r.val = substitute(cx, cx.L.lower_node(*n, slot, r.pos), memo);
+      r.val = substitute_placeholders(cx.L.lower_node(*n, slot, r.pos), placeholders(cx), memo);
       KILN_CHECK(r.val->type == v->dtype(), name_of(n), " lowered to ", dtype_name(r.val->type), ", expected ",
                  dtype_name(v->dtype()));
     } else {
@@ -204,22 +177,15 @@ class RowPipeline {
     return r;
   }
 
-  // e with each placeholder load replaced by its value's expression (at that value's position).
-  Expr substitute(Ctx& cx, const Expr& e, std::unordered_map<const ExprNode*, Expr>& memo) {
-    if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
-    Expr r = e;
-    if (e->kind == ExprKind::Load && cx.placeholder_of.count(e->buffer.get())) {
-      const Value* u = cx.placeholder_of.at(e->buffer.get());
-      auto it = cx.at.find(u);
-      KILN_CHECK(it != cx.at.end(), "placeholder of '", u->name(), "' read before it was computed");
-      if (!same_position(e->args[0], cx.L.flat(it->second.pos)))
-        refuse(cat("an epilogue op reads '", u->name(), "' at another position (not lowered to loops yet)"));
-      r = it->second.val;
-    } else if (!e->args.empty()) {
-      r = map_args(e, [&](const Expr& a) { return substitute(cx, a, memo); });
-    }
-    memo[e.get()] = r;
-    return r;
+  // The stage values the placeholders stand for, at their positions (substitute_placeholders).
+  PlaceholderLookup placeholders(Ctx& cx) {
+    return [&cx](const Buffer* b) -> std::optional<PlaceholderValue> {
+      auto p = cx.placeholder_of.find(b);
+      if (p == cx.placeholder_of.end()) return std::nullopt;
+      auto it = cx.at.find(p->second);
+      KILN_CHECK(it != cx.at.end(), "placeholder of '", p->second->name(), "' read before it was computed");
+      return PlaceholderValue{cx.L.flat(it->second.pos), it->second.val, cat("'", p->second->name(), "'")};
+    };
   }
 
   // ---- operands
@@ -463,13 +429,13 @@ class RowPipeline {
     std::vector<Expr> pd(outer_.begin(), outer_.end());
     pd.push_back(j);
     Index point = Index::from_dims(st.out, pd);
-    const std::string point_at = position_key(cx.L.flat(point));
+    const Expr point_at = cx.L.flat(point);
     cx.at[st.c->output(0)] = At{point, acc_val};
     std::vector<BufferPtr> bufs;
     std::vector<std::pair<Expr, Expr>> stores;
     auto row_value = [&](const Value* v) {
       At r = forward(cx, s, v);
-      if (position_key(cx.L.flat(r.pos)) != point_at)
+      if (!same_position(cx.L.flat(r.pos), point_at))
         refuse(cat("'", v->name(), "' is not computed at its row position (not lowered to loops yet)"));
       return r.val;
     };
@@ -492,47 +458,32 @@ class RowPipeline {
   }
 
   // The stage's row reductions and what follows them for row t of the tile, reading the staged
-  // rows; `next` goes to its tile row. The passes address a row as its own buffer (staged) or by
-  // the full tensor's offset (outputs): stand-in buffers are rebound at the row's place.
+  // rows; `next` goes to its tile row. The passes address a staged row within the row and an
+  // output by the full tensor's offset: both are placed at the tile's row t.
   std::vector<Stmt> row_passes(size_t s, const std::string& t) {
     Stage& st = stages_[s];
     const ContractionRows& plan = *st.plan;
     const Expr row0 = mul(var(t), int_imm(st.n));
     Expr base = int_imm(0);
     for (size_t d = 0; d < st.out.size(); ++d) base = add(mul(base, int_imm(st.out[d])), d < plan.r0 ? outer_[d] : int_imm(0));
-    std::unordered_map<const Value*, BufferPtr> buffers;
-    BufferMap rebind;
+    std::unordered_map<const Value*, BufferTarget> targets;
     for (const Value* v : plan.passes.inputs) {
       auto si = std::find(plan.staged.begin(), plan.staged.end(), v);
-      if (si != plan.staged.end()) {
-        const BufferPtr& row = st.staged_rows[size_t(si - plan.staged.begin())];
-        auto stand_in = std::make_shared<Buffer>(Buffer{row->name, row->dtype, Shape{st.n}, Scope::Local});
-        buffers[v] = stand_in;
-        rebind[stand_in.get()] = BufferTarget{row, row0};
-      } else if (input_buf_.count(v)) {
-        buffers[v] = input_buf_.at(v);
-      } else {
-        refuse(cat("the row passes read '", v->name(), "', not a kernel input (not lowered to loops yet)"));
-      }
+      if (si != plan.staged.end()) targets[v] = BufferTarget{st.staged_rows[size_t(si - plan.staged.begin())], row0};
+      else if (input_buf_.count(v)) targets[v] = BufferTarget{input_buf_.at(v), nullptr};
+      else refuse(cat("the row passes read '", v->name(), "', not a kernel input (not lowered to loops yet)"));
     }
     for (const Value* v : plan.passes.outputs) {
       if (output_buf_.count(v)) {
-        buffers[v] = output_buf_.at(v);
+        targets[v] = BufferTarget{output_buf_.at(v), nullptr};
       } else {
         KILN_CHECK(v == st.next, "row pass output '", v->name(), "' has no buffer");
-        auto stand_in = std::make_shared<Buffer>(Buffer{cat("kiln_next", s), v->dtype(), v->shape(), Scope::Global});
-        buffers[v] = stand_in;
-        rebind[stand_in.get()] = BufferTarget{st.row_out, sub(row0, base)};
+        targets[v] = BufferTarget{st.row_out, sub(row0, base)};
       }
     }
-    std::vector<Stmt> passes = contraction_row_passes(plan, plan.shape, buffers, outer_, cat(name_, "_rows", s), sched_);
-    // The rebound offsets read the tile's row variable `t`: the passes' own loops must not be
-    // named like it (a tail loop kiln_t<pass> of pass 1 captured kiln_t1, stage 1's row loop).
-    std::set<std::string> avoid;
-    collect_vars(row0, avoid);
-    collect_vars(base, avoid);
-    passes = rename_bound_vars(passes, avoid);
-    for (auto& p : passes) p = rebind_buffers(p, rebind);
+    // (contraction_row_passes renames the passes' own loops away from the targets' offsets: a
+    // tail loop kiln_t<pass> of pass 1 once captured kiln_t1, stage 1's row loop.)
+    std::vector<Stmt> passes = contraction_row_passes(plan, plan.shape, targets, outer_, cat(name_, "_rows", s), sched_);
     std::vector<Stmt> r = {scoped(std::move(passes))};
     if (st.next && pass_output(st, st.next) && output_buf_.count(st.next)) {
       // `next` is a group output too: the passes stored it there; the next stage reads it back.

@@ -30,11 +30,6 @@ namespace kiln::loop::detail {
 
 namespace {
 
-bool is_reduction(const Node* n) {
-  const auto k = op_kind_of_type(n->op_type());
-  return k && *k == OpKind::Reduction && n->domain().empty();
-}
-
 // The axes one reduction reduces (as its reference kernel reads them); refuses what is unusual.
 std::vector<bool> reduced_axes(const Node& n) {
   if (!n.input(0) || n.num_outputs() != 1) refuse(cat(n.op_type(), " has an unexpected signature"));
@@ -170,58 +165,8 @@ ContractionRows plan_contraction_rows(const FusionGroup& grp, const Node* c, con
   return p;
 }
 
-namespace {
-
-struct Rebind {
-  std::unordered_map<const Buffer*, BufferPtr> global;  // the passes' buffer -> the kernel's
-  std::unordered_map<const Buffer*, BufferPtr> local;   // a staged input -> its local row
-  Expr row_base;                                         // flat offset of the current row
-  std::unordered_map<const ExprNode*, Expr> memo;
-
-  Expr expr(const Expr& e) {
-    if (!e) return e;
-    if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
-    Expr r = e;
-    if (e->kind == ExprKind::Load && local.count(e->buffer.get())) {
-      r = load(local.at(e->buffer.get()), sub(expr(e->args[0]), row_base));
-    } else {
-      auto copy = std::make_shared<ExprNode>(*e);
-      bool changed = false;
-      if (e->kind == ExprKind::Load) {
-        auto it = global.find(e->buffer.get());
-        KILN_CHECK(it != global.end(), "row pass loads an unmapped buffer ", e->buffer->name);
-        changed = it->second != e->buffer;
-        copy->buffer = it->second;
-      }
-      for (auto& a : copy->args) {
-        Expr na = expr(a);
-        changed = changed || na != a;
-        a = na;
-      }
-      if (changed) r = copy;
-    }
-    memo[e.get()] = r;
-    return r;
-  }
-
-  Stmt stmt(const Stmt& s) {
-    // A buffer the row kernel allocates itself (e.g. vector lanes of a reduction) stays as it is.
-    if (s->kind == StmtKind::Allocate) global[s->buffer.get()] = s->buffer;
-    auto c = map_stmt(s, [&](const Expr& e) { return expr(e); }, [&](const Stmt& b) { return stmt(b); });
-    if (s->kind == StmtKind::Store) {
-      auto it = global.find(s->buffer.get());
-      KILN_CHECK(it != global.end() && !local.count(s->buffer.get()), "row pass stores to an unmapped buffer ",
-                 s->buffer->name);
-      c->buffer = it->second;
-    }
-    return c;
-  }
-};
-
-}  // namespace
-
 std::vector<Stmt> contraction_row_passes(const ContractionRows& plan, const Shape& shape,
-                                         const std::unordered_map<const Value*, BufferPtr>& buffers,
+                                         const std::unordered_map<const Value*, BufferTarget>& targets,
                                          const std::vector<Expr>& outer, const std::string& name,
                                          const Schedule& sched) {
   LoweredGroup lg = lower_reduction_group(plan.passes, name, /*jam_rows=*/false, sched);
@@ -232,14 +177,27 @@ std::vector<Stmt> contraction_row_passes(const ContractionRows& plan, const Shap
   const LoopKernel& rk = *lg.kernel;
   KILN_CHECK(rk.inputs.size() == plan.passes.inputs.size() && rk.outputs.size() == plan.passes.outputs.size(),
              "row kernel buffers do not match its group");
-  Rebind rb;
+  // The flat offset of the current row: a staged value's full-tensor index minus it is its
+  // index within the local row.
+  Expr base = int_imm(0);
+  for (size_t d = 0; d < shape.size(); ++d)
+    base = add(mul(base, int_imm(shape[d])), d < plan.r0 ? outer[d] : int_imm(0));
+  BufferMap map;
+  std::set<std::string> avoid;
+  for (const Expr& e : outer) collect_vars(e, avoid);
+  auto target = [&](const Buffer* b, const Value* v, bool staged) {
+    auto it = targets.find(v);
+    KILN_CHECK(it != targets.end(), "row pass value '", v->name(), "' has no buffer");
+    BufferTarget t = it->second;
+    if (staged) t.base = base;
+    if (t.offset) collect_vars(t.offset, avoid);
+    map[b] = t;
+  };
   for (size_t i = 0; i < rk.inputs.size(); ++i) {
     const Value* v = plan.passes.inputs[i];
-    const BufferPtr& to = buffers.at(v);
-    if (std::find(plan.staged.begin(), plan.staged.end(), v) != plan.staged.end()) rb.local[rk.inputs[i].get()] = to;
-    else rb.global[rk.inputs[i].get()] = to;
+    target(rk.inputs[i].get(), v, std::find(plan.staged.begin(), plan.staged.end(), v) != plan.staged.end());
   }
-  for (size_t i = 0; i < rk.outputs.size(); ++i) rb.global[rk.outputs[i].get()] = buffers.at(plan.passes.outputs[i]);
+  for (size_t i = 0; i < rk.outputs.size(); ++i) target(rk.outputs[i].get(), plan.passes.outputs[i], false);
   // The row kernel's outer loops are `i<d>` over the non-unit dims before the row axes, the same
   // variables the contraction kernel's outer loops use; peel them.
   std::vector<Stmt> body = rk.body->kind == StmtKind::Block ? rk.body->body : std::vector<Stmt>{rk.body};
@@ -249,17 +207,13 @@ std::vector<Stmt> contraction_row_passes(const ContractionRows& plan, const Shap
       refuse("the row kernel's outer loops are not the contraction's (internal)");
     body = body[0]->body;
   }
-  Expr base = int_imm(0);
-  for (size_t d = 0; d < shape.size(); ++d)
-    base = add(mul(base, int_imm(shape[d])), d < plan.r0 ? outer[d] : int_imm(0));
-  rb.row_base = base;
   // The row kernel was lowered on its own: its loops (kiln_t<pass> over a row's tail, ...) may be
-  // named like the contraction kernel's loops around this point, which `outer` reads (the chain's
-  // row loop kiln_t<stage>). Renamed before the row base is substituted, so none captures them.
-  std::set<std::string> avoid;
-  for (const Expr& e : outer) collect_vars(e, avoid);
+  // named like the contraction kernel's loops around this point, which `outer` and the targets'
+  // offsets read (the chain's row loop kiln_t<stage>). Renamed before the buffers are rebound, so
+  // none captures them.
   body = rename_bound_vars(body, avoid);
-  for (auto& s : body) s = rb.stmt(s);
+  BufferRebinder rb(std::move(map));
+  for (auto& st : body) st = rb.stmt(st);
   return body;
 }
 
@@ -325,8 +279,8 @@ int64_t ContractionLowering::rows_per_block(int64_t m, int64_t ld) const {
 
 // The block loops around the per-row statements `per_row` (which read row kiln_tr_row of kiln_acc and
 // use the outer loop variables `outer`, decoded here from the row index).
-std::vector<Stmt> ContractionLowering::tiled_row_blocks(const std::vector<std::pair<std::string, int64_t>>& outer,
-                                                        const BufferPtr& acc, std::vector<Stmt> per_row) {
+std::vector<Stmt> ContractionLowering::tiled_row_blocks(const LoopVars& outer, const BufferPtr& acc,
+                                                        std::vector<Stmt> per_row) {
   const int64_t mr = sched_.contraction.mr, nr = sched_.contraction.nr;
   const bool conv = c_->op_type() == "Conv";
   int64_t rows = 1;
@@ -441,16 +395,24 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const std::vector<std::p
           body};
 }
 
-// ---- row reductions over trailing axes (lower_contraction_rows.cc has the plan and the passes)
+// ---- the element / rows nest: row reductions over trailing axes (the plan and the passes above),
+// or, with a plan of no row passes, the untiled nest (every output stored from the element loop)
 
-LoopKernel ContractionLowering::build_rows() {
-  ContractionRows plan = plan_contraction_rows(grp_, c_, out_shape_);
-  const Value* y = c_->output(0);
+ContractionRows ContractionLowering::no_rows() const {
+  ContractionRows p;
+  p.shape = out_shape_;
+  p.r0 = out_shape_.size();
+  p.first_outputs = grp_.outputs;
+  return p;
+}
+
+LoopKernel ContractionLowering::build_rows(const ContractionRows& plan) {
+  const bool passes = !plan.passes.nodes.empty();
   const int64_t numel = shape_numel(out_shape_);
   const DType acc_t = compute_type(dtype_);
-  std::unordered_map<const Value*, BufferPtr> buffers;
-  for (size_t i = 0; i < grp_.inputs.size(); ++i) buffers[grp_.inputs[i]] = k_.inputs[i];
-  for (size_t i = 0; i < grp_.outputs.size(); ++i) buffers[grp_.outputs[i]] = k_.outputs[i];
+  std::unordered_map<const Value*, BufferTarget> buffers;
+  for (size_t i = 0; i < grp_.inputs.size(); ++i) buffers[grp_.inputs[i]] = BufferTarget{k_.inputs[i], nullptr};
+  for (size_t i = 0; i < grp_.outputs.size(); ++i) buffers[grp_.outputs[i]] = BufferTarget{k_.outputs[i], nullptr};
   const Shape row_shape(plan.shape.begin() + ptrdiff_t(plan.r0), plan.shape.end());
   // plan.shape is the output with `lead` leading 1s (a residual broadcast it to a higher rank).
   const size_t lead = plan.shape.size() - out_shape_.size();
@@ -459,19 +421,16 @@ LoopKernel ContractionLowering::build_rows() {
   for (size_t i = 0; i < plan.staged.size(); ++i) {
     const Value* v = plan.staged[i];
     rows.push_back(std::make_shared<Buffer>(Buffer{"kiln_crow" + std::to_string(i), v->dtype(), row_shape, Scope::Local}));
-    buffers[v] = rows.back();
+    buffers[v] = BufferTarget{rows.back(), nullptr};
     bytes += plan.row * int64_t(dtype_size(v->dtype()));
   }
   // OpenMP workers have small stacks (the emitter would heap-allocate; keep it bounded anyway).
   if (bytes > 64 * 1024)
     refuse(cat("a row of ", bytes, " bytes after a contraction exceeds the 64 KiB local row (not lowered to loops yet)"));
 
-  // Outer loops i<d> (the row kernel's names), row loops kiln_c<d>, K loops kiln_k<j>.
-  struct Loop {
-    std::string var;
-    int64_t extent;
-  };
-  std::vector<Loop> outer_loops, row_loops;
+  // Outer loops i<d> (the row kernel's names), row loops kiln_c<d>, K loops kiln_k<j> (i<d> after
+  // the outer loops' in the untiled nest).
+  LoopVars outer_loops, row_loops;
   std::vector<Expr> out;
   Expr row_flat = int_imm(0);
   for (size_t d = 0; d < out_shape_.size(); ++d) {
@@ -488,7 +447,7 @@ LoopKernel ContractionLowering::build_rows() {
   int next_let = 0;
   // Tiled: the products of a block of rows come from the micro-kernel into kiln_acc (see
   // rows_tiled); the untiled nest computes each element's K loop in place.
-  const bool tiled_rows = rows_tiled(plan, lead);
+  const bool tiled_rows = passes && rows_tiled(plan, lead);
   // The untiled nest is a dot product per element, reading B down its columns: fine for the
   // small or oddly shaped contractions it exists for, 30-100x slower than the micro-kernel on a
   // real layer. A group that is untiled only because fusion made an operand computed (a prologue
@@ -496,7 +455,7 @@ LoopKernel ContractionLowering::build_rows() {
   // slow kernel (swin_t's LayerNorm tail -> patch-merging MatMul -> LayerNorm: 45 ms untiled).
   // (A remapped B, attention's K^T, is read along K in that nest and stays accepted: the chain
   // it grows into is tiled.)
-  if (!tiled_rows && sched_.tile_contractions && dtype_ == DType::Float32 && c_->op_type() == "MatMul" &&
+  if (passes && !tiled_rows && sched_.tile_contractions && dtype_ == DType::Float32 && c_->op_type() == "MatMul" &&
       is_group_input(c_->input(1)) && computed_by_members(c_->input(0))) {
     const int64_t k = c_->input(0)->shape().back();
     if (numel * k >= sched_.parallel_min_work)
@@ -512,10 +471,10 @@ LoopKernel ContractionLowering::build_rows() {
   // rows nest also recomputes a fused prologue per kernel tap (EfficientNet-B0's SiLU of the
   // expansion inside a 3x3 depthwise conv + SiLU + global pool: 1.55 ms; as the stencil with the
   // prologue staged once, and a separate pool kernel, 0.1 ms).
-  if (stencil_conv())
+  if (passes && stencil_conv())
     refuse(cat("the row passes after a Conv with ", group_,
                " groups would need the untiled rows nest; the stencil nest and a separate row kernel are faster"));
-  if (!tiled_rows && sched_.tile_contractions && dtype_ == DType::Float32 && c_->op_type() == "Conv") {
+  if (passes && !tiled_rows && sched_.tile_contractions && dtype_ == DType::Float32 && c_->op_type() == "Conv") {
     const int64_t k = shape_numel(c_->input(1)->shape()) / std::max<int64_t>(c_->input(1)->shape()[0], 1);
     if (numel * k >= sched_.parallel_min_work)
       refuse(cat("the row passes after a Conv with ", group_, " groups would need the untiled rows nest (",
@@ -531,80 +490,54 @@ LoopKernel ContractionLowering::build_rows() {
     acc_rows_n = rows_per_block(rows / nb, row_len);
   }
   auto acc_rows = std::make_shared<Buffer>(Buffer{"kiln_acc", DType::Float32, {acc_rows_n * row_len}, Scope::Local});
+  const size_t rank = out_shape_.size();
   Stmt kloop = tiled_rows ? comment("products from the micro-kernel")
-                          : k_loop_nest(out, acc_t, [](size_t j) { return "kiln_k" + std::to_string(j); }, next_let);
+                          : k_loop_nest(out, acc_t, [passes, rank](size_t j) {
+                              return passes ? "kiln_k" + std::to_string(j) : "i" + std::to_string(rank + j);
+                            }, next_let);
 
   // The first loop over the row: the staged values into the local rows, the pre-reduction
-  // outputs into memory.
-  struct St {
-    BufferPtr buf;
-    Expr index, value;
-  };
-  std::vector<St> stores;
+  // outputs into memory (the one epilogue builder: epilogue_value, append_hoisted_stores).
+  std::vector<BufferPtr> bufs;
+  std::vector<std::pair<Expr, Expr>> stores;
   {
     Expr with = result(out, acc_t);
-    const std::string at = position_key(point_flat);
     std::unordered_map<const ExprNode*, Expr> memo;
-    auto value = [&](const Value* v, Index& idx) { return v == y ? with : substitute(L_.value_at(v, idx), at, with, memo); };
     std::vector<Expr> lead_out(lead, int_imm(0));
     lead_out.insert(lead_out.end(), out.begin(), out.end());
     Index lead_point = Index::from_dims(plan.shape, lead_out);
-    for (size_t i = 0; i < plan.staged.size(); ++i)
-      stores.push_back({rows[i], row_flat, value(plan.staged[i], plan.staged[i]->shape() == out_shape_ ? point : lead_point)});
+    for (size_t i = 0; i < plan.staged.size(); ++i) {
+      bufs.push_back(rows[i]);
+      stores.push_back({row_flat, epilogue_value(plan.staged[i], plan.staged[i]->shape() == out_shape_ ? point : lead_point,
+                                                 point_flat, with, memo)});
+    }
     for (const Value* v : plan.first_outputs) {
       if (shape_numel(v->shape()) != numel)
         refuse(cat("group output '", v->name(), "' has another size than the ", c_->op_type(), " output"));
       Index idx = v->shape() == out_shape_   ? point
                   : v->shape() == plan.shape ? lead_point
                                              : Index::from_flat(v->shape(), point_flat);
-      Expr e = value(v, idx);
+      Expr e = epilogue_value(v, idx, point_flat, with, memo);
       const size_t o = size_t(std::find(grp_.outputs.begin(), grp_.outputs.end(), v) - grp_.outputs.begin());
-      stores.push_back({k_.outputs.at(o), L_.flat(idx), e});
+      bufs.push_back(k_.outputs.at(o));
+      stores.push_back({L_.flat(idx), e});
     }
   }
   std::vector<Stmt> body = {let(kAcc, tiled_rows ? load(acc_rows, add(mul(var("kiln_tr_row"), int_imm(row_len)), row_flat))
                                                   : imm(0, acc_t)),
                             kloop};
-  SharedExprHoister h(next_let);
-  for (auto& s : stores) {
-    h.count(s.value);
-    h.count(s.index);
-  }
-  if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused epilogue has ", h.dag_size(), " nodes"));
-  for (auto& s : stores) {
-    s.value = h.rewrite(s.value, body);
-    s.index = h.rewrite(s.index, body);
-  }
-  if (stores.size() > 1)
-    for (auto& s : stores)
-      if (s.value->kind != ExprKind::Var && s.value->kind != ExprKind::IntImm && s.value->kind != ExprKind::FloatImm) {
-        std::string name = "t" + std::to_string(next_let++);
-        body.push_back(let(name, s.value));
-        s.value = var(name, s.value->type);
-      }
-  for (auto& s : stores) body.push_back(store(s.buf, s.index, s.value));
+  append_hoisted_stores(body, bufs, std::move(stores), next_let);
   for (size_t i = row_loops.size(); i-- > 0;)
-    body = {for_loop(row_loops[i].var, int_imm(row_loops[i].extent), std::move(body))};
+    body = {for_loop(row_loops[i].first, int_imm(row_loops[i].second), std::move(body))};
 
   // The reductions' passes over the local rows, then everything inside the outer loops.
   std::vector<Expr> outer(lead, int_imm(0));
   outer.insert(outer.end(), out.begin(), out.begin() + ptrdiff_t(plan.r0 - lead));
-  for (auto& s : contraction_row_passes(plan, plan.shape, buffers, outer, name_ + "_rows", sched_)) body.push_back(s);
+  if (passes)
+    for (auto& s : contraction_row_passes(plan, plan.shape, buffers, outer, name_ + "_rows", sched_)) body.push_back(s);
   for (size_t i = rows.size(); i-- > 0;) body = {allocate(rows[i], std::move(body))};
-  if (tiled_rows) {
-    std::vector<std::pair<std::string, int64_t>> outer_vars;
-    for (const Loop& l : outer_loops) outer_vars.push_back({l.var, l.extent});
-    k_.body = block(tiled_row_blocks(outer_vars, acc_rows, std::move(body)));
-    return std::move(k_);
-  }
-  int64_t k_total = 1;
-  for (int64_t e : k_extents_) k_total *= e;
-  for (size_t i = outer_loops.size(); i-- > 0;) {
-    const bool parallel = i == 0 && outer_loops[0].extent > 1 && numel * std::max<int64_t>(k_total, 1) >= sched_.parallel_min_work;
-    body = {for_loop(outer_loops[i].var, int_imm(outer_loops[i].extent), std::move(body),
-                     parallel ? ForKind::Parallel : ForKind::Serial)};
-  }
-  k_.body = body.size() == 1 ? body[0] : block(std::move(body));
+  if (!tiled_rows) return untiled_kernel(outer_loops, std::move(body));
+  k_.body = block(tiled_row_blocks(outer_loops, acc_rows, std::move(body)));
   return std::move(k_);
 }
 

@@ -30,9 +30,24 @@ namespace kiln::loop::detail {
 
 namespace {
 
-bool is_contraction(const Node* n) {
-  const auto k = op_kind_of_type(n->op_type());
-  return k && *k == OpKind::Contraction && n->domain().empty();
+// The members of grp in `nodes` as a group of its own (in grp's order), its inputs the values they
+// read and do not produce, in the order first read; no outputs.
+FusionGroup subgroup(const FusionGroup& grp, const std::unordered_set<const Node*>& nodes, const std::string& name,
+                     GroupKind kind) {
+  FusionGroup g;
+  g.name = name;
+  g.kind = kind;
+  std::unordered_set<const Value*> produced;
+  for (const Node* n : grp.nodes)
+    if (nodes.count(n)) {
+      g.nodes.push_back(n);
+      for (const Value* o : n->outputs())
+        if (o) produced.insert(o);
+    }
+  for (const Node* n : g.nodes)
+    for (const Value* v : n->inputs())
+      if (v && !produced.count(v) && std::find(g.inputs.begin(), g.inputs.end(), v) == g.inputs.end()) g.inputs.push_back(v);
+  return g;
 }
 
 struct Part {
@@ -141,21 +156,7 @@ class MultiContraction {
   void split() {
     std::unordered_set<const Value*> owned;  // group outputs already assigned to a part
     auto build = [&](Part& part, const std::string& name, GroupKind kind) {
-      const auto nodes = ancestors(part.core);
-      std::unordered_set<const Value*> produced;
-      part.grp.name = name;
-      part.grp.kind = kind;
-      for (const Node* n : grp_.nodes)
-        if (nodes.count(n)) {
-          part.grp.nodes.push_back(n);
-          for (const Value* o : n->outputs())
-            if (o) produced.insert(o);
-        }
-      for (const Node* n : part.grp.nodes)
-        for (const Value* v : n->inputs())
-          if (v && !produced.count(v) &&
-              std::find(part.grp.inputs.begin(), part.grp.inputs.end(), v) == part.grp.inputs.end())
-            part.grp.inputs.push_back(v);
+      part.grp = subgroup(grp_, ancestors(part.core), name, kind);
       for (const Value* v : grp_.outputs)
         if (part.core.count(v->producer()) && owned.insert(v).second) part.grp.outputs.push_back(v);
     };
@@ -194,20 +195,8 @@ class MultiContraction {
 
   LoopKernel merge(std::vector<LoopKernel>& kernels) {
     LoopKernel k;
-    k.name = name_;
-    for (const Node* n : grp_.nodes)
-      if (!n->name().empty() && std::find(k.sources.begin(), k.sources.end(), n->name()) == k.sources.end())
-        k.sources.push_back(n->name());
-    std::set<std::string> used = {"acc"};
     std::unordered_map<const Value*, BufferPtr> where;
-    for (const Value* v : grp_.inputs) {
-      k.inputs.push_back(std::make_shared<Buffer>(Buffer{unique_buffer_name(v, used), v->dtype(), v->shape(), Scope::Global}));
-      where[v] = k.inputs.back();
-    }
-    for (const Value* v : grp_.outputs) {
-      k.outputs.push_back(std::make_shared<Buffer>(Buffer{unique_buffer_name(v, used), v->dtype(), v->shape(), Scope::Global}));
-      where[v] = k.outputs.back();
-    }
+    bind_kernel(grp_, name_, k, {"acc"}, &where, &where);
     std::vector<BufferPtr> mids;
     std::vector<const FusionGroup*> groups;
     for (const auto& part : parts_) groups.push_back(&part.grp);
@@ -275,21 +264,6 @@ class MultiContraction {
   Part trailing_;
 };
 
-bool is_reduction(const Node* n) {
-  const auto k = op_kind_of_type(n->op_type());
-  return k && *k == OpKind::Reduction && n->domain().empty();
-}
-
-// MatMul's dtypes (the reference kernel's, as lower_contraction.cc accepts them).
-bool matmul_type(DType t) {
-  for (DType u : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32, DType::Int64,
-                  DType::UInt32, DType::UInt64})
-    if (t == u) return true;
-  return false;
-}
-
-std::string name_of(const Node* n) { return n->name().empty() ? n->op_type() : cat(n->op_type(), " '", n->name(), "'"); }
-
 // The chain's stages: which MatMul each member follows, each stage's geometry and row plan.
 class ChainAnalysis {
  public:
@@ -349,29 +323,21 @@ class ChainAnalysis {
   // its batch dims are the output's (the right operand broadcasts, not the left).
   void geometry(size_t s) {
     ChainStage& st = p_.stages[s];
-    const Value* a = st.c->input(0);
-    const Value* b = st.c->input(1);
-    st.dtype = a->dtype();
-    if (b->dtype() != st.dtype || !matmul_type(st.dtype)) refuse(cat("MatMul does not accept ", dtype_name(st.dtype)));
-    const Shape& as = a->shape();
-    const Shape& bs = b->shape();
-    if (as.size() < 2 || bs.size() < 2) refuse("a chained MatMul with a vector operand is not lowered to loops yet");
-    st.k = as.back();
-    st.n = bs.back();
-    if (bs[bs.size() - 2] != st.k) refuse("MatMul inner dims differ");
-    st.a_batch = Shape(as.begin(), as.end() - 2);
-    st.b_batch = Shape(bs.begin(), bs.end() - 2);
-    const Shape batch = broadcast_shapes({st.a_batch, st.b_batch});
-    st.out = batch;
-    st.out.push_back(as[as.size() - 2]);
-    st.out.push_back(st.n);
+    const MatMulGeometry g = matmul_geometry(*st.c);
+    if (g.a_vec || g.b_vec) refuse("a chained MatMul with a vector operand is not lowered to loops yet");
+    st.dtype = g.dtype;
+    st.k = g.k;
+    st.n = g.n;
+    st.a_batch = g.a_batch;
+    st.b_batch = g.b_batch;
+    st.out = g.out;
     if (st.out != st.c->output(0)->shape())
       refuse(cat("MatMul output is ", shape_str(st.c->output(0)->shape()), ", expected ", shape_str(st.out)));
     if (shape_numel(st.out) == 0 || st.k == 0) refuse("an empty MatMul in a chain is not lowered to loops yet");
     if (s > 0) {
-      if (as != p_.stages[s - 1].out)
+      if (st.c->input(0)->shape() != p_.stages[s - 1].out)
         refuse("a chained MatMul's left operand does not have the previous MatMul's output shape (not lowered to loops yet)");
-      if (batch != st.a_batch)
+      if (g.batch != st.a_batch)
         refuse("a chained MatMul that broadcasts its left operand over batches is not lowered to loops yet");
     }
   }
@@ -396,20 +362,7 @@ class ChainAnalysis {
         todo.push_back(q);
       }
     }
-    FusionGroup syn;
-    syn.name = cat(grp_.name, "_stage", s);
-    syn.kind = GroupKind::Contraction;
-    std::unordered_set<const Value*> produced;
-    for (const Node* n : grp_.nodes)
-      if (keep.count(n)) {
-        syn.nodes.push_back(n);
-        for (const Value* o : n->outputs())
-          if (o) produced.insert(o);
-      }
-    for (const Node* n : syn.nodes)
-      for (const Value* u : n->inputs())
-        if (u && !produced.count(u) && std::find(syn.inputs.begin(), syn.inputs.end(), u) == syn.inputs.end())
-          syn.inputs.push_back(u);
+    FusionGroup syn = subgroup(grp_, keep, cat(grp_.name, "_stage", s), GroupKind::Contraction);
     for (const Value* v : grp_.outputs)
       if (p_.stage(v) == int(s)) syn.outputs.push_back(v);
     if (st.next && std::find(syn.outputs.begin(), syn.outputs.end(), st.next) == syn.outputs.end())

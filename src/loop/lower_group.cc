@@ -357,6 +357,26 @@ std::string unique_buffer_name(const Value* v, std::set<std::string>& used) {
   return n;
 }
 
+void bind_kernel(const FusionGroup& grp, const std::string& name, LoopKernel& k, std::set<std::string> used,
+                 std::unordered_map<const Value*, BufferPtr>* inputs, std::unordered_map<const Value*, BufferPtr>* outputs) {
+  k.name = name;
+  for (const Node* n : grp.nodes)
+    if (!n->name().empty() && std::find(k.sources.begin(), k.sources.end(), n->name()) == k.sources.end())
+      k.sources.push_back(n->name());
+  auto global = [&](const Value* v) {
+    return std::make_shared<Buffer>(Buffer{unique_buffer_name(v, used), v->dtype(), v->shape(), Scope::Global});
+  };
+  for (const Value* v : grp.inputs) {
+    k.inputs.push_back(global(v));
+    if (inputs) (*inputs)[v] = k.inputs.back();
+  }
+  for (const Value* v : grp.outputs) {
+    k.outputs.push_back(global(v));
+    if (outputs) (*outputs)[v] = k.outputs.back();
+  }
+  if (grp.outputs.empty()) refuse("the group writes no outputs");
+}
+
 std::vector<Stmt> Lowerer::nest(const std::vector<const Value*>& outs, const std::vector<BufferPtr>& bufs,
                                 int& next_let) {
   // The domain: the first output's shape; an output of another shape (same size) derives its
@@ -432,21 +452,8 @@ std::vector<Stmt> Lowerer::nest(const std::vector<const Value*>& outs, const std
 
 LoopKernel Lowerer::lower(const std::string& name) {
   LoopKernel k;
-  k.name = name;
-  for (const Node* n : grp_.nodes) {
-    members_.insert(n);
-    if (!n->name().empty() && std::find(k.sources.begin(), k.sources.end(), n->name()) == k.sources.end())
-      k.sources.push_back(n->name());
-  }
-  std::set<std::string> used;
-  for (const Value* v : grp_.inputs) {
-    auto b = std::make_shared<Buffer>(Buffer{unique_buffer_name(v, used), v->dtype(), v->shape(), Scope::Global});
-    input_buffers_[v] = b;
-    k.inputs.push_back(b);
-  }
-  for (const Value* v : grp_.outputs)
-    k.outputs.push_back(std::make_shared<Buffer>(Buffer{unique_buffer_name(v, used), v->dtype(), v->shape(), Scope::Global}));
-  if (grp_.outputs.empty()) refuse("the group writes no outputs");
+  for (const Node* n : grp_.nodes) members_.insert(n);
+  bind_kernel(grp_, name, k, {}, &input_buffers_);
 
   // Outputs of one size share a nest (the partitioner's rule for fused groups); a multi-output
   // node alone in its group (Split) may write several sizes: one nest per size, in order.
@@ -490,7 +497,8 @@ bool depends_within(const FusionGroup& grp, const Node* a, const Node* b) {
 //   pool          windowed reduction (MaxPool/AveragePool) with its prologue and epilogue
 //   contraction   one MatMul/Conv through the micro-kernel, prologue in the operand loads,
 //                 epilogue (and row passes: softmax, LayerNorm, global pools) from the tile
-//   siblings      independent contractions sharing one input, one tile loop
+//   siblings      independent contractions (Q, K, V of one input; sibling convs), each part's
+//                 nest spliced into one kernel (lower_contraction_siblings.cc)
 //   chain         MatMul → row-local ops → MatMul as a row pipeline (attention, MLP)
 // Placements: "root" (the op the nest is built around: a contraction, a reduction, a stored
 // elementwise value), "inline" (recomputed inside a later member's loads: prologues, remaps),

@@ -11,6 +11,9 @@
 // Every expression built here is total: loads are always in bounds and integer division never
 // traps, even in a select branch that is not taken (the contract in loop_interpreter.h).
 #pragma once
+#include <algorithm>
+#include <functional>
+#include <initializer_list>
 #include <optional>
 #include <set>
 #include <string>
@@ -18,8 +21,10 @@
 #include <vector>
 
 #include "fusion/fusion_plan.h"
+#include "fusion/op_kind.h"
 #include "loop/loop_ir.h"
 #include "loop/lower_group.h"
+#include "loop/rebind_buffers.h"
 #include "loop/schedule.h"
 #include "support/error.h"
 
@@ -142,6 +147,39 @@ class Lowerer {
 
 // ---- helpers shared by the per-op files
 
+// A member's class as the anchored emitters read it (the op-kind table; ONNX-domain ops only).
+inline bool is_reduction(const Node* n) { return op_kind(*n) == OpKind::Reduction; }
+inline bool is_contraction(const Node* n) { return op_kind(*n) == OpKind::Contraction; }
+inline bool is_elementwise(const Node* n) {
+  const auto k = op_kind_of_type(n->op_type());
+  return k && *k == OpKind::ElementWise && n->domain().empty();
+}
+// The types the MatMul and Conv reference kernels accept.
+inline const std::initializer_list<DType> kMatMulTypes = {DType::Float32, DType::Float64, DType::Float16,
+                                                          DType::BFloat16, DType::Int32,  DType::Int64,
+                                                          DType::UInt32,  DType::UInt64};
+inline const std::initializer_list<DType> kConvTypes = {DType::Float32, DType::Float64, DType::Float16};
+
+inline bool type_in(DType t, std::initializer_list<DType> set) {
+  return std::find(set.begin(), set.end(), t) != set.end();
+}
+
+// A MatMul's geometry as its reference kernel computes it (numpy matmul: a 1-D operand promoted
+// to a matrix, its unit dim dropped from the output; batch dims broadcast); refuses what the
+// reference kernel would reject (lower_contraction.cc).
+struct MatMulGeometry {
+  DType dtype = DType::Float32;
+  bool a_vec = false, b_vec = false;
+  Shape a_batch, b_batch, batch, out;
+  int64_t k = 0, n = 1;
+};
+MatMulGeometry matmul_geometry(const Node& c);
+
+// "Op 'name'" (or the op type alone) for refusal texts.
+inline std::string name_of(const Node* n) {
+  return n->name().empty() ? n->op_type() : cat(n->op_type(), " '", n->name(), "'");
+}
+
 // Why the group cannot contain n ("" when n is supported); checked for every node before lowering.
 std::string unsupported_reason(const Node& n);         // lower_elementwise.cc (dispatches)
 std::string unsupported_injective(const Node& n);      // lower_injective.cc
@@ -181,6 +219,23 @@ class SharedExprHoister {
   std::unordered_map<const ExprNode*, Expr> done_;
 };
 
+// ---- the epilogue of an anchor (anchor_epilogue.cc; docs/codegen.md, "Anchored emitters")
+//
+// An anchor's output (a contraction's; in a chain, each value of the stage) is bound in the
+// Lowerer to a placeholder register buffer, so an epilogue value built by value_at loads it. At
+// the loop point each placeholder stands for one value at one position (its flat index):
+// `lookup(buffer)` says which (nullopt: not a placeholder). substitute_placeholders replaces
+// every placeholder load by that value; a load at another position (an epilogue op that remaps
+// the anchor's output before using it) refuses, since the point has no value there. Positions are
+// compared as affine forms (same_position, affine.h).
+struct PlaceholderValue {
+  Expr flat;         // where the value is
+  Expr value;
+  std::string what;  // names it in the refusal: "the MatMul output", "'x'"
+};
+using PlaceholderLookup = std::function<std::optional<PlaceholderValue>(const Buffer*)>;
+Expr substitute_placeholders(const Expr& e, const PlaceholderLookup& lookup, std::unordered_map<const ExprNode*, Expr>& memo);
+
 // Appends the stores of (index, value) pairs into `bufs` to `body`. With several stores, each
 // value that is not already a variable or literal is first bound to a Let, so every load of the
 // iteration happens before its first store and an output may share memory with a same-shaped
@@ -197,6 +252,13 @@ void append_hoisted_stores(std::vector<Stmt>& body, const std::vector<BufferPtr>
 // itself (i<k>, t<k>, acc, math functions, kiln_*).
 std::string unique_buffer_name(const Value* v, std::set<std::string>& used);
 
+// Sets up `k` for `grp`: its name, its sources (the members' node names) and one Global buffer per
+// group input and output, named after the values (unique_buffer_name within `used`), recorded in
+// `inputs` / `outputs` when given. Refuses a group that writes no outputs.
+void bind_kernel(const FusionGroup& grp, const std::string& name, LoopKernel& k, std::set<std::string> used,
+                 std::unordered_map<const Value*, BufferPtr>* inputs,
+                 std::unordered_map<const Value*, BufferPtr>* outputs = nullptr);
+
 // A contraction group with row reductions over the trailing axes of its output
 // (lower_contraction_rows.cc): which epilogue values are staged in a local row, which outputs the
 // first loop over the row stores, and the synthetic row-kernel group of the reductions' passes.
@@ -209,10 +271,11 @@ struct ContractionRows {
 };
 ContractionRows plan_contraction_rows(const FusionGroup& grp, const Node* c, const Shape& out_shape);
 // The passes' statements for one row, inside the contraction kernel's outer loops (`outer`: the
-// index into `shape` (plan.shape) at dims < r0): `buffers` maps the passes' inputs and outputs to
-// the kernel's buffers and each staged value to its local row.
+// index into `shape` (plan.shape) at dims < r0): `targets` maps the passes' inputs and outputs to
+// the kernel's buffers, indexed as the full tensor plus the target's offset, and each staged value
+// to its local row, indexed within the row plus the offset (where the row starts in the buffer).
 std::vector<Stmt> contraction_row_passes(const ContractionRows& plan, const Shape& shape,
-                                         const std::unordered_map<const Value*, BufferPtr>& buffers,
+                                         const std::unordered_map<const Value*, BufferTarget>& targets,
                                          const std::vector<Expr>& outer, const std::string& name,
                                          const Schedule& sched = Schedule{});
 

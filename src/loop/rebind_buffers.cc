@@ -9,6 +9,18 @@
 
 namespace kiln::loop {
 
+namespace {
+
+// index - t.base + t.offset.
+Expr retarget(Expr index, const BufferTarget& t) {
+  if (t.base && !(t.base->kind == ExprKind::IntImm && t.base->int_value == 0))
+    index = index->kind == ExprKind::IntImm && t.base->kind == ExprKind::IntImm ? int_imm(index->int_value - t.base->int_value)
+                                                                                 : binary(BinOp::Sub, index, t.base);
+  return t.offset ? add(index, t.offset) : index;
+}
+
+}  // namespace
+
 Expr BufferRebinder::expr(const Expr& e) {
   if (!e) return e;
   if (auto it = memo_.find(e.get()); it != memo_.end()) return it->second;
@@ -23,7 +35,7 @@ Expr BufferRebinder::expr(const Expr& e) {
   if (e->buffer) {  // Load, Address
     if (auto it = map_.find(e->buffer.get()); it != map_.end()) {
       copy->buffer = it->second.to;
-      if (it->second.offset) copy->args[0] = add(copy->args[0], it->second.offset);
+      copy->args[0] = retarget(copy->args[0], it->second);
       // A Load's type is its buffer's dtype; micro-kernels read an address as that dtype.
       KILN_CHECK(copy->buffer->dtype == e->buffer->dtype, "rebinding ", e->buffer->name, " to ", copy->buffer->name,
                  " changes its dtype");
@@ -43,7 +55,7 @@ Stmt BufferRebinder::stmt(const Stmt& s) {
       KILN_CHECK(s->kind == StmtKind::Store, "cannot rebind the buffer an Allocate declares (", s->buffer->name, ")");
       KILN_CHECK(it->second.to->dtype == s->buffer->dtype, "rebinding ", s->buffer->name, " changes its dtype");
       c->buffer = it->second.to;
-      if (it->second.offset) c->index = add(c->index, it->second.offset);
+      c->index = retarget(c->index, it->second);
     }
   }
   return c;

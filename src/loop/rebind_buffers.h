@@ -3,8 +3,9 @@
 //
 // Rebinding buffers: a kernel lowered on its own (a part of a multi-contraction group, a row
 // kernel's passes) uses its own Buffer objects. Loads, addresses and stores of a mapped buffer go
-// to its new buffer, optionally at `index + offset` (a full-tensor position turned into a position
-// within a local row); unmapped buffers (the tree's own Local/Register buffers) stay as they are.
+// to its new buffer, optionally at `index - base + offset` (a full-tensor position turned into a
+// position within a local row: base, the row's offset in the tensor; offset, the row's place in
+// the local buffer); unmapped buffers (the tree's own Local/Register buffers) stay as they are.
 #pragma once
 #include <map>
 #include <set>
@@ -18,7 +19,8 @@ namespace kiln::loop {
 
 struct BufferTarget {
   BufferPtr to;
-  Expr offset;  // added to every index; null: same index
+  Expr offset;          // added to every index; null: nothing added
+  Expr base = nullptr;  // subtracted from every index first; null: nothing subtracted
 };
 using BufferMap = std::unordered_map<const Buffer*, BufferTarget>;
 

@@ -31,31 +31,4 @@ Expr SharedExprHoister::rewrite(const Expr& e, std::vector<Stmt>& lets) {
   return r;
 }
 
-void append_stores(std::vector<Stmt>& body, const std::vector<BufferPtr>& bufs,
-                   std::vector<std::pair<Expr, Expr>> stores, int& next_let) {
-  if (stores.size() > 1)
-    for (auto& [index, value] : stores)
-      if (value->kind != ExprKind::Var && value->kind != ExprKind::IntImm && value->kind != ExprKind::FloatImm) {
-        std::string name = "t" + std::to_string(next_let++);
-        body.push_back(let(name, value));
-        value = var(name, value->type);
-      }
-  for (size_t i = 0; i < stores.size(); ++i) body.push_back(store(bufs[i], stores[i].first, stores[i].second));
-}
-
-void append_hoisted_stores(std::vector<Stmt>& body, const std::vector<BufferPtr>& bufs,
-                           std::vector<std::pair<Expr, Expr>> stores, int& next_let) {
-  SharedExprHoister h(next_let);
-  for (auto& [index, value] : stores) {
-    h.count(value);
-    h.count(index);
-  }
-  if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused epilogue has ", h.dag_size(), " nodes"));
-  for (auto& [index, value] : stores) {
-    value = h.rewrite(value, body);
-    index = h.rewrite(index, body);
-  }
-  append_stores(body, bufs, std::move(stores), next_let);
-}
-
 }  // namespace kiln::loop::detail

@@ -490,6 +490,14 @@ TEST(LowerChain, IndexFoldAndRebind) {
   const Stmt moved = rebind_buffers(loop, m);
   EXPECT_EQ(print_stmt(moved), "for k in [0, 64) {\n  b[(((i * 64) + k) % 64)] = c[(((i * 64) + k) + 100)]\n}\n");
   EXPECT_EQ(print_stmt(loop).find("c["), std::string::npos);  // the original is untouched
+  // A full-tensor position into a local row: the row's base subtracted first, then its offset in
+  // the row buffer added (how the row passes read a staged row of a chain's tile).
+  BufferMap row;
+  row[a.get()] = BufferTarget{c, mul(var("t"), int_imm(64)), mul(i, int_imm(64))};
+  EXPECT_EQ(print_stmt(rebind_buffers(loop, row)),
+            "for k in [0, 64) {\n  b[(((i * 64) + k) % 64)] = c[((((i * 64) + k) - (i * 64)) + (t * 64))]\n}\n");
+  row[a.get()] = BufferTarget{c, nullptr, int_imm(0)};  // a zero base is no subtraction
+  EXPECT_EQ(print_stmt(rebind_buffers(loop, row)), "for k in [0, 64) {\n  b[(((i * 64) + k) % 64)] = c[((i * 64) + k)]\n}\n");
   BufferMap bad;
   bad[b.get()] = BufferTarget{d, nullptr};
   EXPECT_THROW(rebind_buffers(loop, bad), InternalError);

@@ -1,0 +1,51 @@
+// The one epilogue builder of the anchored emitters (contraction, contraction + rows, stencil,
+// chain stages): placeholder substitution and the stores of a loop point (lower_internal.h).
+#include "loop/affine.h"
+#include "loop/lower_internal.h"
+
+namespace kiln::loop::detail {
+
+Expr substitute_placeholders(const Expr& e, const PlaceholderLookup& lookup, std::unordered_map<const ExprNode*, Expr>& memo) {
+  if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
+  Expr r = e;
+  std::optional<PlaceholderValue> p;
+  if (e->kind == ExprKind::Load) p = lookup(e->buffer.get());
+  if (p) {
+    if (!same_position(e->args[0], p->flat))
+      refuse(cat("an epilogue op reads ", p->what, " at another position (not lowered to loops yet)"));
+    r = p->value;
+  } else if (!e->args.empty()) {
+    r = map_args(e, [&](const Expr& a) { return substitute_placeholders(a, lookup, memo); });
+  }
+  memo[e.get()] = r;
+  return r;
+}
+
+void append_stores(std::vector<Stmt>& body, const std::vector<BufferPtr>& bufs,
+                   std::vector<std::pair<Expr, Expr>> stores, int& next_let) {
+  if (stores.size() > 1)
+    for (auto& [index, value] : stores)
+      if (value->kind != ExprKind::Var && value->kind != ExprKind::IntImm && value->kind != ExprKind::FloatImm) {
+        std::string name = "t" + std::to_string(next_let++);
+        body.push_back(let(name, value));
+        value = var(name, value->type);
+      }
+  for (size_t i = 0; i < stores.size(); ++i) body.push_back(store(bufs[i], stores[i].first, stores[i].second));
+}
+
+void append_hoisted_stores(std::vector<Stmt>& body, const std::vector<BufferPtr>& bufs,
+                           std::vector<std::pair<Expr, Expr>> stores, int& next_let) {
+  SharedExprHoister h(next_let);
+  for (auto& [index, value] : stores) {
+    h.count(value);
+    h.count(index);
+  }
+  if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused epilogue has ", h.dag_size(), " nodes"));
+  for (auto& [index, value] : stores) {
+    value = h.rewrite(value, body);
+    index = h.rewrite(index, body);
+  }
+  append_stores(body, bufs, std::move(stores), next_let);
+}
+
+}  // namespace kiln::loop::detail
