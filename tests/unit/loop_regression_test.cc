@@ -69,6 +69,7 @@ Checked check_all_kernels(const std::string& ir, TensorMap inputs = {}, const Fu
     std::vector<Tensor> ins, outs;
     std::vector<void*> args;
     for (const Value* v : grp.inputs) ins.push_back(v->is_constant() ? v->constant().clone() : values.at(v).clone());
+    ins = loop::kernel_arguments(kernels[k], std::move(ins));  // weights in the kernel's panel layout
     for (const Value* v : grp.outputs) outs.emplace_back(v->dtype(), v->shape());
     for (auto& t : ins) args.push_back(t.raw());
     for (auto& t : outs) args.push_back(t.raw());
