@@ -3,7 +3,7 @@
 // against the reference executor through the JIT) and, opt-in, on every group of the public models.
 //
 // Knobs: KILN_PRINT_NESTS=1 prints each lowered kernel before and after the policy;
-// KILN_LOWER_MODELS=1 runs the public models (testing::public_models).
+// SchedDefault.PublicModelsJit runs the public models (testing::public_models; KILN_LOWER_MODELS=1 adds the big ones).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -268,9 +268,9 @@ TEST(SchedDefault, LoweredGroups) {
 }
 
 // Every group of the public models lowered, scheduled by the policy (small thresholds, so most
-// nests are transformed) and compiled: outputs must match the reference executor. Opt-in (slow).
+// nests are transformed) and compiled: outputs must match the reference executor (demo and
+// mlp_ln; KILN_LOWER_MODELS=1 adds resnet18, mobilenet_v2 and the encoder).
 TEST(SchedDefault, PublicModelsJit) {
-  if (!std::getenv("KILN_LOWER_MODELS")) GTEST_SKIP() << "set KILN_LOWER_MODELS=1";
   Schedule sch;
   sch.vector_width = 8;
   sch.parallel_min_work = 256;
@@ -291,7 +291,9 @@ TEST(SchedDefault, PublicModelsJit) {
       batch.add(std::move(after), grp, values);
     }
     std::cout << "[ schedule ] " << m << ": " << changed << " of " << lowered << " lowered kernels rescheduled\n";
-    batch.check(std::string("sched_") + m);
+    // The groups are lowered under the default numerics (reordered conv sums, FMA micro-kernels):
+    // compared within the contract, not bit for bit.
+    batch.check(std::string("sched_") + m, /*contract=*/true);
   }
 }
 
