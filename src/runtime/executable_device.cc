@@ -4,6 +4,7 @@
 // inputs are uploaded, the kernels enqueued in plan order, the outputs downloaded. Views are
 // device-to-device copies; library kernels (ops with no loop spelling) run the reference kernels
 // on the host between a download and an upload, which is why kiln warns about them.
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 
@@ -63,17 +64,23 @@ DevicePtr Executable::device_locate(size_t group, size_t arg) {
   const Value* v = arg < grp.inputs.size() ? grp.inputs[arg] : grp.outputs[arg - grp.inputs.size()];
   const void* host = nullptr;
   int64_t bytes = 0;
+  bool constant = false;
   if (const std::vector<float>* packed = arg < grp.inputs.size() ? packed_input(group, arg) : nullptr) {
     host = packed->data();
     bytes = int64_t(packed->size() * sizeof(float));
+    constant = true;
   } else if (v->is_constant()) {
     host = v->constant().raw();
     bytes = value_bytes(v);
+    constant = true;
   }
-  if (host) {
-    auto it = device_constants_.find(host);
+  if (constant) {
+    // An empty constant (the shape [] of a Reshape to a scalar) has no host storage: its key is
+    // the null pointer, and it gets one byte (OpenCL refuses buffers of size 0).
+    auto it = device_constants_.find(bytes ? host : nullptr);
     if (it != device_constants_.end()) return it->second;
-    DevicePtr p{device_->alloc(bytes), 0};
+    if (!bytes) host = nullptr;
+    DevicePtr p{device_->alloc(std::max<int64_t>(bytes, 1)), 0};
     if (bytes) device_->upload(p, host, bytes);
     device_constants_[host] = p;
     return p;

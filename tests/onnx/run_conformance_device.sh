@@ -16,10 +16,11 @@ if [ "${KILN_DEVICE_CONFORMANCE:-subset}" = all ]; then
   grep -v '^#' "$here/expected_pass.txt" > "${TMPDIR:-/tmp}/kiln-device-expect.$$"
 else
   # node/test_a* and test_l* (elementwise and broadcast ops, argmax/argmin, average pooling, layer
-  # norm, log-softmax, LRN), every pytorch-operator and simple test (conv, matmul, pooling, whole
-  # small models): about 200 folders, each emitter kind and the int/float dtype families.
+  # norm, log-softmax, LRN), test_einsum* (a scalar output: an empty shape constant on the
+  # device), every pytorch-operator and simple test (conv, matmul, pooling, whole small models):
+  # about 210 folders, each emitter kind and the int/float dtype families.
   dirs=()
-  for g in "$data"/node/test_{a,l}* "$data"/pytorch-operator/* "$data"/simple/*; do
+  for g in "$data"/node/test_{a,l}* "$data"/node/test_einsum* "$data"/pytorch-operator/* "$data"/simple/*; do
     [ -d "$g" ] && dirs+=("$g")
   done
   : > "${TMPDIR:-/tmp}/kiln-device-expect.$$"
