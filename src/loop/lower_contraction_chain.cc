@@ -269,7 +269,7 @@ class RowPipeline {
   void prepack_weights() {
     const int64_t nr = std::max(sched_.contraction.nr, 1);
     for (Stage& st : stages_) {
-      if (!st.mk || st.pack || !st.b_buf || m_ % tile_ != 0 || st.b_stride != st.n) continue;
+      if (!st.mk || st.pack || !st.b_buf || st.b_stride != st.n) continue;
       if (st.b_base->kind != ExprKind::IntImm || st.b_base->int_value != 0) continue;
       const Value* w = nullptr;
       for (const Value* v : grp_.inputs)
@@ -377,25 +377,42 @@ class RowPipeline {
       out.push_back(for_loop(x, int_imm(tile_ * st.n), {store(st.acc, var(x), imm(0, acc_t))}, ForKind::Vectorized));
       acc_val = cast(st.dtype, load(st.acc, row_j));
     }
-    if (st.mk && m_ % tile_ == 0) {
+    if (st.mk) {
       // Blocks of mr rows times nr columns per call (B rows contiguous in j); the row blocks
-      // innermost, so a panel of B stays in cache for all of them.
+      // innermost, so a panel of B stays in cache for all of them. A tile past M's end (the last
+      // one when tile_ does not divide M) has fewer rows: its calls stop at the last row.
       const BufferPtr bb = st.pack ? st.b_pack : st.b_buf;
       const Expr base = st.pack ? int_imm(0) : st.b_base;
       const int64_t bs = st.pack ? st.n : st.b_stride, nr = std::max(sched_.contraction.nr, 1);
       // Panel layout: the column tile from j0 (a multiple of nr) starts at j0 · K.
       auto b_at_col = [&](const Expr& j0) { return st.panel ? mul(j0, int_imm(st.k)) : add(base, j0); };
       const std::string vn = cat("kiln_n", s), vm = cat("kiln_b", s);
-      auto call = [&](int64_t w, Expr j0) {
-        Expr r0 = mul(var(vm), int_imm(mr_));
-        Stmt c = call_stmt(kernels::kMicroKernelF32,
-                           {int_imm(mr_), int_imm(w), int_imm(st.k), address(a_in, mul(r0, int_imm(st.k))), int_imm(st.k),
-                            int_imm(1), address(bb, b_at_col(j0)), int_imm(bs),
-                            address(st.acc, add(mul(r0, int_imm(st.n)), j0)), int_imm(st.n)});
-        return for_loop(vm, int_imm(tile_ / mr_), {c});
+      auto call = [&](int64_t rows, int64_t w, Expr j0, Expr r0) {
+        return call_stmt(kernels::kMicroKernelF32,
+                         {int_imm(rows), int_imm(w), int_imm(st.k), address(a_in, mul(r0, int_imm(st.k))), int_imm(st.k),
+                          int_imm(1), address(bb, b_at_col(j0)), int_imm(bs),
+                          address(st.acc, add(mul(r0, int_imm(st.n)), j0)), int_imm(st.n)});
       };
-      if (st.n / nr > 0) out.push_back(for_loop(vn, int_imm(st.n / nr), {call(nr, mul(var(vn), int_imm(nr)))}));
-      if (st.n % nr) out.push_back(call(st.n % nr, int_imm(st.n / nr * nr)));
+      // The calls of a column tile for `rows` rows: whole blocks of mr, then the rest.
+      auto blocks = [&](int64_t rows, int64_t w, Expr j0) {
+        std::vector<Stmt> b;
+        if (rows / mr_ > 0) b.push_back(for_loop(vm, int_imm(rows / mr_), {call(mr_, w, j0, mul(var(vm), int_imm(mr_)))}));
+        if (rows % mr_) b.push_back(call(rows % mr_, w, j0, int_imm(rows / mr_ * mr_)));
+        return b;
+      };
+      auto tile_calls = [&](int64_t rows) {
+        std::vector<Stmt> t;
+        if (st.n / nr > 0) t.push_back(for_loop(vn, int_imm(st.n / nr), blocks(rows, nr, mul(var(vn), int_imm(nr)))));
+        if (st.n % nr)
+          for (auto& x : blocks(rows, st.n % nr, int_imm(st.n / nr * nr))) t.push_back(std::move(x));
+        return t;
+      };
+      if (m_ % tile_ == 0) {
+        for (auto& x : tile_calls(tile_)) out.push_back(std::move(x));
+      } else {
+        out.push_back(if_then(binary(BinOp::Le, add(var("kiln_m0"), int_imm(tile_)), int_imm(m_)), tile_calls(tile_),
+                              tile_calls(m_ % tile_)));
+      }
     } else if (st.axpy) {
       // acc[t][j] += a[t][k] * b[k][j], k outermost: each row of b serves every row of the tile.
       if (st.b_buf) bkj = load(st.b_buf, add(st.b_base, add(mul(var(K), int_imm(st.b_stride)), var(J))));
@@ -523,6 +540,20 @@ class RowPipeline {
           tile_ = mr_ * f;
           break;
         }
+    // No tile of several blocks divides M (ViT's 197 tokens, a prime): tiles of whole blocks and a
+    // shorter last one, as few per batch position as max_row_blocks allows, of about equal
+    // height. (Tiles of 8 rows there meant 25 tiles per head, each packing the head's K^T and V
+    // again: the attention chain took 1.75 ms where its kernels apart take 0.6.)
+    if (tile_ == mr_ && m_ > 2 * mr_) {
+      const int64_t cap = mr_ * std::max<int64_t>(sched_.chain.max_row_blocks, 1);
+      for (int64_t per = (m_ + cap - 1) / cap; per * mr_ < m_; ++per) {
+        const int64_t t = ((m_ + per - 1) / per + mr_ - 1) / mr_ * mr_;
+        if (local_bytes(t) <= sched_.chain.max_local_bytes && rows / t >= sched_.chain.min_tiles) {
+          tile_ = t;
+          break;
+        }
+      }
+    }
     while (tile_ > 1 && local_bytes(tile_) > sched_.chain.max_local_bytes) mr_ = tile_ = tile_ - 1;
     // OpenMP workers have small stacks (the emitter would heap-allocate bigger buffers per tile).
     if (local_bytes(tile_) > sched_.chain.max_local_bytes)

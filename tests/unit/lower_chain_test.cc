@@ -403,11 +403,14 @@ TEST(LowerChain, MlpNestShape) {
   EXPECT_NE(b.find("kiln_mk_f32(4, 32, 12, &kiln_atile[(kiln_b0 * 48)]"), std::string::npos) << b;
 }
 
-// No micro-kernel where its conditions fail: a partial last tile (guarded rows), a right operand
-// neither in place nor packable (the dot form), float64.
+// A partial last tile (7 rows in tiles of 6): guarded rows, and micro-kernel calls that stop at
+// the last row (a 1-row call in the short tile). No micro-kernel where its conditions fail: a
+// right operand neither in place nor packable (the dot form), float64.
 TEST(LowerChain, LoopForms) {
   const std::string tail = lowered(find_case("chain_row_tail"));
-  EXPECT_EQ(count(tail, "kiln_mk_f32("), 0u) << tail;
+  EXPECT_EQ(count(tail, "kiln_mk_f32("), 4u) << tail;  // two stages, full and short tiles
+  EXPECT_NE(tail.find("if ((kiln_m0 + 6) <= 7)"), std::string::npos) << tail;
+  EXPECT_NE(tail.find("kiln_mk_f32(1, "), std::string::npos) << tail;
   EXPECT_NE(tail.find("if (i0 < 7)"), std::string::npos) << tail;
   const std::string dot = lowered(find_case("chain_dot_form"));
   EXPECT_EQ(count(dot, "kiln_mk_f32("), 1u) << dot;  // the second product only
