@@ -268,7 +268,7 @@ GemmView ContractionLowering::conv_view() {
   // staged once per call into a plain [N][C][positions] buffer with the prologue evaluated there —
   // instead of packing B per tile through its per-element value (EfficientNet-B0's
   // squeeze-excitation scale fused into the projection: 0.55 -> 0.16 ms).
-  const bool staged = !conv_in_place() && unit_window() && dtype_ == DType::Float32;
+  const bool staged = !conv_in_place() && unit_window() && geo_.rank() == 2 && dtype_ == DType::Float32;
   if (conv_in_place() || staged) {
     if (staged) {
       const PhasePlanes ph = stage_phase_planes();  // a unit window: one phase, no border
@@ -420,6 +420,7 @@ GemmView ContractionLowering::implicit_conv_view() {
 // r · sy + py (input row r · sy + py − pt); kernel position kpos reads slot slot_of[kpos] at offset
 // (⌊ky·dy / sy⌋, ⌊kx·dx / sx⌋). Only the phases some kernel position reads are staged.
 ContractionLowering::PhasePlanes ContractionLowering::phase_geometry() const {
+  KILN_CHECK(geo_.rank() == 2, "phase planes are 2-D; a ", geo_.rank(), "-D conv reached them");
   const int64_t ho = geo_.out[0], wo = geo_.out[1], kh = geo_.kernel[0], kw = geo_.kernel[1];
   const int64_t sy = geo_.stride[0], sx = geo_.stride[1], dy = geo_.dilation[0], dx = geo_.dilation[1];
   const int64_t hp = (ho - 1) * sy + (kh - 1) * dy + 1, wp = (wo - 1) * sx + (kw - 1) * dx + 1;
