@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -52,6 +54,10 @@ class PeerRunner {
     std::vector<std::string> args = {python(), script(), engine, model, std::to_string(threads)};
     args.insert(args.end(), feeds.begin(), feeds.end());
     int to_child[2], from_child[2];
+    // A peer that dies (a crash, the OOM killer) closes its end of the pipe: writing to it must
+    // fail with EPIPE, answered below with the peer's exit status, not kill kiln with SIGPIPE
+    // (it ended `kiln bench --compare` on Swin-T silently with status 141).
+    std::signal(SIGPIPE, SIG_IGN);
     if (pipe(to_child) || pipe(from_child)) user_error("--compare: cannot create pipes");
     pid_ = fork();
     if (pid_ == 0) {
@@ -120,9 +126,18 @@ class PeerRunner {
       s += buf;
       if (!s.empty() && s.back() == '\n') break;
     }
-    if (s.empty()) return "error the " + engine_ + " process ended";
+    if (s.empty()) return "error the " + engine_ + " process ended" + exit_status();
     while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
     return s;
+  }
+  // How the peer process ended (it has closed its output), e.g. " (killed by signal 9)".
+  std::string exit_status() {
+    int status = 0;
+    if (pid_ <= 0 || waitpid(pid_, &status, 0) != pid_) return "";
+    pid_ = -1;
+    if (WIFSIGNALED(status)) return cat(" (killed by signal ", WTERMSIG(status), ")");
+    if (WIFEXITED(status)) return cat(" (exit status ", WEXITSTATUS(status), "; its error is on stderr above)");
+    return "";
   }
   static std::string python() {
     const char* p = std::getenv("KILN_PEER_PYTHON");
