@@ -5,6 +5,7 @@
 // device-to-device copies; library kernels (ops with no loop spelling) run the reference kernels
 // on the host between a download and an upload, which is why kiln warns about them.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <unordered_map>
 
@@ -105,7 +106,12 @@ void Executable::run_on_device(const Observer& observe) {
     if (value_bytes(v)) dev.download(staging_.data(), p, value_bytes(v));
     return staging_.data();
   };
+  // Per-kernel times (kiln bench --kernels, roofline): each kernel timed to its completion on the
+  // device (launches are asynchronous; the queue is drained after each one, so a profiled run is
+  // slower than a plain one by the drains).
+  const bool timed = profiling_;
   for (size_t k = 0; k < plan_.groups.size(); ++k) {
+    const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     const FusionGroup& grp = plan_.groups[k];
     const auto& args = device_args_[k];
     if (device_kernel_[k] >= 0) {
@@ -153,6 +159,10 @@ void Executable::run_on_device(const Observer& observe) {
         const Tensor& t = local.at(grp.outputs[i]);
         if (t.nbytes()) dev.upload(args[grp.inputs.size() + i], t.raw(), int64_t(t.nbytes()));
       }
+    }
+    if (timed) {
+      dev.finish();
+      kernel_ms_[k] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     }
     if (observe)
       for (size_t i = 0; i < grp.outputs.size(); ++i)

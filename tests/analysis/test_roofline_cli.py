@@ -124,6 +124,15 @@ if out is not None:
     check(d["machine"]["threads"] == 1, "--threads 1 not reflected in machine.threads")
     check_report(d, "resnet18", d["machine"])
 
+# --device opencl (PoCL here): the kernels timed on the device, each one to its completion (no
+# kernel of 0 ms), under the opencl target description's roof.
+text = roofline("demo.onnx", "--fused-only", "--device", "opencl")
+if text is not None:
+    check("--device opencl: the opencl target description" in text and "roof peak 10000.0 GFLOP/s" in text,
+          "--device opencl: not under the opencl target's roof")
+    times = [float(l.split()[3]) for l in text.splitlines() if l[:1].isdigit() and len(l.split()) > 3]
+    check(len(times) == 4 and all(t > 0 for t in times), f"--device opencl: kernel times {times}")
+
 r = subprocess.run([kiln, "roofline", os.path.join(model_dir, "demo.onnx"), "--no-fusion", "--fused-only"],
                    capture_output=True, text=True)
 check(r.returncode == 1 and "exclude each other" in r.stderr, "--no-fusion --fused-only not refused")
