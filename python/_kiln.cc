@@ -75,8 +75,10 @@ std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>> describe
 
 std::unique_ptr<PyModel> compile(const std::string& path, int threads,
                                  const std::map<std::string, std::vector<int64_t>>& input_shapes, bool strict_fp,
-                                 bool fusion, bool use_cache, const std::string& target, nb::object progress) {
+                                 bool fusion, bool use_cache, const std::string& target, const std::string& device,
+                                 nb::object progress) {
   kiln::ModelOptions opts;
+  opts.device = device;
   opts.threads = threads;
   opts.input_shapes = input_shapes;
   opts.strict_fp = strict_fp;
@@ -194,6 +196,6 @@ NB_MODULE(_kiln, m) {
           nb::arg("dir"));
 
   m.def("compile", &compile, nb::arg("path"), nb::arg("threads"), nb::arg("input_shapes"), nb::arg("strict_fp"),
-        nb::arg("fusion"), nb::arg("use_cache"), nb::arg("target"), nb::arg("progress").none());
+        nb::arg("fusion"), nb::arg("use_cache"), nb::arg("target"), nb::arg("device"), nb::arg("progress").none());
   m.def("hardware_threads", [] { return int(std::max(1u, std::thread::hardware_concurrency())); });
 }

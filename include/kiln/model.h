@@ -72,6 +72,10 @@ struct ModelOptions {
   // results bit-identical to it, as `kiln run --strict-fp`. false: kiln's default numerics (FMA,
   // lane sums, vectorised exp/erf; within 1e-4 of the reference).
   bool strict_fp = false;
+  // Where the generated kernels run: "cpu" (default), "opencl" (through the ICD loader, e.g.
+  // PoCL) or "cuda" (NVRTC and the driver API), as `kiln run --device`. A device that is not
+  // there is a Usage error from compile(); strict_fp is CPU-only.
+  std::string device = "cpu";
   // Called during compile() with the step being done and its position, e.g. ("lowering", 3, 40)
   // for the kernels, then ("compiling", 40, 40) while the C compiler runs (the long step).
   std::function<void(const std::string& step, int done, int total)> progress;

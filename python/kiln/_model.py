@@ -50,9 +50,11 @@ class TensorSpec:
         return f"TensorSpec(name={self.name!r}, shape={self.shape}, dtype={self.kiln_dtype})"
 
 
-def _check_options(threads, device, input_shapes):
-    if device != "cpu":
-        raise UsageError(f"device {device!r} is not available: kiln has only a CPU backend today (device='cpu')")
+def _check_options(threads, device, input_shapes, strict_fp=False):
+    if device not in ("cpu", "opencl", "cuda"):
+        raise UsageError(f"device must be 'cpu', 'opencl' or 'cuda', got {device!r}")
+    if device != "cpu" and strict_fp:
+        raise UsageError("strict_fp is CPU-only: a device's math library is not the reference's")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise UsageError(f"threads must be a positive integer or None (all hardware threads), got {threads!r}")
     shapes = {}
@@ -73,10 +75,12 @@ def compile(path_or_bytes, threads=None, input_shapes=None, strict_fp=False, dev
     threads: kernel threads (None: every hardware thread). input_shapes: {name: dims} fixing
     symbolic input dimensions (kiln compiles static shapes). strict_fp: the reference executor's
     exact float operations and order (outputs bit-identical to it; default: FMA and lane sums,
-    within 1e-4). device: "cpu" (the only backend). fusion=False: one kernel per op.
+    within 1e-4). device: "cpu", "opencl" (an OpenCL device through the ICD loader, e.g. PoCL) or
+    "cuda" (NVRTC and the CUDA driver); one that is not there raises at compile. fusion=False: one
+    kernel per op.
     cache=False: do not use the compiled-kernel cache. progress: True/False/None (None: a bar on a
     terminal; KILN_PROGRESS=0 turns it off)."""
-    shapes = _check_options(threads, device, input_shapes)
+    shapes = _check_options(threads, device, input_shapes, strict_fp)
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         # The importer reads files; the model goes through a private temporary one, and messages
         # name it "<bytes>" rather than the temporary path.
@@ -96,7 +100,7 @@ def compile(path_or_bytes, threads=None, input_shapes=None, strict_fp=False, dev
     bar = make_progress(progress, os.path.basename(path))
     try:
         core = _kiln.compile(path, threads or 0, shapes, bool(strict_fp), bool(fusion), bool(cache),
-                             str(target), bar)
+                             str(target), str(device), bar)
     finally:
         if bar is not None:
             bar.close()

@@ -34,7 +34,7 @@ class InferenceSession:
 
     path_or_bytes: an .onnx path or the serialized model. threads: kernel threads (None: all).
     input_shapes: {name: dims} for symbolic input dimensions. strict_fp: outputs bit-identical to
-    kiln's reference executor (no FMA, its summation order). device: "cpu". providers: accepted
+    kiln's reference executor (no FMA, its summation order). device: "cpu", "opencl" or "cuda". providers: accepted
     for onnxruntime compatibility;
     only "CPUExecutionProvider" is available. Further keywords go to kiln.compile (fusion, cache,
     target, progress)."""

@@ -73,6 +73,11 @@ Model Model::compile(const std::string& onnx_path, const ModelOptions& opts) {
     bo.fusion.target = *t;
   }
   bo.strict_fp = opts.strict_fp;  // `kiln run --strict-fp`: Executable::build applies it (with_numerics)
+  if (opts.device != "cpu" && opts.device != "opencl" && opts.device != "cuda")
+    throw Error("device must be cpu, opencl or cuda, got '" + opts.device + "'", Error::Kind::Usage);
+  bo.device = runtime::parse_device(opts.device);
+  if (bo.device != runtime::DeviceKind::Cpu && bo.strict_fp)
+    throw Error("strict_fp is CPU-only: a device's math library is not the reference's", Error::Kind::Usage);
 
   std::unique_ptr<Graph> g;
   try {

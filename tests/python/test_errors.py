@@ -107,7 +107,12 @@ def test_missing_compiler_is_compile_error(demo, tmp_path, monkeypatch):
 
 
 def test_usage_errors(demo, tmp_path):
-    with pytest.raises(kiln.UsageError, match="device 'cuda'.*CPU"):
+    with pytest.raises(kiln.UsageError, match="device must be 'cpu', 'opencl' or 'cuda', got 'tpu'"):
+        kiln.InferenceSession(demo, device="tpu")
+    with pytest.raises(kiln.UsageError, match="strict_fp is CPU-only"):
+        kiln.compile(demo, device="opencl", strict_fp=True)
+    # No GPU and no CUDA driver on these machines: the build cannot get the device, in one line.
+    with pytest.raises(kiln.CompileError, match="no CUDA driver"):
         kiln.InferenceSession(demo, device="cuda")
     with pytest.raises(kiln.UsageError, match="threads"):
         kiln.InferenceSession(demo, threads=0)
@@ -138,4 +143,4 @@ def test_exception_in_progress_callback_propagates(demo):
 
     from kiln import _kiln
     with pytest.raises(Stop):
-        _kiln.compile(demo, 0, {}, False, True, True, "", callback)
+        _kiln.compile(demo, 0, {}, False, True, True, "", "cpu", callback)

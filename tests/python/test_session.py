@@ -35,6 +35,17 @@ def test_public_model_matches_onnxruntime(models_dir, name):
         assert rel_diff(g, w) <= 1e-4, f"{name}: max|kiln - ort| / max|ort| = {rel_diff(g, w):.3g}"
 
 
+@pytest.mark.parametrize("name", ["demo", "mlp_ln"])
+def test_opencl_device_matches_onnxruntime(models_dir, name):
+    # device="opencl": the same kernels as OpenCL C on the ICD loader's device (PoCL in CI).
+    path = os.path.join(models_dir, name + ".onnx")
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    sess = kiln.InferenceSession(path, device="opencl")
+    feeds = {sess.get_inputs()[0].name: model_input(models_dir, name)}
+    for g, w in zip(sess.run(None, feeds), ref.run(None, feeds)):
+        assert g.shape == w.shape and rel_diff(g, w) <= 1e-4, f"{name} on opencl: {rel_diff(g, w):.3g}"
+
+
 def test_output_names_select_and_order(two_in_two_out):
     sess = kiln.InferenceSession(two_in_two_out)
     x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
