@@ -175,6 +175,18 @@ TEST_F(MachineProbeCache, MachineModelReusesTheCacheUnlessToldToReprobe) {
   EXPECT_NE(forced.probed_at, "cached");
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitizedBuild = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kSanitizedBuild = true;
+#else
+constexpr bool kSanitizedBuild = false;
+#endif
+#else
+constexpr bool kSanitizedBuild = false;
+#endif
+
 TEST(MachineProbe, QuickProbeIsSane) {
   ProbeOptions o;
   o.quick = true;
@@ -190,7 +202,10 @@ TEST(MachineProbe, QuickProbeIsSane) {
   EXPECT_GT(m.peak_gflops_1t, 0.1);
   EXPECT_GT(m.dram_1t.read_gbps, 0.1);
   EXPECT_GT(m.dram_1t.triad_gbps, 0.1);
-  EXPECT_LT(m.dram_1t.read_gbps, m.l1_1t.read_gbps);
+  // The cache level's figure above DRAM's — except in the sanitizer build, where every load of
+  // the probe's loops is instrumented: L1 "bandwidth" there is the checks' speed (15.6 GB/s
+  // against 19.7 from DRAM was seen under ASan with the other shard on the second core).
+  if (!kSanitizedBuild) EXPECT_LT(m.dram_1t.read_gbps, m.l1_1t.read_gbps);
   // N-thread figures exist; how they compare with one thread, or with each other, is not
   // checked here: ctest runs tests in parallel on a 2-core machine, so another test may hold the
   // second core during one probe and not the next (dram_nt > l1_nt was seen that way).
