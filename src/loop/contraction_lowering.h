@@ -43,6 +43,8 @@ class ContractionLowering {
 
   // Operand position of a MatMul operand with batch dims `ob` (before promotion of a vector).
   std::vector<Expr> matmul_index(const Shape& ob, bool vec, Expr row, Expr col, const std::vector<Expr>& out);
+  // The output's batch indices (batch_) of flat batch position `flat`.
+  std::vector<Expr> batch_position(const Expr& flat) const;
 
   Expr product(const std::vector<Expr>& out, const std::vector<Expr>& kv);
 
@@ -142,6 +144,11 @@ class ContractionLowering {
   // im2col panel [K, P], read in place for a 1x1 conv, else packed once per image). The rows are
   // computed a block of mr at a time into kiln_acc; the per-row passes then read it.
   bool rows_tiled(const ContractionRows& plan, size_t lead) const;
+  // A MatMul's tiled rows as one GEMM per batch position (B batched or computed), and with A's rows
+  // packed per block (A computed or broadcast); the number of GEMMs (images, batch positions or 1).
+  bool rows_batched() const;
+  bool rows_a_packed() const;
+  int64_t rows_batches() const;
 
   // A 1x1, stride-1, unpadded conv whose input is a plain buffer: B is the input image itself.
   bool conv_in_place() const;

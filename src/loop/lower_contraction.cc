@@ -178,6 +178,16 @@ std::vector<Expr> ContractionLowering::matmul_index(const Shape& ob, bool vec, E
   return d;
 }
 
+std::vector<Expr> ContractionLowering::batch_position(const Expr& flat) const {
+  std::vector<Expr> d(batch_.size());
+  int64_t stride = 1;
+  for (size_t i = batch_.size(); i-- > 0;) {
+    d[i] = batch_[i] == 1 ? int_imm(0) : mod(div_floor(flat, int_imm(stride)), int_imm(batch_[i]));
+    stride *= batch_[i];
+  }
+  return d;
+}
+
 Expr ContractionLowering::product(const std::vector<Expr>& out, const std::vector<Expr>& kv) {
   if (c_->op_type() == "MatMul") {
     Expr i = a_vec_ ? int_imm(0) : out[batch_.size()];

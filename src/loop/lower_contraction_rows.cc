@@ -228,13 +228,34 @@ bool ContractionLowering::rows_tiled(const ContractionRows& plan, size_t lead) c
   if (!sched_.tile_contractions || dtype_ != DType::Float32 || out_shape_.back() < 1) return false;
   if (sched_.contraction.mr < 1 || sched_.contraction.nr < 1) return false;
   if (c_->op_type() == "MatMul") {
-    if (a_vec_ || b_vec_ || plan.r0 != plan.shape.size() - 1 || lead > plan.r0) return false;
-    const Value* b = c_->input(1);
-    return is_group_input(c_->input(0)) && is_group_input(b) && b->shape().size() == 2 && a_batch_ == batch_ &&
-           out_shape_.back() >= 4;
+    if (a_vec_ || b_vec_ || plan.r0 != plan.shape.size() - 1 || lead > plan.r0 || out_shape_.back() < 4) return false;
+    // B packed per batch into a local buffer: bounded so that it stays in L2 beside the
+    // accumulator (and A's packed rows, which rows_per_block bounds).
+    return !rows_batched() || k_extents_[0] * out_shape_.back() * 4 <= sched_.rows_block_bytes;
   }
   return group_ == 1 && plan.r0 == lead + 2 && is_group_input(c_->input(1)) &&
          c_->input(1)->shape()[0] >= sched_.contraction.mr;
+}
+
+// A MatMul whose rows are not one GEMM: B has batch dims (attention's K^T per head, Swin's
+// windows) or is computed in the kernel. Then every batch position is a GEMM of its own, B packed
+// per batch (or read in place when it is a plain input with the output's batch dims).
+bool ContractionLowering::rows_batched() const {
+  if (c_->op_type() != "MatMul") return false;
+  return !(is_group_input(c_->input(1)) && c_->input(1)->shape().size() == 2);
+}
+
+// A MatMul's A rows not read in place (computed in the kernel, or broadcast over batch dims):
+// packed per block of rows, the prologue evaluated once per element.
+bool ContractionLowering::rows_a_packed() const {
+  return c_->op_type() == "MatMul" && !(is_group_input(c_->input(0)) && a_batch_ == batch_);
+}
+
+// The GEMMs of the tiled rows: an image each for a conv, a batch position each for a batched
+// MatMul, else one.
+int64_t ContractionLowering::rows_batches() const {
+  if (c_->op_type() == "Conv") return c_->input(0)->shape()[0];
+  return rows_batched() ? shape_numel(batch_) : 1;
 }
 
 // Is `v` computed by arithmetic or a remap in the group (not only a chain of views of an input)?
@@ -270,8 +291,11 @@ int64_t ContractionLowering::rows_ld(int64_t n) const {
 // a multiple of the micro-kernel's mr.
 int64_t ContractionLowering::rows_per_block(int64_t m, int64_t ld) const {
   const int64_t mr = sched_.contraction.mr;
-  const int64_t threads = std::max(1, sched_.threads);
-  const int64_t by_budget = (m * ld * 4 + sched_.rows_block_bytes - 1) / std::max<int64_t>(sched_.rows_block_bytes, 1);
+  // Several batches run in parallel over the batches (tiled_row_blocks), one block loop each.
+  const int64_t threads = rows_batched() && rows_batches() > 1 ? 1 : std::max(1, sched_.threads);
+  // A block's accumulator rows, and its packed A rows when A is packed.
+  const int64_t row_bytes = (ld + (rows_a_packed() ? k_extents_[0] : 0)) * 4;
+  const int64_t by_budget = (m * row_bytes + sched_.rows_block_bytes - 1) / std::max<int64_t>(sched_.rows_block_bytes, 1);
   const int64_t blocks = std::max<int64_t>({threads, by_budget, 1});
   const int64_t per = (m + blocks - 1) / blocks;
   return std::max<int64_t>(mr, (per + mr - 1) / mr * mr);
@@ -286,7 +310,7 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const LoopVars& outer, c
   int64_t rows = 1;
   for (const auto& o : outer) rows *= o.second;
   // Per batch (an image for a conv; everything for a MatMul): m rows of n columns, K deep.
-  const int64_t nb = conv ? c_->input(0)->shape()[0] : 1, m = rows / nb, n = shape_numel(out_shape_) / rows;
+  const int64_t nb = rows_batches(), m = rows / nb, n = shape_numel(out_shape_) / rows;
   int64_t k = k_extents_[0];
   for (size_t i = 1; i < k_extents_.size(); ++i) k *= k_extents_[i];
   const int64_t ld = rows_ld(n), mb = rows_per_block(m, ld);
@@ -301,19 +325,28 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const LoopVars& outer, c
     }
     for (auto& st : per_row) row_body.push_back(st);
   }
-  const BufferPtr a = L_.input_buffers_.at(c_->input(conv ? 1 : 0));
+  // A: the conv's weights or the MatMul's left operand in place, or a MatMul's A rows of the block
+  // packed (rows_a_packed).
+  const bool a_packed = rows_a_packed(), batched = rows_batched();
+  const BufferPtr a = a_packed ? std::make_shared<Buffer>(Buffer{"kiln_apack", DType::Float32, {mb * k}, Scope::Local})
+                               : L_.input_buffers_.at(c_->input(conv ? 1 : 0));
   // B: MatMul weights packed once into the micro-kernel's panels (pack_constant_b), else in place
-  // (MatMul activations; a 1x1 conv's input image) or the packed im2col panel, whose rows (and the
-  // accumulator rows) are padded to whole column tiles of zeros so that every micro-kernel call is
-  // a full tile.
-  const bool pointwise = !conv || conv_in_place();
+  // (MatMul activations; a 1x1 conv's input image; a batched MatMul's B with the output's batch
+  // dims) or packed per batch: a conv's im2col panel, whose rows (and the accumulator rows) are
+  // padded to whole column tiles of zeros so that every micro-kernel call is a full tile, or a
+  // batched MatMul's B computed in the kernel (attention's K^T) or broadcast.
+  const bool pointwise = conv ? conv_in_place()
+                              : !batched || (is_group_input(c_->input(1)) && b_batch_ == batch_);
   GemmOperand weights;
-  if (!conv && is_group_input(c_->input(1))) pack_constant_b(weights, c_->input(1), k, n);
+  if (!conv && !batched) pack_constant_b(weights, c_->input(1), k, n);
   const bool panels = weights.panel_nr > 0;
   BufferPtr b = panels      ? weights.buffer
                 : pointwise ? L_.input_buffers_.at(c_->input(conv ? 0 : 1))
                             : std::make_shared<Buffer>(Buffer{"kiln_bpack", DType::Float32, {k * ld}, Scope::Local});
-  const Expr b_base = pointwise && conv ? mul(var("kiln_tr_img"), int_imm(k * n)) : int_imm(0);
+  const Expr b_base = pointwise && (conv || batched) ? mul(var("kiln_tr_img"), int_imm(k * n)) : int_imm(0);
+  // A's rows: a batched MatMul's A in place holds every batch's m rows one after the other.
+  const Expr a_first = batched && !a_packed ? add(mul(var("kiln_tr_img"), int_imm(m)), var("kiln_tr_first"))
+                                            : var("kiln_tr_first");
   // K blocks of kc: the B panel of a block (kc x nr) stays in L1 while the block's row tiles reuse
   // it (one block over K = 3072 streamed 393 KiB of B per row tile: the encoder's FFN2 + LayerNorm
   // ran at 32 GFLOP/s).
@@ -324,7 +357,7 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const LoopVars& outer, c
     Expr b_at = panels ? add(mul(j0, int_imm(k)), mul(k0, int_imm(nr))) : add(b_base, add(mul(k0, int_imm(ld)), j0));
     return call_stmt(kernels::kMicroKernelF32,
                      {std::move(rows_e), std::move(cols), kcv,
-                      address(a, add(mul(add(var("kiln_tr_first"), r), int_imm(k)), k0)), int_imm(k), int_imm(1),
+                      address(a, add(mul(a_packed ? r : add(a_first, r), int_imm(k)), k0)), int_imm(k), int_imm(1),
                       address(b, b_at), int_imm(panels ? nr : ld), address(acc, add(mul(r, int_imm(ld)), j0)), int_imm(ld)});
   };
   std::vector<Stmt> in_acc;
@@ -345,14 +378,35 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const LoopVars& outer, c
     for (auto& st : panel(int_imm(ld % nr), int_imm(ld / nr * nr))) in_acc.push_back(st);
   in_acc.push_back(for_loop("kiln_tr_row", var("kiln_tr_count"), std::move(row_body)));
   std::vector<Stmt> blk = {let("kiln_tr_first", mul(var("kiln_tr_blk"), int_imm(mb))),
-                           let("kiln_tr_count", binary(BinOp::Min, int_imm(mb), sub(int_imm(m), var("kiln_tr_first")))),
-                           allocate(acc, std::move(in_acc))};
+                           let("kiln_tr_count", binary(BinOp::Min, int_imm(mb), sub(int_imm(m), var("kiln_tr_first"))))};
+  if (a_packed) {
+    // The block's A rows, each element of the prologue evaluated once: global row g of the
+    // [batch..., M] rows is batch position g / M, row g % M.
+    const int64_t mm = out_shape_[batch_.size()];
+    const Expr g = add(add(mul(var("kiln_tr_img"), int_imm(m)), var("kiln_tr_first")), var("kiln_tr_ar"));
+    std::vector<Expr> bo = batch_position(var("kiln_tr_ab"));
+    std::vector<Expr> ai = matmul_index(a_batch_, false, var("kiln_tr_ai"), var("kiln_tr_ak"), bo);
+    Expr x = to_compute(L_.value_at(c_->input(0), Index::from_dims(c_->input(0)->shape(), std::move(ai))));
+    blk.push_back(for_loop("kiln_tr_ar", var("kiln_tr_count"),
+                           {let("kiln_tr_ai", mod(g, int_imm(mm))), let("kiln_tr_ab", div_floor(g, int_imm(mm))),
+                            for_loop("kiln_tr_ak", int_imm(k),
+                                     {store(a, add(mul(var("kiln_tr_ar"), int_imm(k)), var("kiln_tr_ak")), x)})}));
+  }
+  blk.push_back(allocate(acc, std::move(in_acc)));
+  if (a_packed) blk = {allocate(a, std::move(blk))};
   // One image's blocks run in parallel when there is one image; several images run in parallel
   // over the images, each image's loops serial (the emitter forks only at the outermost loop).
   const bool big = rows * n * k >= sched_.parallel_min_work;
   const bool parallel = nb == 1 && mblocks > 1 && big;
   std::vector<Stmt> per_batch;
-  if (!pointwise && is_group_input(c_->input(0))) {
+  if (!conv && !pointwise) {
+    // Batch kiln_tr_img's B: bpack[kk * ld + j], each element of its prologue evaluated once.
+    std::vector<Expr> bi = matmul_index(b_batch_, false, var("kiln_tr_pk"), var("kiln_tr_pp"), batch_position(var("kiln_tr_img")));
+    Expr x = to_compute(L_.value_at(c_->input(1), Index::from_dims(c_->input(1)->shape(), std::move(bi))));
+    per_batch.push_back(for_loop(
+        "kiln_tr_pk", int_imm(k),
+        {for_loop("kiln_tr_pp", int_imm(n), {store(b, add(mul(var("kiln_tr_pk"), int_imm(ld)), var("kiln_tr_pp")), x)})}));
+  } else if (!pointwise && is_group_input(c_->input(0))) {
     // The im2col panel of image kiln_tr_img, nr columns at a time through the offset tables.
     GemmOperand::Packer pk = im2col_packer(n, m, k_extents_[0]);
     const std::vector<Expr> bt = {var("kiln_tr_img"), int_imm(0)};
@@ -391,7 +445,7 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const LoopVars& outer, c
   if (nb == 1) body = block({let("kiln_tr_img", int_imm(0)), body});
   return {comment(cat("tiled rows: ", nb, " x [", m, " x ", k, "] * [", k, " x ", n, "], ", mb,
                       " rows per block, micro-kernel ", mr, "x", nr, ", K block ", kc,
-                      panels ? ", B prepacked" : pointwise ? "" : ", B packed per batch")),
+                      panels ? ", B prepacked" : pointwise ? "" : ", B packed per batch", a_packed ? ", A packed per block" : "")),
           body};
 }
 
@@ -486,8 +540,7 @@ LoopKernel ContractionLowering::build_rows(const ContractionRows& plan) {
     int64_t rows = 1;
     for (size_t d = 0; d < out_shape_.size(); ++d)
       if (d + lead < plan.r0) rows *= out_shape_[d];
-    const int64_t nb = c_->op_type() == "Conv" ? c_->input(0)->shape()[0] : 1;
-    acc_rows_n = rows_per_block(rows / nb, row_len);
+    acc_rows_n = rows_per_block(rows / rows_batches(), row_len);
   }
   auto acc_rows = std::make_shared<Buffer>(Buffer{"kiln_acc", DType::Float32, {acc_rows_n * row_len}, Scope::Local});
   const size_t rank = out_shape_.size();

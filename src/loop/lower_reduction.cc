@@ -25,7 +25,7 @@
 // accumulations overlap. None of this changes a result bit.
 //
 // Vector lanes. A pass over a row that is contiguous in memory (the reduced axes are the trailing
-// ones) and at least 4 x L elements long accumulates in L partials, element j into partial j mod L
+// ones) and at least 2 x L elements long (Max/Min take L/2 lanes below 2 x kLanes) accumulates in L partials, element j into partial j mod L
 // in ascending j (the row % L tail included: element j still goes to partial j mod L), so that the
 // C compiler keeps the partials in vector registers instead of a serial chain of one operation per
 // element.
@@ -126,7 +126,8 @@ void RowKernelBuilder::lower_reduction(const Node& r, RKind kind, int k, std::ve
   // whose result no order changes (kLanes partials, lane order).
   auto pass = [&](const std::string& name, DType at, Expr init, const Update& update, const Combine& combine,
                   bool float_sum = false) {
-    const int64_t lanes = float_sum ? sum_lanes_ : kLanes;
+    // Order-free passes take half the lanes on a row too short for kLanes.
+    const int64_t lanes = float_sum ? sum_lanes_ : row_ >= kMinLaneBlocks * kLanes ? kLanes : kLanes / 2;
     if (combine && lanes > 1 && contiguous_ && row_ >= kMinLaneBlocks * lanes) {
       for (auto& s : finish({Root{StmtKind::Let, name, nullptr, nullptr, init}})) out.push_back(s);
       lane_pass(r, name, at, init, update, combine, lanes, float_sum, out);

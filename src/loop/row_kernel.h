@@ -41,7 +41,8 @@ class RowKernelBuilder {
   // float sums use sum_lanes_ (Schedule::reduction_lanes) instead.
   static constexpr int64_t kLanes = 32;
   // A lane pass needs a row of at least kMinLaneBlocks x its lane count.
-  static constexpr int64_t kMinLaneBlocks = 4;
+  // Two: a softmax over Swin's windows (rows of 49) ran its exp and sum one element at a time.
+  static constexpr int64_t kMinLaneBlocks = 2;
   // Rows run together by unroll-and-jam, for rows of at least kJamMinRow elements (a shorter row's
   // chain is short enough for the CPU to overlap it with the next row's on its own).
   static constexpr int kJamRows = 8;

@@ -100,8 +100,9 @@ TEST_F(JitCacheTrust, PlantedObjectInAForeignFolderIsNeverLoaded) {
   CompileOptions o;
   o.cache_dir = path("c");
   auto m = JitModule::build(kTiny, o);
+  // Loaded from kiln's private temporary folder, never from the foreign one (from_cache() may be
+  // true when an earlier test of this process compiled the same source into that private folder).
   EXPECT_EQ(m->library_path().rfind(path("c"), 0), std::string::npos) << m->library_path();
-  EXPECT_FALSE(m->from_cache());
   EXPECT_EQ(call_tiny(*m), 42);
   EXPECT_TRUE(fs::is_empty(path("c")));
 }

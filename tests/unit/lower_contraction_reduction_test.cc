@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 
 #include "codegen/c/c_emitter.h"
 #include "frontend/onnx/onnx_import.h"
@@ -112,6 +113,36 @@ const std::vector<Case>& cases() {
   %m: f32[5,7] = MatMul(%x, %w) name="mm"
   %y: f32[5] = ReduceMax(%m, %ax) {keepdims=0} name="max"
 )", "%x: f32[5,3], %w: f32[3,7]", "%y"},
+      // Window attention's scores (Swin): a scaled Q, K^T by a Transpose, both computed in the
+      // kernel and batched over windows and heads, a bias broadcast over the windows, softmax.
+      // Tiled rows: one GEMM per batch position, B packed per batch, A per block (case 9).
+      {"window_attention_scores", R"(  %sc = constant f32[] [0.35]
+  %qs: f32[2,3,5,8] = Mul(%q, %sc) name="scale"
+  %kt: f32[2,3,8,12] = Transpose(%k) {perm=[0,1,3,2]} name="kt"
+  %m: f32[2,3,5,12] = MatMul(%qs, %kt) name="mm"
+  %a: f32[2,3,5,12] = Add(%m, %bias) name="bias"
+  %y: f32[2,3,5,12] = Softmax(%a) {axis=-1} name="softmax"
+)", "%q: f32[2,3,5,8], %k: f32[2,3,12,8], %bias: f32[3,5,12]", "%y", true},
+      // B broadcast over A's batch dims ([1, 3, ...] against [2, 3, ...]): packed per batch.
+      {"broadcast_b_rowmax", R"(  %ax = constant i64[1] [-1]
+  %m: f32[2,3,5,12] = MatMul(%x, %w) name="mm"
+  %y: f32[2,3,5,1] = ReduceMax(%m, %ax) {keepdims=1} name="max"
+)", "%x: f32[2,3,5,7], %w: f32[1,3,7,12]", "%y"},
+      // A LayerNorm tail as A's prologue, then MatMul by a constant-shaped [K, N] input and a
+      // LayerNorm over its rows (Swin's patch merging): A packed per block of rows.
+      {"prologue_matmul_layernorm", R"(  %ax = constant i64[1] [-1]
+  %eps = constant f32[] [1e-05]
+  %xs: f32[20,9] = Mul(%x, %g) name="gamma"
+  %xb: f32[20,9] = Add(%xs, %be) name="beta"
+  %m: f32[20,16] = MatMul(%xb, %w) name="mm"
+  %mean: f32[20,1] = ReduceMean(%m, %ax) {keepdims=1} name="mean"
+  %d: f32[20,16] = Sub(%m, %mean) name="sub"
+  %sq: f32[20,16] = Mul(%d, %d) name="sq"
+  %var: f32[20,1] = ReduceMean(%sq, %ax) {keepdims=1} name="var"
+  %ve: f32[20,1] = Add(%var, %eps) name="add_eps"
+  %sd: f32[20,1] = Sqrt(%ve) name="sqrt"
+  %y: f32[20,16] = Div(%d, %sd) name="div"
+)", "%x: f32[20,9], %g: f32[9], %be: f32[9], %w: f32[9,16]", "%y"},
   };
   return all;
 }
@@ -221,9 +252,12 @@ TEST(LowerContractionRows, TiledRowBlocks) {
   EXPECT_LT(blk, mk);
   EXPECT_LT(mk, rr);
   EXPECT_LT(rr, row);
-  // Tiled: 0, 1, 5 (MatMul rows), 3 (conv + GAP, packed im2col), 7 (1x1 conv + GAP, in place);
-  // 2 (a scaled operand: not read in place) and 6 as well as they lower.
-  for (size_t i : {0, 1, 2, 3, 5, 6, 7}) {
+  // Tiled: 0, 1, 5 (MatMul rows), 3 (conv + GAP, packed im2col), 7 (1x1 conv + GAP, in place),
+  // 2 (batched B in place), 9 (batched and computed A and B), 10 (broadcast B), 11 (computed A);
+  // 6 as well as it lowers.
+  const std::map<size_t, std::string> packed = {
+      {9, "B packed per batch, A packed per block"}, {10, "B packed per batch"}, {11, "A packed per block"}};
+  for (size_t i : {0, 1, 2, 3, 5, 6, 7, 9, 10, 11}) {
     auto gi = make_graph(cases()[i]);
     SCOPED_TRACE(cases()[i].name);
     loop::Schedule odd;  // rows and columns not multiples of the tile
@@ -232,7 +266,9 @@ TEST(LowerContractionRows, TiledRowBlocks) {
     auto tiled = lower_contractions(*gi, "t", nullptr, odd), plain = lower_contractions(*gi, "p", nullptr, untiled());
     ASSERT_EQ(tiled.size(), 1u);
     ASSERT_EQ(plain.size(), 1u);
-    if (i == 0 || i == 1 || i == 3 || i == 5 || i == 7) EXPECT_NE(loop::print_kernel(tiled[0]).find("kiln_mk_f32"), std::string::npos);
+    const std::string text = loop::print_kernel(tiled[0]);
+    if (i != 6) EXPECT_NE(text.find("kiln_mk_f32"), std::string::npos) << text;
+    if (packed.count(i)) EXPECT_NE(text.find(packed.at(i)), std::string::npos) << text;
     const TensorMap inputs = random_inputs(*gi, 4, {}, false);
     auto values = run_reference_values(*gi, inputs);
     for (const auto& grp : partition(*gi).groups) {
