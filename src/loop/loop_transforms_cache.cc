@@ -3,7 +3,9 @@
 #include <unordered_map>
 
 #include "loop/loop_transforms.h"
+#include "loop/partition_loops.h"
 #include "loop/simplify_indices.h"
+#include "loop/unswitch_selects.h"
 #include "loop/loop_transforms_internal.h"
 
 namespace kiln::loop {
@@ -241,9 +243,14 @@ void outermost_loops(const Stmt& s, std::vector<Stmt>& out) {
 
 void apply_default_schedule(LoopKernel& k, const Schedule& s) {
   if (!k.body) return;
-  // First: indices without divisions and clamps the loop ranges prove redundant, so that the
-  // affine analysis below can prove more loops independent and the C compiler vectorises them.
+  // First: loops split where a select's condition changes (partition_loops.h), then indices
+  // without the divisions, clamps and selects the loop ranges prove redundant, so that the affine
+  // analysis below can prove more loops independent and the C compiler vectorises them.
+  partition_loops(k);
   simplify_indices(k);
+  // Then innermost loops specialised on the select conditions they do not change
+  // (unswitch_selects.h), before the innermost loops are vectorised.
+  unswitch_selects(k);
   std::vector<std::string> inner;
   innermost_serial(k.body, inner);
   for (const auto& name : inner) {

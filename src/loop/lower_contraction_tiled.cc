@@ -89,7 +89,10 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   // stores as on its products.)
   const int64_t nsegs = v.k_segment > 0 ? v.k / seg : 0;
   const int64_t nsb = v.k_segment > 0 && v.a.segment_base && seg < s.contraction.kc ? s.contraction.kc / seg : 0;
-  const int64_t kc = nsb > 0 ? nsb * seg : std::clamp<int64_t>(s.contraction.kc, 1, seg);
+  // Blocks of equal depth: K = 384 is two blocks of 192, not 256 + 128, so every block is a
+  // constant kc and a packed A's index (row · K + k0 + k) keeps k0 + k provably below K, which is
+  // what lets simplify_indices take its prologue's divisions by K out of the packing loop.
+  const int64_t kc = nsb > 0 ? nsb * seg : ceil_div(seg, ceil_div(seg, std::clamp<int64_t>(s.contraction.kc, 1, seg)));
   const int64_t per_seg = ceil_div(seg, kc);
   const int64_t kblocks = nsb > 0 ? ceil_div(nsegs, nsb) : v.k_segment > 0 ? nsegs * per_seg : ceil_div(v.k, kc);
   auto segtab = std::make_shared<Buffer>(Buffer{"kiln_segoff", DType::Int64, {std::max<int64_t>(nsegs, 1)}, Scope::Local});

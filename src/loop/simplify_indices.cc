@@ -6,6 +6,8 @@
 #include <set>
 #include <unordered_map>
 
+#include "loop/rebind_buffers.h"
+
 namespace kiln::loop {
 
 namespace {
@@ -14,6 +16,9 @@ struct Range {
   int64_t lo = 0, hi = 0;  // inclusive
 };
 using Env = std::map<std::string, Range>;
+// The values of the Int64 Lets in scope (never reassigned): a division of a Let's variable sees
+// the Let's linear form (the lowering names shared index parts t0, t1, ... before this runs).
+using Defs = std::map<std::string, Expr>;
 
 // Bounds stay far inside int64 so that no sum or product of two of them overflows.
 constexpr __int128 kLimit = __int128(1) << 62;
@@ -29,7 +34,7 @@ int64_t floor_div(int64_t a, int64_t d) { return a / d - ((a % d != 0) && ((a < 
 
 class Simplifier {
  public:
-  explicit Simplifier(const Env& env) : env_(env) {}
+  explicit Simplifier(const Env& env, const Defs* defs = nullptr) : env_(env), defs_(defs) {}
 
   Expr run(const Expr& e) {
     if (auto it = memo_.find(e.get()); it != memo_.end()) return it->second;
@@ -44,8 +49,47 @@ class Simplifier {
         else if (a && b && b->hi <= a->lo) r = op == BinOp::Min ? r->args[1] : r->args[0];
       }
     }
+    if (r->kind == ExprKind::Binary && r->type == DType::Bool) {
+      if (auto v = decide(r)) r = int_imm(*v ? 1 : 0, DType::Bool);
+    } else if (r->kind == ExprKind::Unary && r->un == UnOp::Not && is_const(r->args[0])) {
+      r = int_imm(r->args[0]->int_value ? 0 : 1, DType::Bool);
+    } else if (r->kind == ExprKind::Select && is_const(r->args[0])) {
+      // A select whose condition the ranges decide (a Concat part or a Pad border after
+      // partition_loops split the loop there) is the branch taken.
+      r = r->args[0]->int_value ? r->args[1] : r->args[2];
+    }
     memo_[e.get()] = r;
     return r;
+  }
+
+  // The value of a comparison of Int64 operands, or And/Or of decided operands, when the ranges
+  // decide it for every value of the loop variables.
+  std::optional<bool> decide(const Expr& r) {
+    const Expr& a = r->args[0];
+    const Expr& b = r->args[1];
+    if (r->bin == BinOp::And || r->bin == BinOp::Or) {
+      const bool is_and = r->bin == BinOp::And;
+      for (const Expr& x : {a, b})
+        if (is_const(x) && bool(x->int_value) != is_and) return !is_and;  // false && _, true || _
+      if (is_const(a) && is_const(b)) return is_and;
+      return std::nullopt;
+    }
+    if (!is_i64(a) || !is_i64(b)) return std::nullopt;
+    auto da = linear(a), db = linear(b);
+    if (!da || !db) return std::nullopt;
+    auto diff = combine(*da, *db, -1);
+    if (!diff) return std::nullopt;
+    auto d = range(*diff);  // a - b
+    if (!d) return std::nullopt;
+    switch (r->bin) {
+      case BinOp::Lt: return d->hi < 0 ? std::optional<bool>(true) : d->lo >= 0 ? std::optional<bool>(false) : std::nullopt;
+      case BinOp::Le: return d->hi <= 0 ? std::optional<bool>(true) : d->lo > 0 ? std::optional<bool>(false) : std::nullopt;
+      case BinOp::Gt: return d->lo > 0 ? std::optional<bool>(true) : d->hi <= 0 ? std::optional<bool>(false) : std::nullopt;
+      case BinOp::Ge: return d->lo >= 0 ? std::optional<bool>(true) : d->hi < 0 ? std::optional<bool>(false) : std::nullopt;
+      case BinOp::Eq: return d->lo == 0 && d->hi == 0 ? std::optional<bool>(true) : (d->hi < 0 || d->lo > 0) ? std::optional<bool>(false) : std::nullopt;
+      case BinOp::Ne: return d->lo == 0 && d->hi == 0 ? std::optional<bool>(false) : (d->hi < 0 || d->lo > 0) ? std::optional<bool>(true) : std::nullopt;
+      default: return std::nullopt;
+    }
   }
 
   std::optional<Range> range(const Expr& e) {
@@ -122,6 +166,10 @@ class Simplifier {
         if (!f) return std::nullopt;
         return scaled(*f, e->args[left ? 0 : 1]->int_value);
       }
+    }
+    if (e->kind == ExprKind::Var && defs_) {
+      // Seen through once per variable: the definition's own variables are earlier Lets.
+      if (auto it = defs_->find(e->name); it != defs_->end()) return linear(it->second);
     }
     return Linear{0, {{e, 1}}};
   }
@@ -207,6 +255,11 @@ class Simplifier {
     auto whole = range(*f);
     if (!whole || whole->lo < 0) return nullptr;  // floor and C's truncation agree only from 0
     if (whole->hi < d) return div ? int_imm(0) : e;
+    // One quotient over the whole range: e / d is that constant, e % d = e - q·d.
+    if (whole->lo / d == whole->hi / d) {
+      const int64_t q = whole->lo / d;
+      return div ? int_imm(q) : build(f->terms, f->k - q * d);
+    }
     // e = c·E + R with R ∈ [0, c): c = d first (e / d = E exactly), then each coefficient dividing d.
     std::vector<int64_t> factors = {d};
     for (const Term& t : f->terms)
@@ -234,6 +287,7 @@ class Simplifier {
   }
 
   const Env& env_;
+  const Defs* defs_;
   std::unordered_map<const ExprNode*, Expr> memo_;
   std::unordered_map<const ExprNode*, std::optional<Range>> ranges_;
   std::unordered_map<const ExprNode*, std::string> keys_;
@@ -247,39 +301,55 @@ void collect_assigned(const Stmt& s, std::set<std::string>& out) {
 }
 
 class Walker {
+  // `name` is bound anew: its old definition, and every definition reading it, no longer hold.
+  static void rebind(Defs& defs, const std::string& name) {
+    for (auto it = defs.begin(); it != defs.end();) {
+      std::set<std::string> vars;
+      collect_vars(it->second, vars);
+      it = it->first == name || vars.count(name) ? defs.erase(it) : std::next(it);
+    }
+  }
+
  public:
   explicit Walker(std::set<std::string> assigned) : assigned_(std::move(assigned)) {}
 
-  std::vector<Stmt> list(const std::vector<Stmt>& body, Env env) {
+  std::vector<Stmt> list(const std::vector<Stmt>& body, Env env, Defs defs) {
     std::vector<Stmt> out;
     out.reserve(body.size());
     for (const Stmt& s : body) {
-      out.push_back(stmt(s, env));
+      out.push_back(stmt(s, env, defs));
       const Stmt& n = out.back();
       if (n->kind != StmtKind::Let) continue;
-      // A Let's range holds for the statements after it (unless the variable is reassigned).
+      // A Let's range and value hold for the statements after it (unless the variable is
+      // reassigned).
       std::optional<Range> r;
-      if (!assigned_.count(n->var) && is_i64(n->value)) r = Simplifier(env).range(n->value);
+      const bool fixed = !assigned_.count(n->var) && is_i64(n->value);
+      if (fixed) r = Simplifier(env, &defs).range(n->value);
       if (r) env[n->var] = *r;
       else env.erase(n->var);
+      rebind(defs, n->var);
+      if (fixed) defs[n->var] = n->value;
+      else defs.erase(n->var);
     }
     return out;
   }
 
-  Stmt stmt(const Stmt& s, const Env& env) {
+  Stmt stmt(const Stmt& s, const Env& env, const Defs& defs) {
     auto c = std::make_shared<StmtNode>(*s);
-    Simplifier simp(env);
+    Simplifier simp(env, &defs);
     for (Expr* e : {&c->extent, &c->index, &c->value, &c->cond})
       if (*e) *e = simp.run(*e);
     for (auto& a : c->call_args) a = simp.run(a);
     Env inner = env;
+    Defs inner_defs = defs;
     if (c->kind == StmtKind::For) {
       auto r = simp.range(c->extent);
       if (r && r->hi >= 1 && !assigned_.count(c->var)) inner[c->var] = Range{0, r->hi - 1};
       else inner.erase(c->var);
+      rebind(inner_defs, c->var);
     }
-    c->body = list(c->body, inner);
-    c->else_body = list(c->else_body, env);
+    c->body = list(c->body, inner, inner_defs);
+    c->else_body = list(c->else_body, env, defs);
     return c;
   }
 
@@ -294,7 +364,7 @@ void simplify_indices(LoopKernel& k) {
   std::set<std::string> assigned;
   collect_assigned(k.body, assigned);
   Walker w(std::move(assigned));
-  k.body = w.stmt(k.body, Env{});
+  k.body = w.stmt(k.body, Env{}, Defs{});
 }
 
 Expr simplify_index(const Expr& e, const std::vector<std::pair<std::string, int64_t>>& extents) {

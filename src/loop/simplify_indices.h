@@ -11,11 +11,14 @@
 //   e = d·Q + R with R ∈ [0, d)              →  e / d = Q,  e % d = R
 //   e = c·E + R with c | d and R ∈ [0, c)     →  e / d = E / (d/c),  e % d = c·(E % (d/c)) + R
 //   min(a, b) with hi(a) ≤ lo(b)             →  a            (max likewise)
+//   e with lo(e)/d = hi(e)/d                 →  e / d = lo(e)/d,  e % d = e - d·(lo(e)/d)
+//   a < b (<=, >, >=, ==, !=) decided by the range of a - b  →  true / false; select(true, x, y) → x
 //
 // where Q, E and R are sums of terms of e's linear form (loop variables and non-linear atoms, each
 // with its range: a loop variable [0, extent), a division or remainder by a constant from its
 // operand's range). Only Int64 expressions change; every rewrite is an identity for every value
-// the ranges allow, so it needs no other legality.
+// the ranges allow, so it needs no other legality. The variable of an Int64 Let that is never
+// reassigned is seen through to its value (the lowerings name shared index parts t0, t1, ...).
 #pragma once
 #include "loop/loop_ir.h"
 

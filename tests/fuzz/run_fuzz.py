@@ -45,13 +45,14 @@ def run_seed(seed):
     try:
         gen_graph.write(seed, case)
     except Exception as e:  # a generator bug is a failure of this test too
-        return seed, [fuzz_check.Failure("gen-error", "generator", f"{type(e).__name__}: {e}"[:400])], {}, case
+        return seed, [fuzz_check.Failure("gen-error", "generator", f"{type(e).__name__}: {e}"[:400])], {}, case, []
     times = {"generate": time.monotonic() - t0}
-    failures, t = fuzz_check.check_case(args.kiln, case, _state["ort"], _state["cache"])
+    notes = []
+    failures, t = fuzz_check.check_case(args.kiln, case, _state["ort"], _state["cache"], notes=notes)
     times.update(t)
     if not failures and not args.keep_all:
         shutil.rmtree(case, ignore_errors=True)
-    return seed, failures, times, case
+    return seed, failures, times, case, notes
 
 
 def run_stored(entry):
@@ -65,14 +66,14 @@ def run_stored(entry):
     with np.load(os.path.join(d, name + ".npz")) as z:
         for k in z.files:
             np.save(os.path.join(case, k + ".npy"), z[k])
-    failures, times = fuzz_check.check_case(args.kiln, case, _state["ort"], _state["cache"])
-    return (name, cls), failures, times, case
+    notes = []
+    failures, times = fuzz_check.check_case(args.kiln, case, _state["ort"], _state["cache"], notes=notes)
+    return (name, cls), failures, times, case, notes
 
 
 def run_item(item):
     kind, what = item
-    ident, failures, times, case = (run_stored if kind == "stored" else run_seed)(what)
-    return kind, ident, failures, times, case
+    return (kind,) + (run_stored if kind == "stored" else run_seed)(what)
 
 
 KNOWN_HEADER = """# Seeds of the ctest's range known to fail, until kiln is fixed: SEED CLASS[PATH] CAUSE.
@@ -160,11 +161,14 @@ def main():
         items += [("seed", s) for s in range(args.start, args.start + args.count)]
 
     t0 = time.monotonic()
-    n_fail, n_known, n_fixed, results, totals, found = 0, 0, [], 0, {}, []
+    n_fail, n_known, n_fixed, results, totals, found, n_ill = 0, 0, [], 0, {}, [], 0
     ctx = mp.get_context("fork")
     with ctx.Pool(max(1, args.jobs), initializer=_init, initargs=(args, cache)) as pool:
-        for kind, ident, failures, times, case in pool.imap(run_item, items, chunksize=1):
+        for kind, ident, failures, times, case, notes in pool.imap(run_item, items, chunksize=1):
             results += 1
+            n_ill += bool(notes)
+            for note in notes:
+                print(f"note {kind}={ident[0] if kind == 'stored' else ident} {note}", flush=True)
             for k, v in times.items():
                 totals[k] = totals.get(k, 0.0) + v
             if kind == "stored":
@@ -199,7 +203,8 @@ def main():
     if n_seeds:
         what += f" [{args.start}, {args.start + args.count})"
     known_note = f" ({n_known} more fail only as {args.known} expects)" if args.known else ""
-    print(f"run_fuzz: {what}, {n_fail} failing{known_note}; {wall:.1f} s wall with {args.jobs} jobs "
+    ill_note = f", {n_ill} ill-conditioned (differences within the conditioning bound, fuzz_check.py)" if n_ill else ""
+    print(f"run_fuzz: {what}, {n_fail} failing{known_note}{ill_note}; {wall:.1f} s wall with {args.jobs} jobs "
           f"({wall / max(results, 1) * args.jobs:.2f} s per case per job; mean per case: {per})")
     if not args.jit_cache:
         shutil.rmtree(cache, ignore_errors=True)

@@ -31,6 +31,13 @@ int64_t eval(const Expr& e, const std::map<std::string, int64_t>& env) {
         case BinOp::Min: return std::min(a, b);
         case BinOp::Max: return std::max(a, b);
         case BinOp::Lt: return a < b;
+        case BinOp::Le: return a <= b;
+        case BinOp::Gt: return a > b;
+        case BinOp::Ge: return a >= b;
+        case BinOp::Eq: return a == b;
+        case BinOp::Ne: return a != b;
+        case BinOp::And: return a && b;
+        case BinOp::Or: return a || b;
         default: break;
       }
       break;
@@ -85,6 +92,41 @@ TEST(SimplifyIndices, ClampsProvedRedundantGo) {
   EXPECT_EQ(count_divisions(simplify_index(unknown, vars)), 1);
 }
 
+// Comparisons the ranges decide fold, and so do the selects on them; one quotient over a whole
+// range is a constant.
+TEST(SimplifyIndices, DecidedComparisonsAndSelectsFold) {
+  const Vars vars = {{"i", 3}, {"j", 16}};
+  const Expr i = var("i"), j = var("j");
+  EXPECT_EQ(print_expr(simplify_index(select(binary(BinOp::Lt, i, int_imm(3)), j, i), vars)), "j");
+  EXPECT_EQ(print_expr(simplify_index(select(binary(BinOp::Ge, add(i, int_imm(5)), int_imm(5)), j, i), vars)), "j");
+  EXPECT_EQ(print_expr(simplify_index(select(binary(BinOp::Gt, j, int_imm(15)), j, i), vars)), "i");
+  const Expr open = select(binary(BinOp::Lt, j, int_imm(8)), j, i);  // depends on j: stays
+  EXPECT_EQ(print_expr(simplify_index(open, vars)), print_expr(open));
+  EXPECT_EQ(print_expr(simplify_index(div_floor(add(i, int_imm(53)), int_imm(7)), vars)), "7");
+  EXPECT_EQ(count_divisions(simplify_index(mod(add(i, int_imm(53)), int_imm(7)), vars)), 0);
+}
+
+// A division of a Let's variable sees the Let's value: t = (i * 16 + j) has t / 16 = i.
+TEST(SimplifyIndices, LetValuesAreSeenThrough) {
+  auto x = std::make_shared<Buffer>(Buffer{"x", DType::Float32, {48}, Scope::Global});
+  auto y = std::make_shared<Buffer>(Buffer{"y", DType::Float32, {3}, Scope::Global});
+  LoopKernel k;
+  k.inputs = {x};
+  k.outputs = {y};
+  k.body = for_loop("i", int_imm(3), {for_loop("j", int_imm(16), {let("t", add(mul(var("i"), int_imm(16)), var("j"))),
+                                                                   store(y, div_floor(var("t"), int_imm(16)), load(x, var("t")))})});
+  simplify_indices(k);
+  const std::string s = print_kernel(k);
+  EXPECT_EQ(s.find("/ 16"), std::string::npos) << s;
+  // A variable the Let reads bound anew by an inner loop: the Let's value no longer holds there
+  // (seen through, t / 4 would become the inner i).
+  LoopKernel r = k;
+  r.body = for_loop("i", int_imm(3), {let("t", add(mul(var("i"), int_imm(4)), int_imm(1))),
+                                      for_loop("i", int_imm(2), {store(y, div_floor(var("t"), int_imm(4)), float_imm(0))})});
+  simplify_indices(r);
+  EXPECT_NE(print_kernel(r).find("(t / 4)"), std::string::npos) << print_kernel(r);
+}
+
 // Random index expressions over small ranges, checked at every point. Subtractions make some
 // dividends negative, where the rules must not apply (truncation is not floor there).
 TEST(SimplifyIndices, RandomExpressionsKeepTheirValues) {
@@ -110,7 +152,12 @@ TEST(SimplifyIndices, RandomExpressionsKeepTheirValues) {
         case 4: return div_floor(gen(depth - 1), int_imm(k));
         case 5: return mod(gen(depth - 1), int_imm(k));
         case 6: return binary(pick(2) ? BinOp::Min : BinOp::Max, gen(depth - 1), gen(depth - 1));
-        default: return select(binary(BinOp::Lt, gen(depth - 1), int_imm(k)), gen(depth - 1), gen(depth - 1));
+        default: {
+          static const BinOp cmp[] = {BinOp::Lt, BinOp::Le, BinOp::Gt, BinOp::Ge, BinOp::Eq, BinOp::Ne};
+          Expr c = binary(cmp[pick(6)], gen(depth - 1), int_imm(k));
+          if (pick(3) == 0) c = binary(pick(2) ? BinOp::And : BinOp::Or, c, binary(cmp[pick(6)], gen(depth - 1), gen(depth - 1)));
+          return select(c, gen(depth - 1), gen(depth - 1));
+        }
       }
     };
     const Expr e = gen(5);

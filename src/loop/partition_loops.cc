@@ -1,0 +1,202 @@
+#include "loop/partition_loops.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "loop/affine.h"
+#include "loop/rebind_buffers.h"
+
+namespace kiln::loop {
+
+namespace {
+
+using Extents = std::map<std::string, int64_t>;
+
+int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+// Statement nodes (a loop body's copy costs that much code).
+int64_t size_of(const std::vector<Stmt>& body) {
+  int64_t n = 0;
+  for (const Stmt& s : body) n += 1 + size_of(s->body) + size_of(s->else_body);
+  return n;
+}
+
+bool calls(const std::vector<Stmt>& body) {
+  for (const Stmt& s : body)
+    if (s->kind == StmtKind::Call || calls(s->body) || calls(s->else_body)) return true;
+  return false;
+}
+
+std::optional<int64_t> const_of(const Expr& e) {
+  if (e && e->kind == ExprKind::IntImm) return e->int_value;
+  return std::nullopt;
+}
+
+// The points in (0, n) where a comparison of `cond` changes its value as `v` goes 0 .. n-1, for
+// every value the other loop variables (extents `ext`) take.
+void split_points(const Expr& cond, const std::string& v, int64_t n, const Extents& ext, std::set<int64_t>& out) {
+  if (cond->kind == ExprKind::Unary && cond->un == UnOp::Not) return split_points(cond->args[0], v, n, ext, out);
+  if (cond->kind != ExprKind::Binary) return;
+  const BinOp op = cond->bin;
+  if (op == BinOp::And || op == BinOp::Or) {
+    split_points(cond->args[0], v, n, ext, out);
+    split_points(cond->args[1], v, n, ext, out);
+    return;
+  }
+  if (op != BinOp::Lt && op != BinOp::Le && op != BinOp::Gt && op != BinOp::Ge) return;
+  const Expr& a = cond->args[0];
+  const Expr& b = cond->args[1];
+  if (a->type != DType::Int64 || b->type != DType::Int64) return;
+  // Normalised to h < 0: a < b is a - b < 0, a <= b is a - b - 1 < 0, a > b is b - a < 0,
+  // a >= b is b - a - 1 < 0.
+  const bool flip = op == BinOp::Gt || op == BinOp::Ge;
+  Expr h = binary(BinOp::Sub, flip ? b : a, flip ? a : b);
+  if (op == BinOp::Le || op == BinOp::Ge) h = binary(BinOp::Sub, h, int_imm(1));
+  auto f = affine_form(h, AffineScope{});
+  if (!f) return;
+  const int64_t c = f->coef_of(v);
+  if (c == 0) return;
+  AffineForm rest = f->filtered([&](const std::string& k) { return k != v; });
+  auto r = affine_bounds(rest, ext);
+  if (!r) return;
+  // h = c·v + k + r, r ∈ [lo, hi].
+  const int64_t lo = r->lo + f->constant, hi = r->hi + f->constant;
+  std::vector<int64_t> pts;
+  if (c > 0) {
+    // True for every r while c·v + hi < 0; false for every r from c·v + lo >= 0.
+    pts = {floor_div(-hi - 1, c) + 1, -floor_div(lo, c)};
+  } else {
+    // -c·v > r: false for every r while -c·v <= lo; true for every r from -c·v > hi.
+    pts = {floor_div(lo, -c) + 1, floor_div(hi, -c) + 1};
+  }
+  for (int64_t p : pts)
+    if (p > 0 && p < n) out.insert(p);
+}
+
+// Every select condition in `body`, with the extents of the loops around it.
+void collect(const std::vector<Stmt>& body, const std::string& v, int64_t n, Extents ext, std::set<int64_t>& out);
+
+void collect_expr(const Expr& e, const std::string& v, int64_t n, const Extents& ext, std::set<int64_t>& out) {
+  if (!e) return;
+  if (e->kind == ExprKind::Select) split_points(e->args[0], v, n, ext, out);
+  for (const Expr& a : e->args) collect_expr(a, v, n, ext, out);
+}
+
+void collect(const std::vector<Stmt>& body, const std::string& v, int64_t n, Extents ext, std::set<int64_t>& out) {
+  for (const Stmt& s : body) {
+    for (const Expr* e : {&s->extent, &s->index, &s->value, &s->cond}) collect_expr(*e, v, n, ext, out);
+    Extents inner = ext;
+    if (s->kind == StmtKind::For) {
+      if (s->var == v) continue;  // shadowed
+      if (auto m = const_of(s->extent); m && *m >= 1) inner[s->var] = *m;
+      else inner.erase(s->var);
+    }
+    if (s->kind == StmtKind::Let || s->kind == StmtKind::Assign) {
+      ext.erase(s->var);
+      inner.erase(s->var);
+    }
+    collect(s->body, v, n, inner, out);
+    collect(s->else_body, v, n, ext, out);
+  }
+}
+
+// `e` with variable v read as v + off.
+Expr shifted(const Expr& e, const std::string& v, int64_t off) {
+  if (e->kind == ExprKind::Var && e->name == v) return add(e, int_imm(off));
+  return map_args(e, [&](const Expr& a) { return shifted(a, v, off); });
+}
+
+Stmt shifted(const Stmt& s, const std::string& v, int64_t off) {
+  if ((s->kind == StmtKind::For || s->kind == StmtKind::Let) && s->var == v) {
+    // A new binding of v: its own expressions still see the outer one, its body does not.
+    auto c = std::make_shared<StmtNode>(*s);
+    for (Expr* e : {&c->extent, &c->value})
+      if (*e) *e = shifted(*e, v, off);
+    return c;
+  }
+  return map_stmt(
+      s, [&](const Expr& e) { return shifted(e, v, off); }, [&](const Stmt& c) { return shifted(c, v, off); });
+}
+
+// The loop and Let variables `s` binds.
+void bound_names(const Stmt& s, std::set<std::string>& out) {
+  if (s->kind == StmtKind::For || s->kind == StmtKind::Let) out.insert(s->var);
+  for (const auto* list : {&s->body, &s->else_body})
+    for (const Stmt& c : *list) bound_names(c, out);
+}
+
+class Partitioner {
+ public:
+  Partitioner(int max_pieces, int64_t budget, std::set<std::string> taken)
+      : max_pieces_(max_pieces), budget_(budget), taken_(std::move(taken)) {}
+
+  std::vector<Stmt> list(const std::vector<Stmt>& body, const Extents& ext) {
+    std::vector<Stmt> out;
+    for (const Stmt& s : body)
+      for (Stmt& p : stmt(s, ext)) out.push_back(std::move(p));
+    return out;
+  }
+
+ private:
+  std::vector<Stmt> stmt(const Stmt& s, const Extents& ext) {
+    Extents inner = ext;
+    const auto n = s->kind == StmtKind::For ? const_of(s->extent) : std::nullopt;
+    if (s->kind == StmtKind::For) {
+      if (n && *n >= 1) inner[s->var] = *n;
+      else inner.erase(s->var);
+    }
+    if (n && *n > 1 && (s->for_kind == ForKind::Serial || s->for_kind == ForKind::Parallel) && !calls(s->body)) {
+      std::set<int64_t> pts;
+      collect(s->body, s->var, *n, inner, pts);
+      const int64_t cost = size_of(s->body) * int64_t(pts.size());
+      if (!pts.empty() && int64_t(pts.size()) < max_pieces_ && cost <= budget_) {
+        budget_ -= cost;
+        std::vector<Stmt> pieces;
+        int64_t start = 0;
+        pts.insert(*n);
+        for (int64_t end : pts) {
+          std::vector<Stmt> body;
+          for (const Stmt& c : s->body) body.push_back(start ? shifted(c, s->var, start) : c);
+          Extents piece = ext;
+          piece[s->var] = end - start;
+          Stmt loop = for_loop(s->var, int_imm(end - start), list(body, piece), s->for_kind);
+          if (start) {
+            // Every later piece binds names of its own, so that loop names stay unique in the
+            // kernel (the schedule transforms find loops by name).
+            loop = rename_bound_vars({loop}, taken_)[0];
+            bound_names(loop, taken_);
+          }
+          pieces.push_back(loop);
+          start = end;
+        }
+        return pieces;
+      }
+    }
+    auto c = std::make_shared<StmtNode>(*s);
+    c->body = list(s->body, inner);
+    c->else_body = list(s->else_body, ext);
+    return {c};
+  }
+
+  int max_pieces_;
+  int64_t budget_;
+  std::set<std::string> taken_;
+};
+
+}  // namespace
+
+void partition_loops(LoopKernel& k, int max_pieces) {
+  if (!k.body) return;
+  // The copies may add up to three times the kernel's statements.
+  std::set<std::string> taken;
+  bound_names(k.body, taken);
+  Partitioner p(max_pieces, 3 * size_of({k.body}), std::move(taken));
+  std::vector<Stmt> out = p.list({k.body}, Extents{});
+  k.body = out.size() == 1 ? out[0] : block(std::move(out));
+}
+
+}  // namespace kiln::loop

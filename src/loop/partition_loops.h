@@ -1,0 +1,26 @@
+// Loop partitioning (index-set splitting, TVM's LoopPartition): a loop whose body selects between
+// values by a comparison affine in the loop's variable is split at the points where the
+// comparison changes, so that inside each piece the comparison has one value for every iteration
+// and simplify_indices folds the select (and the clamps guarding the unselected loads) away.
+//
+// Where the selects come from: Concat lowers to nested selects on the concatenated axis
+// (`j < 96 ? a[j] : j < 192 ? b[min(max(j - 96, 0), 95)] : ...`), Pad to selects on the borders,
+// torch.roll (Slice + Concat) to selects on the shifted axes. Without partitioning every element
+// evaluates every part's clamped load and the selects (Swin-T's shifted-window roll + residual ran
+// at 1.3 GB/s; its patch merging, a channel Concat of four strided slices before a LayerNorm, at
+// 1.4 GB/s); split, each piece is a plain copy the C compiler vectorises.
+//
+// Legality: a piece is the same loop over a sub-range with the variable offset, so the iterations
+// and their order are unchanged; no legality beyond the loop having a constant extent. What is
+// split: Serial and Parallel loops (not loops already vectorized or unrolled, and not loops that
+// call a micro-kernel, whose control flow the contraction lowerings chose), comparisons < <= > >=
+// of Int64 expressions whose other terms are loop variables with known extents, at most
+// `max_pieces` pieces per loop and a bounded growth of the kernel's code.
+#pragma once
+#include "loop/loop_ir.h"
+
+namespace kiln::loop {
+
+void partition_loops(LoopKernel& k, int max_pieces = 5);
+
+}  // namespace kiln::loop

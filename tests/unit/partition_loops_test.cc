@@ -1,0 +1,218 @@
+// partition_loops (src/loop/partition_loops.h) with simplify_indices: loops split where a select's
+// condition changes, the selects and clamps then folded away; and unswitch_selects
+// (src/loop/unswitch_selects.h): innermost loops specialised on conditions they do not change. The
+// iterations and their results are unchanged (the interpreter gives the same bits before and
+// after), loop names stay unique, and what cannot be decided or would copy too much is left alone.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "ir/parser.h"
+#include "loop/loop_interpreter.h"
+#include "loop/loop_ir.h"
+#include "loop/loop_transforms.h"
+#include "loop/lower_group.h"
+#include "loop/partition_loops.h"
+#include "loop/simplify_indices.h"
+#include "loop/unswitch_selects.h"
+#include "lower_group_test_util.h"
+#include "reference/executor.h"
+
+namespace kiln::loop {
+namespace {
+
+BufferPtr gbuf(const std::string& n, int64_t size) {
+  return std::make_shared<Buffer>(Buffer{n, DType::Float32, {size}, Scope::Global});
+}
+
+LoopKernel kernel(const std::string& name, std::vector<BufferPtr> in, std::vector<BufferPtr> out, Stmt body) {
+  LoopKernel k;
+  k.name = name;
+  k.inputs = std::move(in);
+  k.outputs = std::move(out);
+  k.body = std::move(body);
+  return k;
+}
+
+// The outputs of `k` in the interpreter on inputs of seeded random values.
+std::vector<Tensor> run(const LoopKernel& k, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<Tensor> in, out;
+  std::vector<Tensor*> ip, op;
+  for (const auto& b : k.inputs) {
+    in.emplace_back(DType::Float32, b->shape);
+    for (int64_t i = 0; i < in.back().numel(); ++i) in.back().data<float>()[i] = u(rng);
+  }
+  for (const auto& b : k.outputs) out.emplace_back(DType::Float32, b->shape);
+  for (auto& t : in) ip.push_back(&t);
+  for (auto& t : out) op.push_back(&t);
+  interpret(k, ip, op);
+  return out;
+}
+
+void expect_same_bits(const LoopKernel& a, const LoopKernel& b) {
+  auto x = run(a, 5), y = run(b, 5);
+  ASSERT_EQ(x.size(), y.size());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(std::memcmp(x[i].raw(), y[i].raw(), x[i].nbytes()), 0) << "output " << i;
+}
+
+bool contains(const std::string& s, const std::string& t) { return s.find(t) != std::string::npos; }
+
+LoopKernel partitioned(LoopKernel k) {
+  partition_loops(k);
+  simplify_indices(k);
+  return k;
+}
+
+// y[i, j] = j < 5 ? a[i, min(j, 4)] : b[i, max(j - 5, 0)], as Concat lowers along its axis.
+LoopKernel concat_kernel() {
+  auto a = gbuf("a", 50), b = gbuf("b", 30), y = gbuf("y", 80);
+  const Expr i = var("i"), j = var("j");
+  Expr va = load(a, add(mul(i, int_imm(5)), binary(BinOp::Min, j, int_imm(4))));
+  Expr vb = load(b, add(mul(i, int_imm(3)), binary(BinOp::Max, binary(BinOp::Sub, j, int_imm(5)), int_imm(0))));
+  Stmt body = for_loop("i", int_imm(10),
+                       {for_loop("j", int_imm(8), {store(y, add(mul(i, int_imm(8)), j), select(binary(BinOp::Lt, j, int_imm(5)), va, vb))})});
+  return kernel("concat", {a, b}, {y}, body);
+}
+
+TEST(PartitionLoops, ConcatSelectSplitsTheLoopAndFolds) {
+  LoopKernel k = concat_kernel(), p = partitioned(k);
+  const std::string s = print_kernel(p);
+  SCOPED_TRACE(s);
+  EXPECT_FALSE(contains(s, "select")) << s;
+  EXPECT_FALSE(contains(s, "min(")) << s;
+  EXPECT_FALSE(contains(s, "max(")) << s;
+  EXPECT_TRUE(contains(s, "for j in [0, 5)"));
+  EXPECT_TRUE(contains(s, " in [0, 3)"));  // the second piece, under a name of its own
+  expect_same_bits(k, p);
+}
+
+// A condition affine in the loop variable and an inner one: a block of 16 lanes of a row whose
+// first 48 elements come from one part (Concat along a reduced axis read in lanes).
+TEST(PartitionLoops, AffineConditionOverAnInnerLoopSplitsAtTheBlockBoundary) {
+  auto a = gbuf("a", 48), b = gbuf("b", 80), y = gbuf("y", 128);
+  const Expr pos = add(mul(var("blk"), int_imm(16)), var("l"));
+  Expr va = load(a, binary(BinOp::Min, pos, int_imm(47)));
+  Expr vb = load(b, binary(BinOp::Max, binary(BinOp::Sub, pos, int_imm(48)), int_imm(0)));
+  LoopKernel k = kernel("lanes", {a, b}, {y},
+                        for_loop("blk", int_imm(8),
+                                 {for_loop("l", int_imm(16), {store(y, pos, select(binary(BinOp::Lt, pos, int_imm(48)), va, vb))},
+                                           ForKind::Vectorized)}));
+  LoopKernel p = partitioned(k);
+  const std::string s = print_kernel(p);
+  EXPECT_FALSE(contains(s, "select")) << s;
+  EXPECT_TRUE(contains(s, "for blk in [0, 3)")) << s;
+  EXPECT_TRUE(contains(s, " in [0, 5)")) << s;
+  expect_same_bits(k, p);
+}
+
+TEST(PartitionLoops, UndecidableOrTooManyPiecesAreLeftAlone) {
+  // The condition reads data: nothing to split at.
+  auto x = gbuf("x", 64), y = gbuf("y", 64);
+  const Expr i = var("i");
+  LoopKernel data = kernel("data", {x}, {y},
+                           for_loop("i", int_imm(64), {store(y, i, select(binary(BinOp::Lt, load(x, i), float_imm(0)), float_imm(0), load(x, i)))}));
+  LoopKernel d = data;
+  partition_loops(d);
+  EXPECT_EQ(print_kernel(d), print_kernel(data));
+  // Seven parts of a Concat: six split points, more than the five pieces a loop may become.
+  Expr v = load(x, i);
+  for (int p = 6; p >= 1; --p) v = select(binary(BinOp::Lt, i, int_imm(p * 9)), float_imm(float(p)), v);
+  LoopKernel many = kernel("many", {x}, {y}, for_loop("i", int_imm(64), {store(y, i, v)})), m = many;
+  partition_loops(m);
+  EXPECT_EQ(print_kernel(m), print_kernel(many));
+  // Loops that call a micro-kernel keep the control flow their lowering chose.
+  LoopKernel mk = kernel("mk", {x}, {y},
+                         for_loop("i", int_imm(64), {call_stmt("kiln_mk_f32", {}), store(y, i, select(binary(BinOp::Lt, i, int_imm(9)), float_imm(1), load(x, i)))}));
+  LoopKernel mkp = mk;
+  partition_loops(mkp);
+  EXPECT_EQ(print_kernel(mkp), print_kernel(mk));
+}
+
+// Loop names stay unique after a split (the schedule transforms find loops by name): the second
+// piece of i and its inner j are renamed.
+TEST(PartitionLoops, PiecesBindNamesOfTheirOwn) {
+  auto a = gbuf("a", 64), y = gbuf("y", 64);
+  const Expr i = var("i"), j = var("j");
+  Stmt body = for_loop("i", int_imm(8), {for_loop("j", int_imm(8), {store(y, add(mul(i, int_imm(8)), j),
+                                                                          select(binary(BinOp::Lt, i, int_imm(3)), float_imm(0),
+                                                                                 load(a, add(mul(i, int_imm(8)), j))))})});
+  LoopKernel k = kernel("names", {a}, {y}, body), p = partitioned(k);
+  const std::string s = print_kernel(p);
+  EXPECT_TRUE(contains(s, "for i in [0, 3)")) << s;
+  EXPECT_FALSE(contains(s, "for i in [0, 5)")) << s;  // the second piece has another name
+  Schedule sched;
+  sched.vector_width = 8;
+  apply_default_schedule(p, sched);  // would refuse (and leave j serial) on duplicate names
+  EXPECT_EQ(print_kernel(p).find("for j in [0, 8) {"), std::string::npos) << print_kernel(p);
+  expect_same_bits(k, p);
+}
+
+// An innermost loop selecting by a condition on outer variables through a division (a window
+// partition's source row): one copy of the loop per outcome, no select left inside.
+TEST(UnswitchSelects, InvariantConditionsLeaveTheInnerLoop) {
+  auto a = gbuf("a", 40 * 16), b = gbuf("b", 40 * 16), y = gbuf("y", 40 * 16);
+  const Expr r = var("r"), c = var("c");
+  const Expr at = add(mul(r, int_imm(16)), c);
+  const Expr c1 = binary(BinOp::Lt, mod(div_floor(r, int_imm(7)), int_imm(3)), int_imm(2));
+  const Expr c2 = binary(BinOp::Lt, mod(r, int_imm(7)), int_imm(5));
+  Expr v = select(c1, select(c2, load(a, at), float_imm(0)), load(b, at));
+  LoopKernel k = kernel("unswitch", {a, b}, {y}, for_loop("r", int_imm(40), {for_loop("c", int_imm(16), {store(y, at, v)})}));
+  LoopKernel u = k;
+  unswitch_selects(u);
+  const std::string s = print_kernel(u);
+  EXPECT_FALSE(contains(s, "select")) << s;
+  EXPECT_TRUE(contains(s, "if ")) << s;
+  std::set<std::string> names;
+  for (size_t p = s.find("for "); p != std::string::npos; p = s.find("for ", p + 1))
+    EXPECT_TRUE(names.insert(s.substr(p, s.find(' ', p + 4) - p)).second) << "duplicate loop in\n" << s;
+  expect_same_bits(k, u);
+  // A condition that reads memory or the loop's own variable stays inside.
+  Expr w = select(binary(BinOp::Lt, load(a, at), float_imm(0)), float_imm(0), select(binary(BinOp::Lt, c, int_imm(4)), load(a, at), load(b, at)));
+  LoopKernel keep = kernel("keep", {a, b}, {y}, for_loop("r", int_imm(40), {for_loop("c", int_imm(16), {store(y, at, w)})})), kk = keep;
+  unswitch_selects(kk);
+  EXPECT_EQ(print_kernel(kk), print_kernel(keep));
+}
+
+// torch.roll as exported (Slice + Concat on two axes) plus a residual, lowered, scheduled by the
+// default policy and interpreted against the reference: no select is left.
+TEST(PartitionLoops, RollThroughTheDefaultScheduleMatchesTheReference) {
+  auto g = parse_graph(R"(graph main opset 17 (%x: f32[1,8,8,4], %r: f32[1,8,8,4]) -> (%y) {
+  %s0 = constant i64[1] [-3]
+  %e0 = constant i64[1] [8]
+  %s1 = constant i64[1] [0]
+  %e1 = constant i64[1] [-3]
+  %a1 = constant i64[1] [1]
+  %a2 = constant i64[1] [2]
+  %p: f32[1,3,8,4] = Slice(%x, %s0, %e0, %a1)
+  %q: f32[1,5,8,4] = Slice(%x, %s1, %e1, %a1)
+  %h: f32[1,8,8,4] = Concat(%p, %q) {axis=1}
+  %u: f32[1,8,3,4] = Slice(%h, %s0, %e0, %a2)
+  %v: f32[1,8,5,4] = Slice(%h, %s1, %e1, %a2)
+  %w: f32[1,8,8,4] = Concat(%u, %v) {axis=2}
+  %y: f32[1,8,8,4] = Add(%w, %r)
+}
+)");
+  FusionPlan plan = partition(*g, {});
+  ASSERT_EQ(plan.groups.size(), 1u);
+  auto lg = lower_group(plan.groups[0], "roll");
+  ASSERT_TRUE(lg.kernel) << lg.reason;
+  LoopKernel k = *lg.kernel;
+  ASSERT_TRUE(contains(print_kernel(k), "select")) << print_kernel(k);  // as lowered: Concat's selects
+  Schedule sched;
+  sched.parallel_min_work = 1 << 30;
+  apply_default_schedule(k, sched);
+  const std::string s = print_kernel(k);
+  EXPECT_FALSE(contains(s, "select")) << s;
+  const TensorMap inputs = testing::random_inputs(*g, 3, {}, false);
+  auto values = run_reference_values(*g, inputs);
+  auto got = testing::interpret_group(k, plan.groups[0], values);
+  const Tensor& want = values.at(plan.groups[0].outputs[0]);
+  EXPECT_EQ(std::memcmp(got[0].raw(), want.raw(), want.nbytes()), 0);
+}
+
+}  // namespace
+}  // namespace kiln::loop
