@@ -149,7 +149,7 @@ class Partitioner {
       if (n && *n >= 1) inner[s->var] = *n;
       else inner.erase(s->var);
     }
-    if (n && *n > 1 && (s->for_kind == ForKind::Serial || s->for_kind == ForKind::Parallel) && !calls(s->body)) {
+    if (n && *n > 1 && s->for_kind != ForKind::Unrolled && !calls(s->body)) {
       std::set<int64_t> pts;
       collect(s->body, s->var, *n, inner, pts);
       const int64_t cost = size_of(s->body) * int64_t(pts.size());

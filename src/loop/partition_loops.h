@@ -11,9 +11,10 @@
 // 1.4 GB/s); split, each piece is a plain copy the C compiler vectorises.
 //
 // Legality: a piece is the same loop over a sub-range with the variable offset, so the iterations
-// and their order are unchanged; no legality beyond the loop having a constant extent. What is
-// split: Serial and Parallel loops (not loops already vectorized or unrolled, and not loops that
-// call a micro-kernel, whose control flow the contraction lowerings chose), comparisons < <= > >=
+// and their order are unchanged; no legality beyond the loop having a constant extent (a
+// vectorized or parallel loop's pieces are so too: sub-ranges of independent iterations). What is
+// split: loops that are not unrolled and do not call a micro-kernel (whose control flow the
+// contraction lowerings chose), comparisons < <= > >=
 // of Int64 expressions whose other terms are loop variables with known extents, at most
 // `max_pieces` pieces per loop and a bounded growth of the kernel's code.
 #pragma once

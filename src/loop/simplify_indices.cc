@@ -50,7 +50,12 @@ class Simplifier {
       }
     }
     if (r->kind == ExprKind::Binary && r->type == DType::Bool) {
-      if (auto v = decide(r)) r = int_imm(*v ? 1 : 0, DType::Bool);
+      if (auto v = decide(r)) {
+        r = int_imm(*v ? 1 : 0, DType::Bool);
+      } else if ((r->bin == BinOp::And || r->bin == BinOp::Or) && (is_const(r->args[0]) || is_const(r->args[1]))) {
+        // false || x, true && x: x (the constant did not decide it, so it is the neutral one).
+        r = is_const(r->args[0]) ? r->args[1] : r->args[0];
+      }
     } else if (r->kind == ExprKind::Unary && r->un == UnOp::Not && is_const(r->args[0])) {
       r = int_imm(r->args[0]->int_value ? 0 : 1, DType::Bool);
     } else if (r->kind == ExprKind::Select && is_const(r->args[0])) {

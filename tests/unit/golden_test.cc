@@ -1,6 +1,9 @@
 // Golden tests on IR text (after MLIR lit/FileCheck): each tests/golden/<dir>/<case>.ir file is
 //
-//   // RUN: <pass>[, <pass>...]        (pass names, or "pipeline" for the whole simplification pipeline)
+//   // RUN: <pass>[, <pass>...]        (pass names, or "pipeline" for the whole simplification pipeline;
+//                                       "partition": the plan's structure; "loops": every group's
+//                                       loop nest as its emitter builds it and the default schedule
+//                                       leaves it, tests/golden/loops/)
 //   <input graph>
 //   // EXPECT:
 //   <expected printed graph, or the word UNCHANGED>
@@ -20,6 +23,8 @@
 
 #include "fusion/explain.h"
 #include "fusion/partitioner.h"
+#include "loop/loop_transforms.h"
+#include "loop/lower_group.h"
 #include "transforms/lowering.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
@@ -130,6 +135,31 @@ TEST_P(Golden, PassOutputMatches) {
   const PrintOptions full{-1};
   const std::string before = print_graph(*g, full);
 
+  if (c.passes == std::vector<std::string>{"loops"}) {
+    // Loop-IR goldens: per group of the plan, its emitter, member placements and printed nest
+    // after the default schedule (one thread, so the nests do not depend on the machine).
+    loop::Schedule sched;
+    sched.threads = 1;
+    std::string text;
+    for (const FusionGroup& grp : partition(*g).groups) {
+      loop::LoweredGroup lg = loop::lower_group(grp, grp.name, sched);
+      ASSERT_TRUE(lg.kernel) << grp.name << ": " << lg.reason;
+      loop::apply_default_schedule(*lg.kernel, sched);
+      text += "emitter " + lg.emitter + "\n" + loop::print_kernel(*lg.kernel);
+    }
+    if (std::getenv("KILN_UPDATE_GOLDEN")) {
+      std::ofstream(file) << c.header_and_input << text;
+      return;
+    }
+    // As read_case reads the expectation: lines that start with "//" do not count (a nest's
+    // comments are indented, so they do).
+    std::string nests;
+    for (const std::string& l : split_lines(text))
+      if (rtrim(l).rfind("//", 0) != 0) nests += rtrim(l) + "\n";
+    EXPECT_EQ(nests, c.expected) << "golden mismatch (- expected, + actual); KILN_UPDATE_GOLDEN=1 rewrites it:\n"
+                                 << line_diff(split_lines(c.expected), split_lines(nests));
+    return;
+  }
   if (c.passes == std::vector<std::string>{"partition"}) {
     // Partitioner goldens: the expected text is the plan's structure (groups, refusals).
     const std::string plan = plan_structure(partition(*g));
