@@ -243,11 +243,12 @@ void outermost_loops(const Stmt& s, std::vector<Stmt>& out) {
 
 void apply_default_schedule(LoopKernel& k, const Schedule& s) {
   if (!k.body) return;
-  // First: loops split where a select's condition changes (partition_loops.h), then indices
-  // without the divisions, clamps and selects the loop ranges prove redundant, so that the affine
-  // analysis below can prove more loops independent and the C compiler vectorises them.
-  partition_loops(k);
+  // First: indices without the divisions, clamps and selects the loop ranges prove redundant, so
+  // that the affine analysis below can prove more loops independent and the C compiler vectorises
+  // them; loops split where a select's condition changes (partition_loops.h), and simplified
+  // again, which folds those selects.
   simplify_indices(k);
+  if (partition_loops(k)) simplify_indices(k);
   // Then innermost loops specialised on the select conditions they do not change
   // (unswitch_selects.h), before the innermost loops are vectorised.
   unswitch_selects(k);

@@ -15,6 +15,18 @@ namespace kiln::loop {
 namespace {
 
 using Extents = std::map<std::string, int64_t>;
+// The values of the Int64 Lets in scope that nothing reassigns: a condition on `t3` where
+// `t3 = kiln_xt` (the lowerings name shared index parts) is a condition on kiln_xt.
+using Defs = std::map<std::string, Expr>;
+
+// `e` with the variables of `defs` replaced by their values (which may name earlier Lets).
+Expr inline_lets(const Expr& e, const Defs& defs, int depth = 0) {
+  if (e->kind == ExprKind::Var && depth < 16) {
+    auto it = defs.find(e->name);
+    return it == defs.end() ? e : inline_lets(it->second, defs, depth + 1);
+  }
+  return map_args(e, [&](const Expr& a) { return inline_lets(a, defs, depth); });
+}
 
 int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 
@@ -38,13 +50,14 @@ std::optional<int64_t> const_of(const Expr& e) {
 
 // The points in (0, n) where a comparison of `cond` changes its value as `v` goes 0 .. n-1, for
 // every value the other loop variables (extents `ext`) take.
-void split_points(const Expr& cond, const std::string& v, int64_t n, const Extents& ext, std::set<int64_t>& out) {
-  if (cond->kind == ExprKind::Unary && cond->un == UnOp::Not) return split_points(cond->args[0], v, n, ext, out);
+void split_points(const Expr& cond, const std::string& v, int64_t n, const Extents& ext, const Defs& defs,
+                  std::set<int64_t>& out) {
+  if (cond->kind == ExprKind::Unary && cond->un == UnOp::Not) return split_points(cond->args[0], v, n, ext, defs, out);
   if (cond->kind != ExprKind::Binary) return;
   const BinOp op = cond->bin;
   if (op == BinOp::And || op == BinOp::Or) {
-    split_points(cond->args[0], v, n, ext, out);
-    split_points(cond->args[1], v, n, ext, out);
+    split_points(cond->args[0], v, n, ext, defs, out);
+    split_points(cond->args[1], v, n, ext, defs, out);
     return;
   }
   if (op != BinOp::Lt && op != BinOp::Le && op != BinOp::Gt && op != BinOp::Ge) return;
@@ -56,7 +69,7 @@ void split_points(const Expr& cond, const std::string& v, int64_t n, const Exten
   const bool flip = op == BinOp::Gt || op == BinOp::Ge;
   Expr h = binary(BinOp::Sub, flip ? b : a, flip ? a : b);
   if (op == BinOp::Le || op == BinOp::Ge) h = binary(BinOp::Sub, h, int_imm(1));
-  auto f = affine_form(h, AffineScope{});
+  auto f = affine_form(inline_lets(h, defs), AffineScope{});
   if (!f) return;
   const int64_t c = f->coef_of(v);
   if (c == 0) return;
@@ -77,31 +90,54 @@ void split_points(const Expr& cond, const std::string& v, int64_t n, const Exten
     if (p > 0 && p < n) out.insert(p);
 }
 
-// Every select condition in `body`, with the extents of the loops around it.
-void collect(const std::vector<Stmt>& body, const std::string& v, int64_t n, Extents ext, std::set<int64_t>& out);
+// Every select condition in `body`, with the extents of the loops around it and the Lets before it.
+struct Scope {
+  Extents ext;
+  Defs defs;
+};
 
-void collect_expr(const Expr& e, const std::string& v, int64_t n, const Extents& ext, std::set<int64_t>& out) {
+void collect_expr(const Expr& e, const std::string& v, int64_t n, const Scope& sc, std::set<int64_t>& out) {
   if (!e) return;
-  if (e->kind == ExprKind::Select) split_points(e->args[0], v, n, ext, out);
-  for (const Expr& a : e->args) collect_expr(a, v, n, ext, out);
+  if (e->kind == ExprKind::Select) split_points(e->args[0], v, n, sc.ext, sc.defs, out);
+  for (const Expr& a : e->args) collect_expr(a, v, n, sc, out);
 }
 
-void collect(const std::vector<Stmt>& body, const std::string& v, int64_t n, Extents ext, std::set<int64_t>& out) {
+// `name` bound anew: its definition, and those reading it, no longer hold.
+void rebind(Defs& defs, const std::string& name) {
+  for (auto it = defs.begin(); it != defs.end();) {
+    std::set<std::string> vars;
+    collect_vars(it->second, vars);
+    it = it->first == name || vars.count(name) ? defs.erase(it) : std::next(it);
+  }
+}
+
+void collect(const std::vector<Stmt>& body, const std::string& v, int64_t n, Scope sc, const std::set<std::string>& assigned,
+             std::set<int64_t>& out) {
   for (const Stmt& s : body) {
-    for (const Expr* e : {&s->extent, &s->index, &s->value, &s->cond}) collect_expr(*e, v, n, ext, out);
-    Extents inner = ext;
+    for (const Expr* e : {&s->extent, &s->index, &s->value, &s->cond}) collect_expr(*e, v, n, sc, out);
+    Scope inner = sc;
     if (s->kind == StmtKind::For) {
       if (s->var == v) continue;  // shadowed
-      if (auto m = const_of(s->extent); m && *m >= 1) inner[s->var] = *m;
-      else inner.erase(s->var);
+      if (auto m = const_of(s->extent); m && *m >= 1) inner.ext[s->var] = *m;
+      else inner.ext.erase(s->var);
+      rebind(inner.defs, s->var);
     }
     if (s->kind == StmtKind::Let || s->kind == StmtKind::Assign) {
-      ext.erase(s->var);
-      inner.erase(s->var);
+      if (s->var == v) return;  // v shadowed from here on
+      sc.ext.erase(s->var);
+      rebind(sc.defs, s->var);
+      if (s->kind == StmtKind::Let && s->value->type == DType::Int64 && !assigned.count(s->var)) sc.defs[s->var] = s->value;
+      inner = sc;
     }
-    collect(s->body, v, n, inner, out);
-    collect(s->else_body, v, n, ext, out);
+    collect(s->body, v, n, inner, assigned, out);
+    collect(s->else_body, v, n, sc, assigned, out);
   }
+}
+
+void assigned_vars(const Stmt& s, std::set<std::string>& out) {
+  if (s->kind == StmtKind::Assign) out.insert(s->var);
+  for (const auto* list : {&s->body, &s->else_body})
+    for (const Stmt& c : *list) assigned_vars(c, out);
 }
 
 // `e` with variable v read as v + off.
@@ -131,13 +167,20 @@ void bound_names(const Stmt& s, std::set<std::string>& out) {
 
 class Partitioner {
  public:
-  Partitioner(int max_pieces, int64_t budget, std::set<std::string> taken)
-      : max_pieces_(max_pieces), budget_(budget), taken_(std::move(taken)) {}
+  Partitioner(int max_pieces, int64_t budget, std::set<std::string> taken, std::set<std::string> assigned)
+      : max_pieces_(max_pieces), budget_(budget), taken_(std::move(taken)), assigned_(std::move(assigned)) {}
 
   std::vector<Stmt> list(const std::vector<Stmt>& body, const Extents& ext) {
+    const Defs saved = defs_;
     std::vector<Stmt> out;
-    for (const Stmt& s : body)
+    for (const Stmt& s : body) {
       for (Stmt& p : stmt(s, ext)) out.push_back(std::move(p));
+      if (s->kind == StmtKind::Let || s->kind == StmtKind::Assign) {
+        rebind(defs_, s->var);
+        if (s->kind == StmtKind::Let && s->value->type == DType::Int64 && !assigned_.count(s->var)) defs_[s->var] = s->value;
+      }
+    }
+    defs_ = saved;
     return out;
   }
 
@@ -145,16 +188,24 @@ class Partitioner {
   std::vector<Stmt> stmt(const Stmt& s, const Extents& ext) {
     Extents inner = ext;
     const auto n = s->kind == StmtKind::For ? const_of(s->extent) : std::nullopt;
+    const Defs saved = defs_;
     if (s->kind == StmtKind::For) {
       if (n && *n >= 1) inner[s->var] = *n;
       else inner.erase(s->var);
+      rebind(defs_, s->var);
     }
+    struct Restore {
+      Defs& d;
+      Defs saved;
+      ~Restore() { d = std::move(saved); }
+    } restore{defs_, saved};
     if (n && *n > 1 && s->for_kind != ForKind::Unrolled && !calls(s->body)) {
       std::set<int64_t> pts;
-      collect(s->body, s->var, *n, inner, pts);
+      collect(s->body, s->var, *n, Scope{inner, defs_}, assigned_, pts);
       const int64_t cost = size_of(s->body) * int64_t(pts.size());
       if (!pts.empty() && int64_t(pts.size()) < max_pieces_ && cost <= budget_) {
         budget_ -= cost;
+        split_ = true;
         std::vector<Stmt> pieces;
         int64_t start = 0;
         pts.insert(*n);
@@ -185,18 +236,25 @@ class Partitioner {
   int max_pieces_;
   int64_t budget_;
   std::set<std::string> taken_;
+  std::set<std::string> assigned_;
+  Defs defs_;  // the Lets around the statement being partitioned (Partitioner::list)
+
+ public:
+  bool split_ = false;
 };
 
 }  // namespace
 
-void partition_loops(LoopKernel& k, int max_pieces) {
-  if (!k.body) return;
+bool partition_loops(LoopKernel& k, int max_pieces) {
+  if (!k.body) return false;
   // The copies may add up to three times the kernel's statements.
-  std::set<std::string> taken;
+  std::set<std::string> taken, assigned;
   bound_names(k.body, taken);
-  Partitioner p(max_pieces, 3 * size_of({k.body}), std::move(taken));
+  assigned_vars(k.body, assigned);
+  Partitioner p(max_pieces, 3 * size_of({k.body}), std::move(taken), std::move(assigned));
   std::vector<Stmt> out = p.list({k.body}, Extents{});
   k.body = out.size() == 1 ? out[0] : block(std::move(out));
+  return p.split_;
 }
 
 }  // namespace kiln::loop

@@ -118,12 +118,22 @@ TEST(PartitionLoops, UndecidableOrTooManyPiecesAreLeftAlone) {
   LoopKernel d = data;
   partition_loops(d);
   EXPECT_EQ(print_kernel(d), print_kernel(data));
-  // Seven parts of a Concat: six split points, more than the five pieces a loop may become.
+  // Seven parts of a Concat: six split points, more than the five pieces allowed here.
   Expr v = load(x, i);
   for (int p = 6; p >= 1; --p) v = select(binary(BinOp::Lt, i, int_imm(p * 9)), float_imm(float(p)), v);
   LoopKernel many = kernel("many", {x}, {y}, for_loop("i", int_imm(64), {store(y, i, v)})), m = many;
-  partition_loops(m);
+  partition_loops(m, 5);
   EXPECT_EQ(print_kernel(m), print_kernel(many));
+  // Within the defaults (64 pieces, copies of up to three times the kernel): split in seven.
+  partition_loops(m);
+  EXPECT_NE(print_kernel(m), print_kernel(many));
+  // Copies beyond three times the kernel's statements: left alone. One statement in a loop of
+  // 64 iterations with 63 split points needs 63 copies of it; the kernel has two statements.
+  Expr w = load(x, i);
+  for (int p = 63; p >= 1; --p) w = select(binary(BinOp::Lt, i, int_imm(p)), float_imm(float(p)), w);
+  LoopKernel big = kernel("big", {x}, {y}, for_loop("i", int_imm(64), {store(y, i, w)})), b = big;
+  partition_loops(b);
+  EXPECT_EQ(print_kernel(b), print_kernel(big));
   // Loops that call a micro-kernel keep the control flow their lowering chose.
   LoopKernel mk = kernel("mk", {x}, {y},
                          for_loop("i", int_imm(64), {call_stmt("kiln_mk_f32", {}), store(y, i, select(binary(BinOp::Lt, i, int_imm(9)), float_imm(1), load(x, i)))}));
