@@ -289,11 +289,15 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   in_acc.push_back(kloop);
 
   // The epilogue over the tile, per column part (without parts one, owning every column). A
-  // part's columns within the tile's panel are [lo, lo + extent): the panel's columns past the
-  // part's end or before its begin belong to another part or are padding.
+  // part's columns within the tile's panel are [lo, lo + extent), stored when `cond` holds (null:
+  // always): the panel's columns before the part's begin or past its end belong to another part
+  // or are padding. A tile of one column tile (q = 1) lies within one part (parts start at whole
+  // panels): its part's stores are guarded by that and keep the tile's width, a constant the C
+  // compiler unrolls the stores by.
   struct PartCols {
-    Expr lo;  // null: 0 (the part owns every column)
+    Expr lo;  // null: 0
     Expr extent;
+    Expr cond;
     int64_t begin = 0;
   };
   std::vector<GemmView::ColumnPart> parts = v.column_parts;
@@ -305,17 +309,26 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
     KILN_CHECK(bool(pt.line_epilogue) == by_lines && (by_lines || pt.epilogue), "tiled GEMM: column parts' epilogues differ in kind");
     KILN_CHECK(pt.begin >= 0 && pt.n > 0 && pt.begin + pt.n <= v.n, "tiled GEMM: a column part lies outside the columns");
     if (pt.begin == 0 && pt.n == v.n) {
-      cols.push_back({nullptr, panel_n, 0});
+      cols.push_back({nullptr, panel_n, nullptr, 0});
       continue;
     }
     KILN_CHECK(pt.begin % nr == 0 && (b_full_panels || pt.n % nr == 0),
                "tiled GEMM: a column part does not start at a whole panel");
+    const int64_t end = pt.begin + pt.n;
+    if (q == 1) {
+      // The tile's panel lies in the part or not at all.
+      Expr cond = lt(panel0, int_imm(end));
+      if (pt.begin > 0) cond = binary(BinOp::And, binary(BinOp::Ge, panel0, int_imm(pt.begin)), cond);
+      const Expr extent = end % nr == 0 || end == v.n ? panel_n : minimum(panel_n, sub(int_imm(end), panel0));
+      cols.push_back({nullptr, extent, cond, pt.begin});
+      continue;
+    }
     const std::string lo = cat("kiln_elo", p), extent = cat("kiln_ecn", p);
     in_acc.push_back(let(lo, binary(BinOp::Max, sub(int_imm(pt.begin), panel0), int_imm(0))));
-    in_acc.push_back(let(extent, binary(BinOp::Max, sub(minimum(sub(int_imm(pt.begin + pt.n), panel0), panel_n), var(lo)), int_imm(0))));
-    cols.push_back({var(lo), var(extent), pt.begin});
+    in_acc.push_back(let(extent, binary(BinOp::Max, sub(minimum(sub(int_imm(end), panel0), panel_n), var(lo)), int_imm(0))));
+    cols.push_back({var(lo), var(extent), lt(int_imm(0), var(extent)), pt.begin});
   }
-  // The tile column at the part's loop variable `e`, and the part's own column there.
+  auto guarded = [](const PartCols& c, Stmt s) { return c.cond ? if_then(c.cond, {std::move(s)}) : s; };
   auto tile_col = [](const PartCols& c, const Expr& e) { return c.lo ? add(c.lo, e) : e; };
   auto part_col = [&](const PartCols& c, const Expr& e) {
     Expr j = add(panel0, tile_col(c, e));
@@ -353,7 +366,7 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
         }
         append_stores(values_body, part_tmps, std::move(pairs), next_let);
       }
-      value_loops.push_back(for_loop("kiln_ej", c.extent, std::move(values_body), ForKind::Vectorized));
+      value_loops.push_back(guarded(c, for_loop("kiln_ej", c.extent, std::move(values_body), ForKind::Vectorized)));
       // Lines l0..l1 overlap the block [m0, m0 + mc); in line ln the rows x in [xa, xb) are both
       // in the block and outputs.
       const Expr m0v = var("kiln_m0"), lnv = var("kiln_ln");
@@ -375,7 +388,7 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
           for_loop("kiln_ex", sub(var("kiln_xb"), var("kiln_xa")),
                    {let("kiln_x", add(var("kiln_xa"), var("kiln_ex"))), block(std::move(body))}, ForKind::Vectorized)};
       const Expr lines = add(sub(div_floor(sub(add(m0v, mcv), int_imm(1)), L), div_floor(m0v, L)), int_imm(1));
-      copies.push_back(for_loop("kiln_ej", c.extent, {for_loop("kiln_el", lines, std::move(per_line))}));
+      copies.push_back(guarded(c, for_loop("kiln_ej", c.extent, {for_loop("kiln_el", lines, std::move(per_line))})));
     }
     // Rows past a line's valid positions are computed and not stored (nor are their epilogue
     // inputs read: a residual at such a position may lie outside its buffer).
@@ -387,7 +400,6 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
     in_acc.push_back(both);
   } else {
     const Expr i = add(var("kiln_m0"), var("kiln_ei"));
-    std::vector<Stmt> row;
     for (size_t p = 0; p < parts.size(); ++p) {
       const PartCols& c = cols[p];
       std::vector<TileStore> stores = parts[p].epilogue(
@@ -406,9 +418,10 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
         bufs.push_back(st.buffer);
       }
       append_stores(body, bufs, std::move(pairs), next_let);
-      row.push_back(for_loop("kiln_ej", c.extent, std::move(body)));
+      // Each part's stores over the tile's rows in a loop of their own: one loop over the rows
+      // with a column loop per part ran its column loops of unknown extent per row.
+      in_acc.push_back(guarded(c, for_loop("kiln_ei", mcv, {for_loop("kiln_ej", c.extent, std::move(body))})));
     }
-    in_acc.push_back(for_loop("kiln_ei", mcv, std::move(row)));
   }
   if (pack_b && v.b.packer) {
     std::vector<Stmt> inner = v.b.packer->setup(batch, var("kiln_j0"), ncv);
