@@ -6,8 +6,11 @@
 // that depends on exactly one component belongs to it (its epilogue), with the prologue members
 // it reads (those depending on no contraction; recomputed in each part that needs them). A
 // member depending on several components (an Add of two sibling convs) belongs to the trailing
-// part, an elementwise nest run after the others. A component of one contraction is lowered by
-// lower_contraction_group, a chain by lower_contraction_chain, the trailing part by lower_group.
+// part, an elementwise nest run after the others. Parts of one contraction that read the same
+// left operand with constant weights are lowered together as one GEMM over their columns side by
+// side (sibling_gemm.h: the common input and its prologue read once per tile); another component
+// of one contraction is lowered by lower_contraction_group, a chain by lower_contraction_chain,
+// the trailing part by lower_group.
 //
 // The merged kernel takes the group's buffers (inputs, then outputs); each part's kernel is
 // spliced in with its buffers rebound (rebind_buffers.h) and its body in its own C scope, in
