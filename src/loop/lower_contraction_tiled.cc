@@ -294,11 +294,15 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   // or are padding. A tile of one column tile (q = 1) lies within one part (parts start at whole
   // panels): its part's stores are guarded by that and keep the tile's width, a constant the C
   // compiler unrolls the stores by.
+  // `first`: the part's own column at tile column lo (null: the view's column panel0 + lo), a
+  // Let clamped to the part's columns so that its range is known to simplify_indices (the part's
+  // own column is panel0 + lo − begin, and a store index unravelled from it — a Reshape after the
+  // sibling — keeps no division or remainder).
   struct PartCols {
     Expr lo;  // null: 0
     Expr extent;
     Expr cond;
-    int64_t begin = 0;
+    Expr first;
   };
   std::vector<GemmView::ColumnPart> parts = v.column_parts;
   if (parts.empty()) parts.push_back({0, v.n, v.epilogue, v.line_epilogue});
@@ -309,31 +313,33 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
     KILN_CHECK(bool(pt.line_epilogue) == by_lines && (by_lines || pt.epilogue), "tiled GEMM: column parts' epilogues differ in kind");
     KILN_CHECK(pt.begin >= 0 && pt.n > 0 && pt.begin + pt.n <= v.n, "tiled GEMM: a column part lies outside the columns");
     if (pt.begin == 0 && pt.n == v.n) {
-      cols.push_back({nullptr, panel_n, nullptr, 0});
+      cols.push_back({nullptr, panel_n, nullptr, nullptr});
       continue;
     }
     KILN_CHECK(pt.begin % nr == 0 && (b_full_panels || pt.n % nr == 0),
                "tiled GEMM: a column part does not start at a whole panel");
     const int64_t end = pt.begin + pt.n;
+    // The part's own column at the first tile column it stores: max(panel0 − begin, 0), clamped
+    // to the part's last panel (the value where no column is stored does not matter).
+    const std::string first = cat("kiln_epc", p);
+    const int64_t last_panel = (pt.n - 1) / nr * nr;
+    in_acc.push_back(let(first, minimum(binary(BinOp::Max, sub(panel0, int_imm(pt.begin)), int_imm(0)), int_imm(last_panel))));
     if (q == 1) {
       // The tile's panel lies in the part or not at all.
       Expr cond = lt(panel0, int_imm(end));
       if (pt.begin > 0) cond = binary(BinOp::And, binary(BinOp::Ge, panel0, int_imm(pt.begin)), cond);
       const Expr extent = end % nr == 0 || end == v.n ? panel_n : minimum(panel_n, sub(int_imm(end), panel0));
-      cols.push_back({nullptr, extent, cond, pt.begin});
+      cols.push_back({nullptr, extent, cond, var(first)});
       continue;
     }
     const std::string lo = cat("kiln_elo", p), extent = cat("kiln_ecn", p);
     in_acc.push_back(let(lo, binary(BinOp::Max, sub(int_imm(pt.begin), panel0), int_imm(0))));
     in_acc.push_back(let(extent, binary(BinOp::Max, sub(minimum(sub(int_imm(end), panel0), panel_n), var(lo)), int_imm(0))));
-    cols.push_back({var(lo), var(extent), lt(int_imm(0), var(extent)), pt.begin});
+    cols.push_back({var(lo), var(extent), lt(int_imm(0), var(extent)), var(first)});
   }
   auto guarded = [](const PartCols& c, Stmt s) { return c.cond ? if_then(c.cond, {std::move(s)}) : s; };
   auto tile_col = [](const PartCols& c, const Expr& e) { return c.lo ? add(c.lo, e) : e; };
-  auto part_col = [&](const PartCols& c, const Expr& e) {
-    Expr j = add(panel0, tile_col(c, e));
-    return c.begin ? sub(j, int_imm(c.begin)) : j;
-  };
+  auto part_col = [&](const PartCols& c, const Expr& e) { return c.first ? add(c.first, e) : add(panel0, tile_col(c, e)); };
   if (by_lines) {
     // Tile rows are positions (line · L + x) and the output is stored per line: a store from the
     // row-major accumulator is a transposed copy. In one pass (per output channel, per line) the
