@@ -293,11 +293,10 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   // always): the panel's columns before the part's begin or past its end belong to another part
   // or are padding. A tile of one column tile (q = 1) lies within one part (parts start at whole
   // panels): its part's stores are guarded by that and keep the tile's width, a constant the C
-  // compiler unrolls the stores by.
-  // `first`: the part's own column at tile column lo (null: the view's column panel0 + lo), a
-  // Let clamped to the part's columns so that its range is known to simplify_indices (the part's
-  // own column is panel0 + lo − begin, and a store index unravelled from it — a Reshape after the
-  // sibling — keeps no division or remainder).
+  // compiler unrolls the stores by. `first` is the part's own column at tile column lo (null:
+  // the view's column, panel0 + lo), a Let clamped to the part's columns so that simplify_indices
+  // knows its range (as panel0 + lo − begin, a store index unravelled from it — a Reshape after
+  // the sibling — kept a remainder per element).
   struct PartCols {
     Expr lo;  // null: 0
     Expr extent;
