@@ -26,6 +26,15 @@ class ContractionLowering {
 
   LoopKernel lower();
 
+  // For sibling contractions of one left operand lowered as one GEMM
+  // (lower_contraction_sibling_gemm.cc): the tiled GEMM view lower() would build its nest from,
+  // refused unless lower() builds the plain tiled nest (no row passes, not the stencil). The
+  // view's expressions use kernel()'s buffers (B's packed weights among kernel().packed_inputs).
+  GemmView sibling_view();
+  const LoopKernel& kernel() const { return k_; }
+  const Node* contraction() const { return c_; }
+  const nn::WindowGeometry& window() const { return geo_; }
+
  private:
   // ---- analysis
 
@@ -94,6 +103,7 @@ class ContractionLowering {
   bool fold_matmul_batch() const;
 
   LoopKernel build_tiled();
+  GemmView tiled_view();
 
   // An operand computed in the group whose value is still a plain load of a kernel input at an
   // index affine in (row, column) — a Reshape or Squeeze of an input — is read in place too

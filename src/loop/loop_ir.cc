@@ -299,13 +299,40 @@ std::string print_stmt(const Stmt& s, int indent) {
   return os.str();
 }
 
+int64_t PackedInput::packed_numel() const {
+  int64_t n = layout.packed_numel();
+  for (const PackedSource& s : then) n += s.layout.packed_numel();
+  return n;
+}
+
+std::vector<float> pack_argument(const PackedInput& p, const std::function<const float*(size_t input)>& source) {
+  std::vector<float> out = pack_panels(source(p.input), p.layout);
+  out.reserve(size_t(p.packed_numel()));
+  for (const PackedSource& s : p.then) {
+    const std::vector<float> more = pack_panels(source(s.input), s.layout);
+    out.insert(out.end(), more.begin(), more.end());
+  }
+  return out;
+}
+
 std::vector<Tensor> kernel_arguments(const LoopKernel& k, std::vector<Tensor> inputs) {
+  // Sources are read from the row-major tensors as given (an input packed into another's
+  // argument may itself be a packed argument).
+  const std::vector<Tensor> given = inputs;
+  auto source = [&](size_t i) {
+    KILN_CHECK(i < given.size(), "kernel ", k.name, ": packed input ", i, " is not given");
+    return given[i].data<float>();
+  };
   for (const PackedInput& p : k.packed_inputs) {
-    KILN_CHECK(p.input < inputs.size(), "kernel ", k.name, ": packed input ", p.input, " is not given");
-    const Tensor& src = inputs[p.input];
-    KILN_CHECK(src.dtype() == DType::Float32 && src.numel() == p.layout.batch * p.layout.rows * p.layout.cols,
-               "kernel ", k.name, ": packed input ", p.input, " does not match its layout");
-    inputs[p.input] = Tensor::from_vector(pack_panels(src.data<float>(), p.layout), {p.layout.packed_numel()});
+    std::vector<PackedSource> all = {{p.input, p.layout}};
+    all.insert(all.end(), p.then.begin(), p.then.end());
+    for (const PackedSource& s : all) {
+      KILN_CHECK(s.input < given.size(), "kernel ", k.name, ": packed input ", s.input, " is not given");
+      const Tensor& src = given[s.input];
+      KILN_CHECK(src.dtype() == DType::Float32 && src.numel() == s.layout.batch * s.layout.rows * s.layout.cols,
+                 "kernel ", k.name, ": packed input ", s.input, " does not match its layout");
+    }
+    inputs[p.input] = Tensor::from_vector(pack_argument(p, source), {p.packed_numel()});
   }
   return inputs;
 }
@@ -321,8 +348,11 @@ std::string print_kernel(const LoopKernel& k) {
       first = false;
     }
   os << ") {\n";
-  for (const PackedInput& p : k.packed_inputs)
-    os << "  // " << k.inputs[p.input]->name << " packed: " << p.layout.str() << "\n";
+  for (const PackedInput& p : k.packed_inputs) {
+    os << "  // " << k.inputs[p.input]->name << " packed: " << p.layout.str();
+    for (const PackedSource& s : p.then) os << ", then " << k.inputs[s.input]->name << ": " << s.layout.str();
+    os << "\n";
+  }
   if (!k.sources.empty()) {
     os << "  // from:";
     for (const auto& s : k.sources) os << " " << s;

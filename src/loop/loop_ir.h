@@ -11,6 +11,7 @@
 // ForKind records the decision, and Schedule (schedule.h) carries the parameters the tuner sets.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -147,11 +148,29 @@ Stmt comment(const std::string& text);
 
 // A kernel input the kernel reads in the micro-kernel's panel layout (panel_layout.h) instead
 // of row-major: always a graph constant (weights). Whoever binds the kernel's arguments passes
-// the row-major tensor through pack_panels first (the executable once at build time).
+// the row-major tensor through pack_panels first (the executable once at build time), through
+// pack_argument.
+//
+// `then`: further constant inputs whose panels follow this input's in the same argument, in
+// order — sibling contractions of one left operand lowered as one GEMM read their weights as one
+// panel sequence, each sibling's columns starting at a whole panel (lower_contraction_siblings.cc).
+// Their own arguments stay row-major (the kernel does not read them).
+struct PackedSource {
+  size_t input = 0;  // index into LoopKernel::inputs
+  PanelLayout layout;
+  bool operator==(const PackedSource&) const = default;
+};
 struct PackedInput {
   size_t input = 0;  // index into LoopKernel::inputs
   PanelLayout layout;
+  std::vector<PackedSource> then;
+  bool operator==(const PackedInput&) const = default;
+  int64_t packed_numel() const;
 };
+
+// The packed argument of `p`: the panels of `p.input`, then of each of `p.then`, read from the
+// row-major tensors `source(input index)` (float32, batch × rows × cols of each layout).
+std::vector<float> pack_argument(const PackedInput& p, const std::function<const float*(size_t input)>& source);
 
 // One node whose run-time indices a kernel checks (kCheckedIndex calls with this site).
 struct IndexCheck {

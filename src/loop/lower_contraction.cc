@@ -69,6 +69,20 @@ LoopKernel ContractionLowering::lower() {
   return build_rows(no_rows());
 }
 
+// The same decisions as lower(), up to the tiled nest's view.
+GemmView ContractionLowering::sibling_view() {
+  find_contraction();
+  bind();
+  if (c_->op_type() == "MatMul") matmul_geometry();
+  else conv_geometry();
+  if (out_shape_ != c_->output(0)->shape())
+    refuse(cat(c_->op_type(), " output is ", shape_str(c_->output(0)->shape()), ", expected ", shape_str(out_shape_)));
+  if (has_reductions_) refuse("a sibling with row reductions has its own nest");
+  if (stencil_conv()) refuse("a sibling conv lowered as a stencil has its own nest");
+  if (!tiled()) refuse("a sibling contraction that is not tiled has its own nest");
+  return tiled_view();
+}
+
 // ---- analysis
 
 void ContractionLowering::find_contraction() {

@@ -49,6 +49,14 @@ bool ContractionLowering::tiled() const {
 bool ContractionLowering::fold_matmul_batch() const { return b_batch_.empty() && !a_vec_ && !b_vec_ && !batch_.empty(); }
 
 LoopKernel ContractionLowering::build_tiled() {
+  GemmView g = tiled_view();
+  int next_let = 0;
+  std::vector<Stmt> body = build_tiled_gemm(g, sched_, next_let);
+  k_.body = block(std::move(body));
+  return std::move(k_);
+}
+
+GemmView ContractionLowering::tiled_view() {
   const int64_t numel = shape_numel(out_shape_);
   for (const Value* v : grp_.outputs)
     if (shape_numel(v->shape()) != numel)
@@ -56,10 +64,7 @@ LoopKernel ContractionLowering::build_tiled() {
   GemmView g = c_->op_type() == "MatMul" ? matmul_view() : implicit_conv() ? implicit_conv_view() : conv_view();
   read_in_place_when_affine(g.a, g.batch.size(), false);
   if (!g.b.packer) read_in_place_when_affine(g.b, g.batch.size(), true);
-  int next_let = 0;
-  std::vector<Stmt> body = build_tiled_gemm(g, sched_, next_let);
-  k_.body = block(std::move(body));
-  return std::move(k_);
+  return g;
 }
 
 // An operand computed in the group whose value is still a plain load of a kernel input at an

@@ -6,8 +6,11 @@
 // that depends on exactly one component belongs to it (its epilogue), with the prologue members
 // it reads (those depending on no contraction; recomputed in each part that needs them). A
 // member depending on several components (an Add of two sibling convs) belongs to the trailing
-// part, an elementwise nest run after the others. A component of one contraction is lowered by
-// lower_contraction_group, a chain by lower_contraction_chain, the trailing part by lower_group.
+// part, an elementwise nest run after the others. Parts of one contraction that read the same
+// left operand with constant weights are lowered together as one GEMM over their columns side by
+// side (sibling_gemm.h: the common input and its prologue read once per tile); another component
+// of one contraction is lowered by lower_contraction_group, a chain by lower_contraction_chain,
+// the trailing part by lower_group.
 //
 // The merged kernel takes the group's buffers (inputs, then outputs); each part's kernel is
 // spliced in with its buffers rebound (rebind_buffers.h) and its body in its own C scope, in
@@ -23,6 +26,7 @@
 #include "fusion/op_kind.h"
 #include "loop/lower_internal.h"
 #include "loop/rebind_buffers.h"
+#include "loop/sibling_gemm.h"
 #include "reference/kernel_util.h"
 #include "support/error.h"
 
@@ -64,14 +68,26 @@ class MultiContraction {
     components();
     if (parts_.size() == 1 && trailing_.core.empty()) return lower_contraction_chain(grp_, name_, sched_);
     split();
+    join_siblings();
     std::vector<LoopKernel> kernels;
-    for (size_t i = 0; i < parts_.size(); ++i) kernels.push_back(lower_part(parts_[i], cat(name_, "_part", i)));
+    std::vector<const FusionGroup*> groups;
+    for (size_t i = 0; i < parts_.size(); ++i) {
+      const int s = set_of_[i];
+      if (s < 0) {
+        kernels.push_back(lower_part(parts_[i], cat(name_, "_part", i)));
+        groups.push_back(&parts_[i].grp);
+      } else if (sets_[size_t(s)].front() == i) {
+        kernels.push_back(gemms_.lower(sets_[size_t(s)], joined_[size_t(s)], cat(name_, "_part", i)));
+        groups.push_back(&joined_[size_t(s)]);
+      }
+    }
     if (!trailing_.core.empty()) {
       LoweredGroup lg = lower_group(trailing_.grp, cat(name_, "_tail"), sched_);
       if (!lg.kernel) refuse(lg.reason);
       kernels.push_back(std::move(*lg.kernel));
+      groups.push_back(&trailing_.grp);
     }
-    return merge(kernels);
+    return merge(kernels, groups);
   }
 
  private:
@@ -184,6 +200,29 @@ class MultiContraction {
       if (part.grp.outputs.empty()) refuse("a sibling contraction whose results are not used (not lowered to loops yet)");
   }
 
+  // Parts of one contraction with the same left operand and constant weights become one GEMM
+  // over their columns side by side (sibling_gemm.h): sets_ (indices into parts_), each with the
+  // union of its parts as its group (joined_: members in group order, the parts' outputs in
+  // order); set_of_ says which set a part is in (-1: lowered on its own).
+  void join_siblings() {
+    std::vector<const FusionGroup*> single;
+    for (const Part& part : parts_)
+      single.push_back(contraction_count(part.grp) == 1 ? &part.grp : nullptr);
+    sets_ = gemms_.plan(single);
+    set_of_.assign(parts_.size(), -1);
+    joined_.reserve(sets_.size());
+    for (size_t s = 0; s < sets_.size(); ++s) {
+      std::unordered_set<const Node*> core;
+      for (size_t i : sets_[s]) {
+        set_of_[i] = int(s);
+        core.insert(parts_[i].core.begin(), parts_[i].core.end());
+      }
+      joined_.push_back(subgroup(grp_, ancestors(core), cat(grp_.name, "_siblings", s), GroupKind::Contraction));
+      for (size_t i : sets_[s])
+        for (const Value* v : parts_[i].grp.outputs) joined_.back().outputs.push_back(v);
+    }
+  }
+
   LoopKernel lower_part(const Part& part, const std::string& name) {
     size_t n = 0;
     for (const Node* m : part.grp.nodes) n += is_contraction(m);
@@ -193,41 +232,47 @@ class MultiContraction {
     return std::move(*lg.kernel);
   }
 
-  LoopKernel merge(std::vector<LoopKernel>& kernels) {
+  LoopKernel merge(std::vector<LoopKernel>& kernels, const std::vector<const FusionGroup*>& groups) {
     LoopKernel k;
     std::unordered_map<const Value*, BufferPtr> where;
     bind_kernel(grp_, name_, k, {"acc"}, &where, &where);
     std::vector<BufferPtr> mids;
-    std::vector<const FusionGroup*> groups;
-    for (const auto& part : parts_) groups.push_back(&part.grp);
-    if (!trailing_.core.empty()) groups.push_back(&trailing_.grp);
     KILN_CHECK(groups.size() == kernels.size(), "one kernel per part");
     // Weights a part reads in panel layout become packed inputs of the merged kernel; every part
-    // must then read them so (one argument per input).
-    std::map<size_t, PanelLayout> packed;  // merged input index -> layout
+    // must then read them so (one argument per input). An input whose panels follow another's in
+    // a joined sibling GEMM's argument (PackedInput::then) is not read by that part.
+    auto merged_index = [&](const Value* v) {
+      auto at = std::find(grp_.inputs.begin(), grp_.inputs.end(), v);
+      KILN_CHECK(at != grp_.inputs.end(), "a part's packed input '", v->name(), "' is not an input of the group");
+      return size_t(at - grp_.inputs.begin());
+    };
+    std::map<size_t, PackedInput> packed;  // merged input index -> packing (merged indices)
     std::set<size_t> row_major;
     for (size_t i = 0; i < kernels.size(); ++i) {
       const FusionGroup& g = *groups[i];
-      for (size_t j = 0; j < g.inputs.size(); ++j) {
-        auto at = std::find(grp_.inputs.begin(), grp_.inputs.end(), g.inputs[j]);
-        if (at == grp_.inputs.end()) continue;
-        const size_t mi = size_t(at - grp_.inputs.begin());
-        auto p = std::find_if(kernels[i].packed_inputs.begin(), kernels[i].packed_inputs.end(),
-                              [&](const PackedInput& q) { return q.input == j; });
-        if (p == kernels[i].packed_inputs.end()) {
-          row_major.insert(mi);
-        } else if (packed.count(mi) && !(packed.at(mi) == p->layout)) {
-          refuse(cat("two parts read '", g.inputs[j]->name(), "' in different panel layouts"));
-        } else {
-          packed[mi] = p->layout;
+      std::set<size_t> packed_here, unread;
+      for (const PackedInput& p : kernels[i].packed_inputs) {
+        PackedInput q{merged_index(g.inputs.at(p.input)), p.layout, {}};
+        for (const PackedSource& t : p.then) {
+          q.then.push_back({merged_index(g.inputs.at(t.input)), t.layout});
+          unread.insert(t.input);
         }
+        packed_here.insert(p.input);
+        if (packed.count(q.input) && !(packed.at(q.input) == q))
+          refuse(cat("two parts read '", g.inputs[p.input]->name(), "' in different panel layouts"));
+        packed[q.input] = q;
       }
+      for (size_t j = 0; j < g.inputs.size(); ++j)
+        if (!packed_here.count(j) && !unread.count(j)) {
+          auto at = std::find(grp_.inputs.begin(), grp_.inputs.end(), g.inputs[j]);
+          if (at != grp_.inputs.end()) row_major.insert(size_t(at - grp_.inputs.begin()));
+        }
     }
-    for (const auto& [mi, layout] : packed) {
+    for (const auto& [mi, p] : packed) {
       if (row_major.count(mi)) refuse(cat("'", grp_.inputs[mi]->name(), "' is read both packed and row-major"));
-      k.inputs[mi] = std::make_shared<Buffer>(Buffer{k.inputs[mi]->name, DType::Float32, {layout.packed_numel()}, Scope::Global});
+      k.inputs[mi] = std::make_shared<Buffer>(Buffer{k.inputs[mi]->name, DType::Float32, {p.packed_numel()}, Scope::Global});
       where[grp_.inputs[mi]] = k.inputs[mi];
-      k.packed_inputs.push_back({mi, layout});
+      k.packed_inputs.push_back(p);
     }
     std::vector<Stmt> body;
     for (size_t i = 0; i < kernels.size(); ++i) {
@@ -262,6 +307,10 @@ class MultiContraction {
   std::unordered_map<const Node*, std::set<size_t>> node_up_;
   std::vector<Part> parts_;
   Part trailing_;
+  SiblingGemms gemms_{sched_};  // holds references to parts_' groups: parts_ does not change after split()
+  std::vector<std::vector<size_t>> sets_;
+  std::vector<FusionGroup> joined_;
+  std::vector<int> set_of_;
 };
 
 // The chain's stages: which MatMul each member follows, each stage's geometry and row plan.

@@ -288,8 +288,58 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   if (pack_b) kloop = allocate(bpack, {kloop});
   in_acc.push_back(kloop);
 
-  // The epilogue over the tile.
-  if (v.line_epilogue) {
+  // The epilogue over the tile, per column part (without parts one, owning every column). A
+  // part's columns within the tile's panel are [lo, lo + extent), stored when `cond` holds (null:
+  // always): the panel's columns before the part's begin or past its end belong to another part
+  // or are padding. A tile of one column tile (q = 1) lies within one part (parts start at whole
+  // panels): its part's stores are guarded by that and keep the tile's width, a constant the C
+  // compiler unrolls the stores by. `first` is the part's own column at tile column lo (null:
+  // the view's column, panel0 + lo), a Let clamped to the part's columns so that simplify_indices
+  // knows its range (as panel0 + lo − begin, a store index unravelled from it — a Reshape after
+  // the sibling — kept a remainder per element).
+  struct PartCols {
+    Expr lo;  // null: 0
+    Expr extent;
+    Expr cond;
+    Expr first;
+  };
+  std::vector<GemmView::ColumnPart> parts = v.column_parts;
+  if (parts.empty()) parts.push_back({0, v.n, v.epilogue, v.line_epilogue});
+  const bool by_lines = bool(parts[0].line_epilogue);
+  std::vector<PartCols> cols;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const GemmView::ColumnPart& pt = parts[p];
+    KILN_CHECK(bool(pt.line_epilogue) == by_lines && (by_lines || pt.epilogue), "tiled GEMM: column parts' epilogues differ in kind");
+    KILN_CHECK(pt.begin >= 0 && pt.n > 0 && pt.begin + pt.n <= v.n, "tiled GEMM: a column part lies outside the columns");
+    if (pt.begin == 0 && pt.n == v.n) {
+      cols.push_back({nullptr, panel_n, nullptr, nullptr});
+      continue;
+    }
+    KILN_CHECK(pt.begin % nr == 0 && (b_full_panels || pt.n % nr == 0),
+               "tiled GEMM: a column part does not start at a whole panel");
+    const int64_t end = pt.begin + pt.n;
+    // The part's own column at the first tile column it stores: max(panel0 − begin, 0), clamped
+    // to the part's last panel (the value where no column is stored does not matter).
+    const std::string first = cat("kiln_epc", p);
+    const int64_t last_panel = (pt.n - 1) / nr * nr;
+    in_acc.push_back(let(first, minimum(binary(BinOp::Max, sub(panel0, int_imm(pt.begin)), int_imm(0)), int_imm(last_panel))));
+    if (q == 1) {
+      // The tile's panel lies in the part or not at all.
+      Expr cond = lt(panel0, int_imm(end));
+      if (pt.begin > 0) cond = binary(BinOp::And, binary(BinOp::Ge, panel0, int_imm(pt.begin)), cond);
+      const Expr extent = end % nr == 0 || end == v.n ? panel_n : minimum(panel_n, sub(int_imm(end), panel0));
+      cols.push_back({nullptr, extent, cond, var(first)});
+      continue;
+    }
+    const std::string lo = cat("kiln_elo", p), extent = cat("kiln_ecn", p);
+    in_acc.push_back(let(lo, binary(BinOp::Max, sub(int_imm(pt.begin), panel0), int_imm(0))));
+    in_acc.push_back(let(extent, binary(BinOp::Max, sub(minimum(sub(int_imm(end), panel0), panel_n), var(lo)), int_imm(0))));
+    cols.push_back({var(lo), var(extent), lt(int_imm(0), var(extent)), var(first)});
+  }
+  auto guarded = [](const PartCols& c, Stmt s) { return c.cond ? if_then(c.cond, {std::move(s)}) : s; };
+  auto tile_col = [](const PartCols& c, const Expr& e) { return c.lo ? add(c.lo, e) : e; };
+  auto part_col = [&](const PartCols& c, const Expr& e) { return c.first ? add(c.first, e) : add(panel0, tile_col(c, e)); };
+  if (by_lines) {
     // Tile rows are positions (line · L + x) and the output is stored per line: a store from the
     // row-major accumulator is a transposed copy. In one pass (per output channel, per line) the
     // epilogue ran per element, unvectorised — with a SiLU its expf per element cost more than
@@ -297,32 +347,31 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
     // a local tile per output, vectorised along the tile's contiguous columns (output channels),
     // then a copy per output line, vectorised along the line.
     const Expr i = add(var("kiln_m0"), var("kiln_ei"));
-    const Expr j = add(panel0, var("kiln_ej"));
-    std::vector<TileStore> stores = v.line_epilogue(batch, var("kiln_ln"), var("kiln_x"), j,
-                                                    load(acc, add(mul(var("kiln_ei"), int_imm(nc)), var("kiln_ej"))));
-    std::vector<BufferPtr> tmps;
-    std::vector<Stmt> values_body, copies;
-    {
-      SharedExprHoister h(next_let);
-      for (auto& st : stores) h.count(st.value);
-      if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused epilogue has ", h.dag_size(), " nodes"));
-      std::vector<std::pair<Expr, Expr>> pairs;
-      for (size_t o = 0; o < stores.size(); ++o) {
-        tmps.push_back(std::make_shared<Buffer>(
-            Buffer{"kiln_etile" + std::to_string(o), stores[o].buffer->dtype, {mc * nc}, Scope::Local}));
-        pairs.push_back({add(mul(var("kiln_ei"), int_imm(nc)), var("kiln_ej")), h.rewrite(stores[o].value, values_body)});
-      }
-      append_stores(values_body, tmps, std::move(pairs), next_let);
-    }
     const Expr L = int_imm(v.line);
-    // Rows past a line's valid positions are computed and not stored (nor are their epilogue
-    // inputs read: a residual at such a position may lie outside its buffer).
-    Stmt values = for_loop(
-        "kiln_ei", mcv,
-        {let("kiln_ln", div_floor(i, L)), let("kiln_x", mod(i, L)),
-         if_then(binary(BinOp::Lt, var("kiln_x"), int_imm(v.line_valid)),
-                 {for_loop("kiln_ej", panel_n, std::move(values_body), ForKind::Vectorized)})});
-    {
+    std::vector<BufferPtr> tmps;
+    std::vector<Stmt> value_loops, copies;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      const PartCols& c = cols[p];
+      const Expr ej = tile_col(c, var("kiln_ej"));
+      std::vector<TileStore> stores = parts[p].line_epilogue(batch, var("kiln_ln"), var("kiln_x"), part_col(c, var("kiln_ej")),
+                                                             load(acc, add(mul(var("kiln_ei"), int_imm(nc)), ej)));
+      const size_t first = tmps.size();
+      std::vector<Stmt> values_body;
+      {
+        SharedExprHoister h(next_let);
+        for (auto& st : stores) h.count(st.value);
+        if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused epilogue has ", h.dag_size(), " nodes"));
+        std::vector<std::pair<Expr, Expr>> pairs;
+        std::vector<BufferPtr> part_tmps;
+        for (size_t o = 0; o < stores.size(); ++o) {
+          tmps.push_back(std::make_shared<Buffer>(
+              Buffer{"kiln_etile" + std::to_string(tmps.size()), stores[o].buffer->dtype, {mc * nc}, Scope::Local}));
+          part_tmps.push_back(tmps.back());
+          pairs.push_back({add(mul(var("kiln_ei"), int_imm(nc)), ej), h.rewrite(stores[o].value, values_body)});
+        }
+        append_stores(values_body, part_tmps, std::move(pairs), next_let);
+      }
+      value_loops.push_back(guarded(c, for_loop("kiln_ej", c.extent, std::move(values_body), ForKind::Vectorized)));
       // Lines l0..l1 overlap the block [m0, m0 + mc); in line ln the rows x in [xa, xb) are both
       // in the block and outputs.
       const Expr m0v = var("kiln_m0"), lnv = var("kiln_ln");
@@ -333,7 +382,7 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
       std::vector<std::pair<Expr, Expr>> pairs;
       std::vector<BufferPtr> bufs;
       for (size_t o = 0; o < stores.size(); ++o) {
-        pairs.push_back({h.rewrite(stores[o].index, body), load(tmps[o], add(mul(ei, int_imm(nc)), var("kiln_ej")))});
+        pairs.push_back({h.rewrite(stores[o].index, body), load(tmps[first + o], add(mul(ei, int_imm(nc)), ej))});
         bufs.push_back(stores[o].buffer);
       }
       append_stores(body, bufs, std::move(pairs), next_let);
@@ -344,30 +393,40 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
           for_loop("kiln_ex", sub(var("kiln_xb"), var("kiln_xa")),
                    {let("kiln_x", add(var("kiln_xa"), var("kiln_ex"))), block(std::move(body))}, ForKind::Vectorized)};
       const Expr lines = add(sub(div_floor(sub(add(m0v, mcv), int_imm(1)), L), div_floor(m0v, L)), int_imm(1));
-      copies.push_back(for_loop("kiln_ej", panel_n, {for_loop("kiln_el", lines, std::move(per_line))}));
+      copies.push_back(guarded(c, for_loop("kiln_ej", c.extent, {for_loop("kiln_el", lines, std::move(per_line))})));
     }
+    // Rows past a line's valid positions are computed and not stored (nor are their epilogue
+    // inputs read: a residual at such a position may lie outside its buffer).
+    Stmt values = for_loop("kiln_ei", mcv,
+                           {let("kiln_ln", div_floor(i, L)), let("kiln_x", mod(i, L)),
+                            if_then(binary(BinOp::Lt, var("kiln_x"), int_imm(v.line_valid)), std::move(value_loops))});
     Stmt both = block({values, block(std::move(copies))});
     for (size_t o = tmps.size(); o-- > 0;) both = allocate(tmps[o], {both});
     in_acc.push_back(both);
   } else {
-    const Expr j = add(panel0, var("kiln_ej"));
     const Expr i = add(var("kiln_m0"), var("kiln_ei"));
-    std::vector<TileStore> stores = v.epilogue(batch, i, j, load(acc, add(mul(var("kiln_ei"), int_imm(nc)), var("kiln_ej"))));
-    std::vector<Stmt> body;
-    SharedExprHoister h(next_let);
-    for (auto& st : stores) {
-      h.count(st.value);
-      h.count(st.index);
+    for (size_t p = 0; p < parts.size(); ++p) {
+      const PartCols& c = cols[p];
+      std::vector<TileStore> stores = parts[p].epilogue(
+          batch, i, part_col(c, var("kiln_ej")), load(acc, add(mul(var("kiln_ei"), int_imm(nc)), tile_col(c, var("kiln_ej")))));
+      std::vector<Stmt> body;
+      SharedExprHoister h(next_let);
+      for (auto& st : stores) {
+        h.count(st.value);
+        h.count(st.index);
+      }
+      if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused epilogue has ", h.dag_size(), " nodes"));
+      std::vector<BufferPtr> bufs;
+      std::vector<std::pair<Expr, Expr>> pairs;
+      for (auto& st : stores) {
+        pairs.push_back({h.rewrite(st.index, body), h.rewrite(st.value, body)});
+        bufs.push_back(st.buffer);
+      }
+      append_stores(body, bufs, std::move(pairs), next_let);
+      // Each part's stores over the tile's rows in a loop of their own: one loop over the rows
+      // with a column loop per part ran its column loops of unknown extent per row.
+      in_acc.push_back(guarded(c, for_loop("kiln_ei", mcv, {for_loop("kiln_ej", c.extent, std::move(body))})));
     }
-    if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused epilogue has ", h.dag_size(), " nodes"));
-    std::vector<BufferPtr> bufs;
-    std::vector<std::pair<Expr, Expr>> pairs;
-    for (auto& st : stores) {
-      pairs.push_back({h.rewrite(st.index, body), h.rewrite(st.value, body)});
-      bufs.push_back(st.buffer);
-    }
-    append_stores(body, bufs, std::move(pairs), next_let);
-    in_acc.push_back(for_loop("kiln_ei", mcv, {for_loop("kiln_ej", panel_n, std::move(body))}));
   }
   if (pack_b && v.b.packer) {
     std::vector<Stmt> inner = v.b.packer->setup(batch, var("kiln_j0"), ncv);
@@ -395,7 +454,8 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
                       "x", nc, ", micro-kernel ", mr, "x", nr, ", K block ", kc, (pack_a ? ", A packed" : ""),
                       (pack_b ? ", B packed" : ""), (panel_b ? ", B prepacked" : ""),
                       (v.k_segment > 0 ? cat(", K in segments of ", v.k_segment) : std::string()),
-                      (nsb > 0 ? cat(", ", nsb, " segments per call") : std::string()))),
+                      (nsb > 0 ? cat(", ", nsb, " segments per call") : std::string()),
+                      (v.column_parts.empty() ? std::string() : cat(", columns of ", v.column_parts.size(), " siblings")))),
           nest};
 }
 

@@ -87,6 +87,18 @@ struct GemmView {
   // allocated around the whole nest.
   std::vector<BufferPtr> staging_locals;
   std::vector<Stmt> staging;
+  // Optional: the columns are several contractions' side by side (sibling contractions of one A
+  // lowered as one GEMM, lower_contraction_siblings.cc). Part p owns columns [begin, begin + n)
+  // and has its own epilogue (or line_epilogue), given the part's own column j − begin; the
+  // columns between parts (padding to whole panels) are computed and never stored. Empty: the
+  // view's epilogue / line_epilogue owns [0, n).
+  struct ColumnPart {
+    int64_t begin = 0, n = 0;
+    std::function<std::vector<TileStore>(const std::vector<Expr>& batch, Expr i, Expr j, Expr acc)> epilogue;
+    std::function<std::vector<TileStore>(const std::vector<Expr>& batch, Expr line, Expr x, Expr j, Expr acc)>
+        line_epilogue;
+  };
+  std::vector<ColumnPart> column_parts;
 };
 
 // The tiled nest (statements of the kernel body). Lets are numbered from next_let.

@@ -497,8 +497,10 @@ bool depends_within(const FusionGroup& grp, const Node* a, const Node* b) {
 //   pool          windowed reduction (MaxPool/AveragePool) with its prologue and epilogue
 //   contraction   one MatMul/Conv through the micro-kernel, prologue in the operand loads,
 //                 epilogue (and row passes: softmax, LayerNorm, global pools) from the tile
-//   siblings      independent contractions (Q, K, V of one input; sibling convs), each part's
-//                 nest spliced into one kernel (lower_contraction_siblings.cc)
+//   siblings      independent contractions (Q, K, V of one input; sibling convs): those of one
+//                 left operand with constant weights as one GEMM over their columns side by
+//                 side, the others' nests spliced into the same kernel
+//                 (lower_contraction_siblings.cc, lower_contraction_sibling_gemm.cc)
 //   chain         MatMul → row-local ops → MatMul as a row pipeline (attention, MLP)
 // Placements: "root" (the op the nest is built around: a contraction, a reduction, a stored
 // elementwise value), "inline" (recomputed inside a later member's loads: prologues, remaps),

@@ -101,10 +101,13 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
       if (used->default_transforms) loop::apply_default_schedule(*lg.kernel, *used);
       // Weights the kernel reads in the micro-kernel's panel layout: packed once, here.
       for (const loop::PackedInput& p : lg.kernel->packed_inputs) {
-        const Value* v = grp.inputs.at(p.input);
-        KILN_CHECK(v->is_constant() && v->dtype() == DType::Float32, "kernel ", info.name, " packs '", v->name(),
-                   "', which is not a float32 constant");
-        ex->packed_[i][p.input] = loop::pack_panels(v->constant().data<float>(), p.layout);
+        auto source = [&](size_t input) {
+          const Value* v = grp.inputs.at(input);
+          KILN_CHECK(v->is_constant() && v->dtype() == DType::Float32, "kernel ", info.name, " packs '", v->name(),
+                     "', which is not a float32 constant");
+          return v->constant().data<float>();
+        };
+        ex->packed_[i][p.input] = loop::pack_argument(p, source);
       }
       info.generated = true;
       ex->index_checks_[i] = lg.kernel->index_checks;

@@ -135,8 +135,69 @@ const char* kMlp = R"(  %rs2 = constant f32[] [1.4142135]
 const char* kMlpInputs =
     "%x: f32[1,8,12], %w1: f32[12,16], %b1: f32[16], %w2: f32[16,12], %b2: f32[12], %gamma: f32[12], %beta: f32[12]";
 
+// `  %name = constant f32[dims] [...]`: fixed pseudo-random values in [-1, 1) with two decimals
+// (weights: constants, so the lowering may read them in panels).
+std::string weights(const std::string& name, const Shape& shape, unsigned seed) {
+  std::string s = "  %" + name + " = constant f32" + shape_str(shape) + " [";
+  unsigned x = seed * 2654435761u + 12345u;
+  for (int64_t i = 0; i < shape_numel(shape); ++i) {
+    x = x * 1103515245u + 12345u;
+    s += (i ? ", " : "") + std::to_string(int((x >> 16) % 200) - 100) + "e-2";
+  }
+  return s + "]\n";
+}
+
+// Q, K and V projections of one input after a LayerNorm tail (the prologue), N = 40, 64 and 19:
+// widths that are not whole micro-kernel panels, so the joined columns have padding between the
+// siblings (lower_contraction_sibling_gemm.cc). Hand-made groups of the whole graph.
+std::string qkv(bool prologue) {
+  std::string a = prologue ? "%n" : "%x";
+  std::string s = weights("wq", {24, 40}, 1) + weights("wk", {24, 64}, 2) + weights("wv", {24, 19}, 3) +
+                  weights("bq", {40}, 4) + weights("bk", {64}, 5) + weights("bv", {19}, 6);
+  if (prologue)
+    s += R"(  %c: f32[2,12,24] = Sub(%x, %mu) name="center"
+  %d: f32[2,12,24] = Div(%c, %sd) name="normalize"
+  %n: f32[2,12,24] = Mul(%d, %gamma) name="gamma"
+)";
+  s += "  %q: f32[2,12,40] = MatMul(" + a + ", %wq) name=\"q\"\n";
+  s += "  %k: f32[2,12,64] = MatMul(" + a + ", %wk) name=\"k\"\n";
+  s += "  %v: f32[2,12,19] = MatMul(" + a + ", %wv) name=\"v\"\n";
+  s += R"(  %qb: f32[2,12,40] = Add(%q, %bq) name="q_bias"
+  %kb: f32[2,12,64] = Add(%bk, %k) name="k_bias"
+  %kr: f32[2,12,64] = Relu(%kb) name="k_relu"
+  %vb: f32[2,12,19] = Add(%v, %bv) name="v_bias"
+)";
+  return s;
+}
+
 const std::vector<Case>& cases() {
   static const std::vector<Case> all = {
+      // Siblings of one left operand as one GEMM: with the prologue (A packed per tile once for
+      // all siblings, one tile spanning the three column ranges) and on a plain input (A in
+      // place, one column panel per tile, each tile within one sibling).
+      {"sibling_gemm_prologue", qkv(true), "%x: f32[2,12,24], %mu: f32[2,12,1], %sd: f32[2,12,1], %gamma: f32[24]",
+       "%qb, %kr, %vb", true},
+      {"sibling_gemm_in_place", qkv(false), "%x: f32[2,12,24]", "%qb, %kr, %vb", true},
+      // Sibling 1x1 convs of one input (an Inception block's branch heads) with bias and ReLU:
+      // the implicit GEMM (positions × output channels), its stores per output line.
+      {"sibling_gemm_convs", weights("w1", {40, 32, 1, 1}, 7) + weights("w2", {48, 32, 1, 1}, 8) + weights("b1", {40}, 9) +
+                                 weights("b2", {48}, 10) + R"(  %a: f32[1,40,6,6] = Conv(%x, %w1, %b1) {kernel_shape=[1,1]} name="conv_a"
+  %ra: f32[1,40,6,6] = Relu(%a) name="relu_a"
+  %b: f32[1,48,6,6] = Conv(%x, %w2, %b2) {kernel_shape=[1,1]} name="conv_b"
+  %rb: f32[1,48,6,6] = Relu(%b) name="relu_b"
+)",
+       "%x: f32[1,32,6,6]", "%ra, %rb", true},
+      // Two siblings that join, one with a softmax (its own nest, spliced), and a trailing Add
+      // of two of them (read from the joined GEMM's outputs in local buffers).
+      {"sibling_gemm_mixed", weights("w1", {16, 33}, 11) + weights("w2", {16, 33}, 12) + weights("w3", {16, 8}, 13) +
+                                 R"(  %p: f32[9,33] = MatMul(%x, %w1) name="p"
+  %q: f32[9,33] = MatMul(%x, %w2) name="q"
+  %r: f32[9,8] = MatMul(%x, %w3) name="r"
+  %rs: f32[9,8] = Softmax(%r) {axis=-1} name="softmax"
+  %s: f32[9,33] = Add(%p, %q) name="join"
+  %y: f32[9,33] = Tanh(%s) name="tanh"
+)",
+       "%x: f32[9,16]", "%y, %q, %rs", true},
       // ResNet's downsampling block head: the 3x3 conv + ReLU and the 1x1 stride-2 conv read x.
       {"sibling_convs", R"(  %a: f32[1,4,4,4] = Conv(%x, %w1, %b1) {kernel_shape=[3,3], pads=[1,1,1,1], strides=[2,2]} name="conv1"
   %r: f32[1,4,4,4] = Relu(%a) name="relu"
@@ -459,6 +520,88 @@ TEST(LowerChain, SiblingNestShape) {
   EXPECT_EQ(count(b, "if 1 {"), 3u) << b;
   EXPECT_NE(b.find("kiln_mid0"), std::string::npos) << b;  // conv_b's output (conv_a's is an output)
   EXPECT_EQ(b.find("kiln_mid1"), std::string::npos) << b;
+}
+
+// Siblings of one A as one GEMM: one tile loop through the micro-kernel over all the siblings'
+// columns, A (and its prologue) produced once — one packing of A, the prologue's division once —
+// and the weights packed into one argument (the first sibling's, then the others').
+TEST(LowerChain, SiblingGemmNestShape) {
+  const std::string p = lowered(find_case("sibling_gemm_prologue"));
+  SCOPED_TRACE(p);
+  EXPECT_EQ(count(p, "tiled contraction"), 1u);
+  EXPECT_NE(p.find("x 24] * [24 x 147], tile"), std::string::npos);  // 64 + 64 + 19 columns
+  EXPECT_NE(p.find("A packed, B prepacked, columns of 3 siblings"), std::string::npos);
+  EXPECT_EQ(count(p, "for kiln_t in"), 1u);
+  EXPECT_EQ(count(p, "kiln_apack["), 2u);  // one store (the packing), one address (the micro-kernel)
+  EXPECT_EQ(count(p, "sd["), 1u);          // the prologue (its Sub and Div), in the packing only
+  EXPECT_EQ(count(p, "mu["), 1u);
+  EXPECT_NE(p.find("// wq packed: panels of 32 columns of [24 x 40], then wk: panels of 32 columns of [24 x 64], "
+                   "then wv: panels of 32 columns of [24 x 19]"),
+            std::string::npos);
+  EXPECT_EQ(count(p, "if 1 {"), 1u);  // one part: the joined GEMM
+  // A plain input: read in place, each tile one panel within one sibling.
+  const std::string q = lowered(find_case("sibling_gemm_in_place"));
+  EXPECT_EQ(count(q, "tiled contraction"), 1u) << q;
+  EXPECT_NE(q.find("B prepacked, columns of 3 siblings"), std::string::npos) << q;
+  EXPECT_EQ(q.find("kiln_apack"), std::string::npos) << q;
+  // Mixed: the two plain siblings join, the softmax one keeps its own nest; the trailing Add.
+  const std::string m = lowered(find_case("sibling_gemm_mixed"));
+  EXPECT_EQ(count(m, "columns of 2 siblings"), 1u) << m;
+  EXPECT_EQ(count(m, "if 1 {"), 3u) << m;
+  const std::string c = lowered(find_case("sibling_gemm_convs"));
+  EXPECT_NE(c.find("columns of 2 siblings"), std::string::npos) << c;
+}
+
+// Sibling 3x3 convs of one input (padded: the input staged once into phase planes, each part's
+// staging the same) join too, with widths 20 and 35; their K runs in (kernel position, channel)
+// order, so within the contract rather than bit for bit. With panels of 8 columns and a small A
+// reuse budget, a tile spans two column panels, and one tile both siblings (columns 16..31: the
+// first's last 4, its padding, the second's first 8), through the per-line stores.
+TEST(LowerChain, SiblingGemmStagedConvs) {
+  const Case c{"staged", weights("w1", {20, 16, 3, 3}, 14) + weights("w2", {35, 16, 3, 3}, 15) + R"(  %a: f32[1,20,5,5] = Conv(%x, %w1) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv_a"
+  %b: f32[1,35,5,5] = Conv(%x, %w2) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv_b"
+  %rb: f32[1,35,5,5] = Relu(%b) name="relu_b"
+)",
+               "%x: f32[1,16,5,5]", "%a, %rb", true};
+  auto g = make_graph(c);
+  FusionPlan plan = plan_of(*g, c);
+  const TensorMap inputs = random_inputs(*g, 9, {}, false);
+  auto values = run_reference_values(*g, inputs);
+  for (int64_t reuse : {int64_t(512) * 1024, int64_t(1024)}) {
+    SCOPED_TRACE(cat("a_reuse_bytes ", reuse));
+    loop::Schedule sched;
+    sched.contraction.nr = 8;
+    sched.contraction.a_reuse_bytes = reuse;
+    auto lg = loop::lower_group(plan.groups.at(0), "staged", sched);
+    ASSERT_TRUE(lg.kernel) << lg.reason;
+    const std::string s = loop::print_kernel(*lg.kernel);
+    EXPECT_NE(s.find("columns of 2 siblings"), std::string::npos) << s;
+    EXPECT_EQ(count(s, "allocate kiln_xph"), 1u) << s;  // the input staged once
+    if (reuse == 1024) EXPECT_NE(s.find("tile 33x16"), std::string::npos) << s;  // two panels per tile
+    std::vector<Tensor> ins, outs;
+    for (const Value* v : plan.groups[0].inputs) ins.push_back(v->is_constant() ? v->constant() : values.at(v));
+    for (const Value* v : plan.groups[0].outputs) outs.emplace_back(v->dtype(), v->shape());
+    std::vector<Tensor*> in_ptrs, out_ptrs;
+    for (auto& t : ins) in_ptrs.push_back(&t);
+    for (auto& t : outs) out_ptrs.push_back(&t);
+    loop::interpret(*lg.kernel, in_ptrs, out_ptrs);
+    for (size_t i = 0; i < outs.size(); ++i)
+      EXPECT_EQ(testing::within_max_magnitude(outs[i], values.at(plan.groups[0].outputs[i]), 1e-5), "") << "output " << i;
+    // Compiled (default numerics).
+    const auto dir = std::filesystem::temp_directory_path() / ("kiln_sibling_gemm_test_" + std::to_string(::getpid()));
+    const runtime::BuildOptions o = testing::numerics_options(false, dir.string());
+    auto module = runtime::JitModule::build(codegen::emit_c({*lg.kernel}, o.emit), o.compile);
+    std::vector<Tensor> args_in = loop::kernel_arguments(*lg.kernel, ins), got;
+    std::vector<void*> args;
+    for (auto& t : args_in) args.push_back(t.raw());
+    for (const Value* v : plan.groups[0].outputs) got.emplace_back(v->dtype(), v->shape());
+    for (auto& t : got) args.push_back(t.raw());
+    module->get(lg.kernel->name)(args.data());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(testing::within_max_magnitude(got[i], values.at(plan.groups[0].outputs[i]), 1e-4), "") << "compiled output " << i;
+    module.reset();
+    std::filesystem::remove_all(dir);
+  }
 }
 
 // The splicing utilities: div/mod folded only where the ranges prove it; rebinding moves loads and

@@ -58,5 +58,27 @@ TEST(PanelLayout, KernelArgumentsPackOnlyThePackedInputs) {
   EXPECT_EQ(std::vector<float>(args[1].data<float>(), args[1].data<float>() + 8), want);
 }
 
+// A packed input with further sources (sibling weights joined into one argument): each source's
+// panels in turn, each padded to whole panels; the sources' own arguments stay row-major.
+TEST(PanelLayout, KernelArgumentsJoinFurtherSourcesPanelByPanel) {
+  loop::LoopKernel k;
+  for (const char* name : {"w1", "x", "w2"})
+    k.inputs.push_back(std::make_shared<loop::Buffer>(loop::Buffer{name, DType::Float32, {6}, loop::Scope::Global}));
+  k.body = loop::comment("no body");
+  loop::PackedInput p{0, PanelLayout::row_major(1, 2, 3, 2), {{2, PanelLayout::row_major(1, 2, 1, 2)}}};
+  EXPECT_EQ(p.packed_numel(), 8 + 4);
+  k.packed_inputs.push_back(p);
+  std::vector<Tensor> args =
+      loop::kernel_arguments(k, {Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3}), Tensor::from_vector<float>({7}, {1}),
+                                 Tensor::from_vector<float>({8, 9}, {2, 1})});
+  ASSERT_EQ(args[0].numel(), 12);
+  // w1: panel 0 = columns 0-1 over both rows, panel 1 = column 2 and a zero; then w2's one panel.
+  const std::vector<float> want = {1, 2, 4, 5, 3, 0, 6, 0, 8, 0, 9, 0};
+  EXPECT_EQ(std::vector<float>(args[0].data<float>(), args[0].data<float>() + 12), want);
+  EXPECT_EQ(args[2].numel(), 2);  // still row-major
+  EXPECT_NE(loop::print_kernel(k).find("// w1 packed: panels of 2 columns of [2 x 3], then w2: panels of 2 columns of [2 x 1]"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace kiln
