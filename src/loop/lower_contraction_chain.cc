@@ -285,7 +285,7 @@ class RowPipeline {
       auto packed = std::make_shared<Buffer>(Buffer{st.b_buf->name, DType::Float32, {layout.packed_numel()}, Scope::Global});
       *it = packed;
       input_buf_[w] = packed;
-      k_.packed_inputs.push_back({size_t(it - k_.inputs.begin()), layout});
+      k_.packed_inputs.push_back({size_t(it - k_.inputs.begin()), layout, {}});
       st.b_buf = packed;
       st.b_stride = nr;
       st.panel = true;

@@ -616,7 +616,7 @@ BufferPtr ContractionLowering::pack_constant_weights(const Value* w, const Panel
   auto packed = std::make_shared<Buffer>(Buffer{old->name, DType::Float32, {layout.packed_numel()}, Scope::Global});
   *it = packed;
   L_.input_buffers_[w] = packed;
-  k_.packed_inputs.push_back({size_t(it - k_.inputs.begin()), layout});
+  k_.packed_inputs.push_back({size_t(it - k_.inputs.begin()), layout, {}});
   return packed;
 }
 

@@ -362,7 +362,9 @@ TEST(LowerChain, JitMatchesReference) {
       for (size_t i = 0; i < got.size(); ++i) {
         if (strict) {
           EXPECT_EQ(compare_tensors(got[i], r.want[i]), "") << "output " << i;
-          if (r.exact) EXPECT_EQ(std::memcmp(got[i].raw(), r.want[i].raw(), got[i].nbytes()), 0) << "output " << i;
+          if (r.exact) {
+            EXPECT_EQ(std::memcmp(got[i].raw(), r.want[i].raw(), got[i].nbytes()), 0) << "output " << i;
+          }
         } else {
           EXPECT_EQ(testing::within_max_magnitude(got[i], r.want[i], expf ? 1e-5 : 1e-4), "") << "output " << i;
         }
@@ -577,7 +579,9 @@ TEST(LowerChain, SiblingGemmStagedConvs) {
     const std::string s = loop::print_kernel(*lg.kernel);
     EXPECT_NE(s.find("columns of 2 siblings"), std::string::npos) << s;
     EXPECT_EQ(count(s, "allocate kiln_xph"), 1u) << s;  // the input staged once
-    if (reuse == 1024) EXPECT_NE(s.find("tile 33x16"), std::string::npos) << s;  // two panels per tile
+    if (reuse == 1024) {
+      EXPECT_NE(s.find("tile 33x16"), std::string::npos) << s;  // two panels per tile
+    }
     std::vector<Tensor> ins, outs;
     for (const Value* v : plan.groups[0].inputs) ins.push_back(v->is_constant() ? v->constant() : values.at(v));
     for (const Value* v : plan.groups[0].outputs) outs.emplace_back(v->dtype(), v->shape());

@@ -267,8 +267,12 @@ TEST(LowerContractionRows, TiledRowBlocks) {
     ASSERT_EQ(tiled.size(), 1u);
     ASSERT_EQ(plain.size(), 1u);
     const std::string text = loop::print_kernel(tiled[0]);
-    if (i != 6) EXPECT_NE(text.find("kiln_mk_f32"), std::string::npos) << text;
-    if (packed.count(i)) EXPECT_NE(text.find(packed.at(i)), std::string::npos) << text;
+    if (i != 6) {
+      EXPECT_NE(text.find("kiln_mk_f32"), std::string::npos) << text;
+    }
+    if (packed.count(i)) {
+      EXPECT_NE(text.find(packed.at(i)), std::string::npos) << text;
+    }
     const TensorMap inputs = random_inputs(*gi, 4, {}, false);
     auto values = run_reference_values(*gi, inputs);
     for (const auto& grp : partition(*gi).groups) {

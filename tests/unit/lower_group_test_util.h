@@ -146,7 +146,7 @@ inline std::vector<std::pair<std::string, std::unique_ptr<Graph>>> public_models
   namespace fs = std::filesystem;
   std::vector<std::pair<std::string, std::unique_ptr<Graph>>> out;
   for (const auto& m : names)
-    for (const fs::path dir : {fs::path(KILN_BINARY_DIR) / "models", fs::path(KILN_SOURCE_DIR) / "bench/models/out"}) {
+    for (const fs::path& dir : {fs::path(KILN_BINARY_DIR) / "models", fs::path(KILN_SOURCE_DIR) / "bench/models/out"}) {
       const fs::path path = dir / (m + ".onnx");
       if (!fs::exists(path)) continue;
       auto g = import_onnx(path.string());
