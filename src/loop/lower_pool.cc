@@ -349,8 +349,11 @@ std::vector<Stmt> RowKernelBuilder::pool_row(const PoolSpec& p, const LoopKernel
     const Update greater = [](Expr a, Expr v) { return select(bin(BinOp::Gt, v, a), v, a); };
     Expr is_first = bin(BinOp::Eq, c, int_imm(0));
     if (!unrolled && g.kernel[w] > 1) is_first = bin(BinOp::And, is_first, bin(BinOp::Eq, var(kwv), int_imm(0)));
-    update.push_back(
-        if_then(is_first, row_loop("kiln_pf" + tag, true, greater), row_loop("kiln_pu" + tag, false, greater)));
+    // In this order: each row_loop names its Lets from one counter, and the order in which a
+    // call's arguments are evaluated is the compiler's (GCC and clang named them differently).
+    std::vector<Stmt> first = row_loop("kiln_pf" + tag, true, greater);
+    std::vector<Stmt> later = row_loop("kiln_pu" + tag, false, greater);
+    update.push_back(if_then(is_first, std::move(first), std::move(later)));
   } else {
     const Update sum = [](Expr a, Expr v) { return bin(BinOp::Add, a, cast(DType::Float64, v)); };
     update = row_loop("kiln_pu" + tag, false, sum);

@@ -49,7 +49,7 @@ TEST(PanelLayout, KernelArgumentsPackOnlyThePackedInputs) {
   loop::LoopKernel k;
   k.inputs = {std::make_shared<loop::Buffer>(loop::Buffer{"x", DType::Float32, {2}, loop::Scope::Global}),
               std::make_shared<loop::Buffer>(loop::Buffer{"w", DType::Float32, {8}, loop::Scope::Global})};
-  k.packed_inputs.push_back({1, PanelLayout::row_major(1, 2, 3, 4)});
+  k.packed_inputs.push_back({1, PanelLayout::row_major(1, 2, 3, 4), {}});
   std::vector<Tensor> args = loop::kernel_arguments(
       k, {Tensor::from_vector<float>({7, 8}, {2}), Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3})});
   EXPECT_EQ(args[0].numel(), 2);
