@@ -38,6 +38,9 @@ class ContractionLowering {
  private:
   // ---- analysis
 
+  // find_contraction, bind and the geometry: what lower() and sibling_view() start from.
+  void prepare();
+
   void find_contraction();
 
   void bind();

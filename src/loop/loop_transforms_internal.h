@@ -43,6 +43,14 @@ std::string fresh_name(const std::string& base, std::set<std::string>& used);
 
 bool mentions(const Expr& e, const std::set<std::string>& names);
 int64_t const_extent(const StmtNode& loop);  // -1 when not a constant
+// Statement nodes in `body` (what a copy of it costs in code).
+int64_t statement_count(const std::vector<Stmt>& body);
+// The loop and Let variables `s` binds, added to `out`; the variables it assigns (Assign).
+void bound_names(const Stmt& s, std::set<std::string>& out);
+void assigned_names(const Stmt& s, std::set<std::string>& out);
+// Known values of scalar variables (the Lets in scope): `name` is bound anew, so its value and
+// every value that reads it no longer hold.
+void forget_binding(std::map<std::string, Expr>& values, const std::string& name);
 
 // ---------------------------------------------------------------- region analysis
 

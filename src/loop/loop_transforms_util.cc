@@ -56,6 +56,12 @@ Stmt with_kind(const Stmt& s, ForKind kind) {
 
 namespace {
 
+void expr_vars(const Expr& e, std::set<std::string>& out) {
+  if (!e) return;
+  if (e->kind == ExprKind::Var) out.insert(e->name);
+  for (const auto& a : e->args) expr_vars(a, out);
+}
+
 Expr subst(const Expr& e, const std::map<std::string, Expr>& m, std::unordered_map<const ExprNode*, Expr>& memo) {
   if (!e) return e;
   if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
@@ -84,6 +90,32 @@ Expr substitute(const Expr& e, const std::map<std::string, Expr>& m) {
 Stmt substitute(const Stmt& s, const std::map<std::string, Expr>& m) {
   std::unordered_map<const ExprNode*, Expr> memo;
   return subst(s, m, memo);
+}
+
+int64_t statement_count(const std::vector<Stmt>& body) {
+  int64_t n = 0;
+  for (const Stmt& s : body) n += 1 + statement_count(s->body) + statement_count(s->else_body);
+  return n;
+}
+
+void bound_names(const Stmt& s, std::set<std::string>& out) {
+  if (s->kind == StmtKind::For || s->kind == StmtKind::Let) out.insert(s->var);
+  for (const auto* list : {&s->body, &s->else_body})
+    for (const Stmt& c : *list) bound_names(c, out);
+}
+
+void assigned_names(const Stmt& s, std::set<std::string>& out) {
+  if (s->kind == StmtKind::Assign) out.insert(s->var);
+  for (const auto* list : {&s->body, &s->else_body})
+    for (const Stmt& c : *list) assigned_names(c, out);
+}
+
+void forget_binding(std::map<std::string, Expr>& values, const std::string& name) {
+  for (auto it = values.begin(); it != values.end();) {
+    std::set<std::string> vars;
+    expr_vars(it->second, vars);
+    it = it->first == name || vars.count(name) ? values.erase(it) : std::next(it);
+  }
 }
 
 std::vector<Stmt> substitute(const std::vector<Stmt>& body, const std::map<std::string, Expr>& m) {

@@ -40,13 +40,18 @@
 
 namespace kiln::loop::detail {
 
-LoopKernel ContractionLowering::lower() {
+// The analysis every nest starts from: the contraction, its buffers and its geometry.
+void ContractionLowering::prepare() {
   find_contraction();
   bind();
   if (c_->op_type() == "MatMul") matmul_geometry();
   else conv_geometry();
   if (out_shape_ != c_->output(0)->shape())
     refuse(cat(c_->op_type(), " output is ", shape_str(c_->output(0)->shape()), ", expected ", shape_str(out_shape_)));
+}
+
+LoopKernel ContractionLowering::lower() {
+  prepare();
   if (has_reductions_) return build_rows(plan_contraction_rows(grp_, c_, out_shape_));
   if (stencil_conv()) return build_stencil();
   if (tiled()) return build_tiled();
@@ -71,12 +76,7 @@ LoopKernel ContractionLowering::lower() {
 
 // The same decisions as lower(), up to the tiled nest's view.
 GemmView ContractionLowering::sibling_view() {
-  find_contraction();
-  bind();
-  if (c_->op_type() == "MatMul") matmul_geometry();
-  else conv_geometry();
-  if (out_shape_ != c_->output(0)->shape())
-    refuse(cat(c_->op_type(), " output is ", shape_str(c_->output(0)->shape()), ", expected ", shape_str(out_shape_)));
+  prepare();
   if (has_reductions_) refuse("a sibling with row reductions has its own nest");
   if (stencil_conv()) refuse("a sibling conv lowered as a stencil has its own nest");
   if (!tiled()) refuse("a sibling contraction that is not tiled has its own nest");

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "loop/affine.h"
+#include "loop/loop_transforms_internal.h"
 #include "loop/rebind_buffers.h"
 
 namespace kiln::loop {
@@ -29,13 +30,6 @@ Expr inline_lets(const Expr& e, const Defs& defs, int depth = 0) {
 }
 
 int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
-
-// Statement nodes (a loop body's copy costs that much code).
-int64_t size_of(const std::vector<Stmt>& body) {
-  int64_t n = 0;
-  for (const Stmt& s : body) n += 1 + size_of(s->body) + size_of(s->else_body);
-  return n;
-}
 
 bool calls(const std::vector<Stmt>& body) {
   for (const Stmt& s : body)
@@ -102,15 +96,6 @@ void collect_expr(const Expr& e, const std::string& v, int64_t n, const Scope& s
   for (const Expr& a : e->args) collect_expr(a, v, n, sc, out);
 }
 
-// `name` bound anew: its definition, and those reading it, no longer hold.
-void rebind(Defs& defs, const std::string& name) {
-  for (auto it = defs.begin(); it != defs.end();) {
-    std::set<std::string> vars;
-    collect_vars(it->second, vars);
-    it = it->first == name || vars.count(name) ? defs.erase(it) : std::next(it);
-  }
-}
-
 void collect(const std::vector<Stmt>& body, const std::string& v, int64_t n, Scope sc, const std::set<std::string>& assigned,
              std::set<int64_t>& out) {
   for (const Stmt& s : body) {
@@ -120,12 +105,12 @@ void collect(const std::vector<Stmt>& body, const std::string& v, int64_t n, Sco
       if (s->var == v) continue;  // shadowed
       if (auto m = const_of(s->extent); m && *m >= 1) inner.ext[s->var] = *m;
       else inner.ext.erase(s->var);
-      rebind(inner.defs, s->var);
+      sched::forget_binding(inner.defs, s->var);
     }
     if (s->kind == StmtKind::Let || s->kind == StmtKind::Assign) {
       if (s->var == v) return;  // v shadowed from here on
       sc.ext.erase(s->var);
-      rebind(sc.defs, s->var);
+      sched::forget_binding(sc.defs, s->var);
       if (s->kind == StmtKind::Let && s->value->type == DType::Int64 && !assigned.count(s->var)) sc.defs[s->var] = s->value;
       inner = sc;
     }
@@ -134,36 +119,7 @@ void collect(const std::vector<Stmt>& body, const std::string& v, int64_t n, Sco
   }
 }
 
-void assigned_vars(const Stmt& s, std::set<std::string>& out) {
-  if (s->kind == StmtKind::Assign) out.insert(s->var);
-  for (const auto* list : {&s->body, &s->else_body})
-    for (const Stmt& c : *list) assigned_vars(c, out);
-}
 
-// `e` with variable v read as v + off.
-Expr shifted(const Expr& e, const std::string& v, int64_t off) {
-  if (e->kind == ExprKind::Var && e->name == v) return add(e, int_imm(off));
-  return map_args(e, [&](const Expr& a) { return shifted(a, v, off); });
-}
-
-Stmt shifted(const Stmt& s, const std::string& v, int64_t off) {
-  if ((s->kind == StmtKind::For || s->kind == StmtKind::Let) && s->var == v) {
-    // A new binding of v: its own expressions still see the outer one, its body does not.
-    auto c = std::make_shared<StmtNode>(*s);
-    for (Expr* e : {&c->extent, &c->value})
-      if (*e) *e = shifted(*e, v, off);
-    return c;
-  }
-  return map_stmt(
-      s, [&](const Expr& e) { return shifted(e, v, off); }, [&](const Stmt& c) { return shifted(c, v, off); });
-}
-
-// The loop and Let variables `s` binds.
-void bound_names(const Stmt& s, std::set<std::string>& out) {
-  if (s->kind == StmtKind::For || s->kind == StmtKind::Let) out.insert(s->var);
-  for (const auto* list : {&s->body, &s->else_body})
-    for (const Stmt& c : *list) bound_names(c, out);
-}
 
 class Partitioner {
  public:
@@ -176,7 +132,7 @@ class Partitioner {
     for (const Stmt& s : body) {
       for (Stmt& p : stmt(s, ext)) out.push_back(std::move(p));
       if (s->kind == StmtKind::Let || s->kind == StmtKind::Assign) {
-        rebind(defs_, s->var);
+        sched::forget_binding(defs_, s->var);
         if (s->kind == StmtKind::Let && s->value->type == DType::Int64 && !assigned_.count(s->var)) defs_[s->var] = s->value;
       }
     }
@@ -192,7 +148,7 @@ class Partitioner {
     if (s->kind == StmtKind::For) {
       if (n && *n >= 1) inner[s->var] = *n;
       else inner.erase(s->var);
-      rebind(defs_, s->var);
+      sched::forget_binding(defs_, s->var);
     }
     struct Restore {
       Defs& d;
@@ -202,7 +158,7 @@ class Partitioner {
     if (n && *n > 1 && s->for_kind != ForKind::Unrolled && !calls(s->body)) {
       std::set<int64_t> pts;
       collect(s->body, s->var, *n, Scope{inner, defs_}, assigned_, pts);
-      const int64_t cost = size_of(s->body) * int64_t(pts.size());
+      const int64_t cost = sched::statement_count(s->body) * int64_t(pts.size());
       if (!pts.empty() && int64_t(pts.size()) < max_pieces_ && cost <= budget_) {
         budget_ -= cost;
         split_ = true;
@@ -210,8 +166,8 @@ class Partitioner {
         int64_t start = 0;
         pts.insert(*n);
         for (int64_t end : pts) {
-          std::vector<Stmt> body;
-          for (const Stmt& c : s->body) body.push_back(start ? shifted(c, s->var, start) : c);
+          // The piece's variable counts from 0: the body reads it as var + start.
+          std::vector<Stmt> body = start ? sched::substitute(s->body, {{s->var, add(var(s->var), int_imm(start))}}) : s->body;
           Extents piece = ext;
           piece[s->var] = end - start;
           Stmt loop = for_loop(s->var, int_imm(end - start), list(body, piece), s->for_kind);
@@ -219,7 +175,7 @@ class Partitioner {
             // Every later piece binds names of its own, so that loop names stay unique in the
             // kernel (the schedule transforms find loops by name).
             loop = rename_bound_vars({loop}, taken_)[0];
-            bound_names(loop, taken_);
+            sched::bound_names(loop, taken_);
           }
           pieces.push_back(loop);
           start = end;
@@ -249,9 +205,9 @@ bool partition_loops(LoopKernel& k, int max_pieces) {
   if (!k.body) return false;
   // The copies may add up to three times the kernel's statements.
   std::set<std::string> taken, assigned;
-  bound_names(k.body, taken);
-  assigned_vars(k.body, assigned);
-  Partitioner p(max_pieces, 3 * size_of({k.body}), std::move(taken), std::move(assigned));
+  sched::bound_names(k.body, taken);
+  sched::assigned_names(k.body, assigned);
+  Partitioner p(max_pieces, 3 * sched::statement_count({k.body}), std::move(taken), std::move(assigned));
   std::vector<Stmt> out = p.list({k.body}, Extents{});
   k.body = out.size() == 1 ? out[0] : block(std::move(out));
   return p.split_;

@@ -6,7 +6,7 @@
 #include <set>
 #include <unordered_map>
 
-#include "loop/rebind_buffers.h"
+#include "loop/loop_transforms_internal.h"
 
 namespace kiln::loop {
 
@@ -298,23 +298,7 @@ class Simplifier {
   std::unordered_map<const ExprNode*, std::string> keys_;
 };
 
-void collect_assigned(const Stmt& s, std::set<std::string>& out) {
-  if (!s) return;
-  if (s->kind == StmtKind::Assign) out.insert(s->var);
-  for (const auto* list : {&s->body, &s->else_body})
-    for (const Stmt& c : *list) collect_assigned(c, out);
-}
-
 class Walker {
-  // `name` is bound anew: its old definition, and every definition reading it, no longer hold.
-  static void rebind(Defs& defs, const std::string& name) {
-    for (auto it = defs.begin(); it != defs.end();) {
-      std::set<std::string> vars;
-      collect_vars(it->second, vars);
-      it = it->first == name || vars.count(name) ? defs.erase(it) : std::next(it);
-    }
-  }
-
  public:
   explicit Walker(std::set<std::string> assigned) : assigned_(std::move(assigned)) {}
 
@@ -332,7 +316,7 @@ class Walker {
       if (fixed) r = Simplifier(env, &defs).range(n->value);
       if (r) env[n->var] = *r;
       else env.erase(n->var);
-      rebind(defs, n->var);
+      sched::forget_binding(defs, n->var);
       if (fixed) defs[n->var] = n->value;
       else defs.erase(n->var);
     }
@@ -351,7 +335,7 @@ class Walker {
       auto r = simp.range(c->extent);
       if (r && r->hi >= 1 && !assigned_.count(c->var)) inner[c->var] = Range{0, r->hi - 1};
       else inner.erase(c->var);
-      rebind(inner_defs, c->var);
+      sched::forget_binding(inner_defs, c->var);
     }
     c->body = list(c->body, inner, inner_defs);
     c->else_body = list(c->else_body, env, defs);
@@ -367,7 +351,7 @@ class Walker {
 void simplify_indices(LoopKernel& k) {
   if (!k.body) return;
   std::set<std::string> assigned;
-  collect_assigned(k.body, assigned);
+  sched::assigned_names(k.body, assigned);
   Walker w(std::move(assigned));
   k.body = w.stmt(k.body, Env{}, Defs{});
 }

@@ -6,17 +6,12 @@
 #include <vector>
 
 #include "loop/affine.h"
+#include "loop/loop_transforms_internal.h"
 #include "loop/rebind_buffers.h"
 
 namespace kiln::loop {
 
 namespace {
-
-int64_t size_of(const std::vector<Stmt>& body) {
-  int64_t n = 0;
-  for (const Stmt& s : body) n += 1 + size_of(s->body) + size_of(s->else_body);
-  return n;
-}
 
 bool has_loop(const std::vector<Stmt>& body) {
   for (const Stmt& s : body)
@@ -76,12 +71,6 @@ Stmt decided(const Stmt& s, const std::string& key, bool value) {
       s, [&](const Expr& e) { return decided(e, key, value); }, [&](const Stmt& c) { return decided(c, key, value); });
 }
 
-void bound_names(const Stmt& s, std::set<std::string>& out) {
-  if (s->kind == StmtKind::For || s->kind == StmtKind::Let) out.insert(s->var);
-  for (const auto* list : {&s->body, &s->else_body})
-    for (const Stmt& c : *list) bound_names(c, out);
-}
-
 class Unswitcher {
  public:
   Unswitcher(int max_conditions, int64_t budget, std::set<std::string> taken)
@@ -101,7 +90,7 @@ class Unswitcher {
       std::map<std::string, Expr> conds;
       invariant_conditions(s->body, varying, conds);
       const int64_t copies = int64_t(1) << std::min<size_t>(conds.size(), size_t(max_));
-      const int64_t cost = (copies - 1) * (1 + size_of(s->body));
+      const int64_t cost = (copies - 1) * (1 + sched::statement_count(s->body));
       if (!conds.empty() && cost <= budget_) {
         budget_ -= cost;
         std::vector<std::pair<std::string, Expr>> use(conds.begin(), conds.end());
@@ -125,7 +114,7 @@ class Unswitcher {
       }
       // Copies after the first bind names of their own (loops are found by name).
       Stmt r = rename_bound_vars({loop}, taken_)[0];
-      bound_names(r, taken_);
+      sched::bound_names(r, taken_);
       return r;
     }
     Stmt yes = unswitch(decided(loop, use[i].first, true), use, i + 1, first);
@@ -143,9 +132,9 @@ class Unswitcher {
 void unswitch_selects(LoopKernel& k, int max_conditions) {
   if (!k.body) return;
   std::set<std::string> taken;
-  bound_names(k.body, taken);
+  sched::bound_names(k.body, taken);
   // The copies may add up to three times the kernel's statements.
-  Unswitcher u(max_conditions, 3 * size_of({k.body}), std::move(taken));
+  Unswitcher u(max_conditions, 3 * sched::statement_count({k.body}), std::move(taken));
   k.body = u.list({k.body})[0];
 }
 

@@ -17,24 +17,16 @@
 #include "loop/partition_loops.h"
 #include "loop/simplify_indices.h"
 #include "loop/unswitch_selects.h"
+#include "loop_transforms_test_util.h"
 #include "lower_group_test_util.h"
 #include "reference/executor.h"
 
 namespace kiln::loop {
 namespace {
 
-BufferPtr gbuf(const std::string& n, int64_t size) {
-  return std::make_shared<Buffer>(Buffer{n, DType::Float32, {size}, Scope::Global});
-}
+using sched_test::kernel;
 
-LoopKernel kernel(const std::string& name, std::vector<BufferPtr> in, std::vector<BufferPtr> out, Stmt body) {
-  LoopKernel k;
-  k.name = name;
-  k.inputs = std::move(in);
-  k.outputs = std::move(out);
-  k.body = std::move(body);
-  return k;
-}
+BufferPtr gbuf(const std::string& n, int64_t size) { return sched_test::gbuf(n, {size}); }
 
 // The outputs of `k` in the interpreter on inputs of seeded random values.
 std::vector<Tensor> run(const LoopKernel& k, unsigned seed) {
