@@ -310,9 +310,40 @@ class Interpreter {
     });
   }
 
+  // Integer base to an integer power (the exponent keeps its own type): the emitters'
+  // kiln_pow_S, i.e. repeated squaring in uint64_t keeping the base type's low bits; a negative
+  // exponent gives the truncated real result (1 for base 1, +-1 for base -1, else 0).
+  Scalar eval_int_pow(const Expr& e, const Scalar& va, const Scalar& vb) {
+    const DType tb = e->args[1]->type;
+    const bool negative = is_signed(tb) && vb.i < 0;
+    uint64_t ex = tb == DType::UInt64 ? uint64_t(vb.i) : negative ? uint64_t(0) - uint64_t(vb.i) : uint64_t(vb.i);
+    return dispatch_dtype(e->args[0]->type, [&](auto tag) -> Scalar {
+      using T = decltype(tag);
+      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+        const T base = get<T>(va);
+        if (negative) {
+          if (base == T(1)) return put<T>(T(1));
+          if constexpr (std::is_signed_v<T>)
+            if (base == T(-1)) return put<T>(T((ex & 1) ? -1 : 1));
+          return put<T>(T(0));
+        }
+        uint64_t r = 1, b = uint64_t(base);
+        for (; ex > 0; ex >>= 1) {
+          if (ex & 1) r *= b;
+          b *= b;
+        }
+        return put<T>(T(std::make_unsigned_t<T>(r)));
+      } else {
+        KILN_CHECK(false, "integer Pow of ", dtype_name(e->args[0]->type));
+        return Scalar{};
+      }
+    });
+  }
+
   Scalar eval_binary(const Expr& e) {
     const Scalar va = eval(e->args[0]), vb = eval(e->args[1]);
     const DType t = e->args[0]->type;
+    if (e->bin == BinOp::Pow && is_integer(t) && is_integer(e->args[1]->type)) return eval_int_pow(e, va, vb);
     KILN_CHECK(t == e->args[1]->type, "binary ", binop_name(e->bin), " of ", dtype_name(t), " and ",
                dtype_name(e->args[1]->type));
     return dispatch_dtype(t, [&](auto tag) -> Scalar {

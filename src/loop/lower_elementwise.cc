@@ -56,6 +56,9 @@ Expr clamp(Expr v, int64_t lo, int64_t hi) {
 std::optional<std::vector<int64_t>> constant_ints(const Node& n, size_t input, const char* what) {
   const Value* v = n.input(input);
   if (!v) return std::nullopt;
+  // An input of no elements has one possible value whether computed or not: the empty list.
+  if (!v->is_constant() && shape_numel(v->shape()) == 0 && is_integer(v->dtype()) && v->shape().size() == 1)
+    return std::vector<int64_t>{};
   if (!v->is_constant()) refuse(cat(n.op_type(), " ", what, " are computed at run time"));
   const Tensor& t = v->constant();
   if (!is_integer(t.dtype()) || t.rank() > 1) refuse(cat(n.op_type(), " ", what, " must be a 1-D integer tensor"));
@@ -145,6 +148,9 @@ Expr int_mod(const Expr& a, const Expr& b, bool c_fmod) {
 // mix in double, converted back to X's type (integers saturate, halves via float).
 Expr pow_expr(const Expr& x, const Expr& y) {
   const DType tx = x->type, ty = y->type;
+  // Integer to an integer power: exact repeated squaring, wrapping like the reference's repeated
+  // multiplication (the emitters' kiln_pow_S/kiln_powu_S; the exponent keeps its own type).
+  if (is_integer(tx) && is_integer(ty)) return binary(BinOp::Pow, x, y);
   const bool fx = compute_type(tx) == DType::Float32, fy = compute_type(ty) == DType::Float32;
   if (fx && fy) return cast(tx, binary(BinOp::Pow, to_compute(x), cast(DType::Float32, y)));
   Expr r = binary(BinOp::Pow, cast(DType::Float64, x), cast(DType::Float64, y));
@@ -173,7 +179,6 @@ std::string unsupported_reason(const Node& n) {
   const std::string& op = n.op_type();
   if ((op == "Pow" || op == "CastLike") && (n.num_inputs() != 2 || !n.input(1))) return cat(op, " needs two inputs");
   if (op == "Where" && (n.num_inputs() != 3 || !n.input(1) || !n.input(2))) return "Where needs three inputs";
-  if (op == "Pow" && is_integer(t) && is_integer(n.input(1)->dtype())) return "integer Pow is not lowered to loops yet";
   if (op == "Pow" && !(bit(n.input(1)->dtype()) & kNumeric)) return "Pow exponent must be numeric";
   if (op == "Mod") {
     int64_t f = n.attr_int("fmod", 0);

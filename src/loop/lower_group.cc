@@ -29,6 +29,7 @@
 #include "fusion/op_kind.h"
 #include "loop/affine.h"
 #include "loop/lower_internal.h"
+#include "loop/runtime_params.h"
 #include "reference/kernel_util.h"
 #include "support/error.h"
 
@@ -215,6 +216,26 @@ std::vector<Stmt> whole_index_checks(const FusionGroup& grp, const LoopKernel& k
       if (dim == 0) continue;
       out.push_back(for_loop(v, int_imm(count), {let(v + "_i", checked_index(load(b, var(v)), dim, c.site))}));
     }
+  }
+  return out;
+}
+
+// The prologue of each member whose parameters are read at run time (runtime_params.h): Lets and
+// a checked guard at the top of the kernel, over the kernel's own arguments (the lowering refused
+// parameters computed inside the kernel).
+std::vector<Stmt> runtime_param_guards(const FusionGroup& grp, const LoopKernel& k) {
+  std::vector<Stmt> out;
+  for (size_t i = 0; i < grp.nodes.size(); ++i) {
+    const Node* n = grp.nodes[i];
+    if (!has_runtime_params(*n)) continue;
+    ParamAt at = [&](size_t input, int64_t e) -> Expr {
+      const Value* v = n->input(input);
+      if (v->is_constant()) return int_imm(v->constant().as_int64(e));
+      auto pos = std::find(grp.inputs.begin(), grp.inputs.end(), v);
+      KILN_CHECK(pos != grp.inputs.end(), n->describe(), ": a run-time parameter is not an input of kernel ", k.name);
+      return cast(DType::Int64, load(k.inputs.at(size_t(pos - grp.inputs.begin())), int_imm(e)));
+    };
+    for (Stmt& s : runtime_params_prologue(*n, at, int64_t(i) + 1)) out.push_back(std::move(s));
   }
   return out;
 }
@@ -606,16 +627,21 @@ LoweredGroup lower_group(const FusionGroup& grp, const std::string& name, const 
   else r = lower_elementwise_group(grp, kname);
   if (r.kernel) {
     describe(grp, r);
-    // The nodes whose indices the kernel checks at run time, for the runtime's error.
+    if (std::vector<Stmt> guards = detail::runtime_param_guards(grp, *r.kernel); !guards.empty()) {
+      guards.push_back(r.kernel->body);
+      r.kernel->body = block(std::move(guards));
+    }
+    // The nodes whose indices (or run-time parameters) the kernel checks, for the runtime's error.
     std::set<int64_t> sites;
     detail::collect_check_sites(r.kernel->body, sites);
     for (int64_t site : sites) {
       KILN_CHECK(site > 0 && size_t(site) <= grp.nodes.size(), "kernel ", kname, ": index check site ", site,
                  " is not a node of its group");
       const Node* n = grp.nodes[size_t(site - 1)];
-      r.kernel->index_checks.push_back(
-          {site, n->describe() + (n->op_type() == "CumSum" ? ": the axis input is out of range for the input's rank"
-                                                            : ": an index is out of range for the axis it indexes")});
+      std::string message = n->describe() + ": an index is out of range for the axis it indexes";
+      if (n->op_type() == "CumSum") message = n->describe() + ": the axis input is out of range for the input's rank";
+      if (detail::has_runtime_params(*n)) message = detail::runtime_params_message(*n);
+      r.kernel->index_checks.push_back({site, message});
     }
     std::vector<Stmt> whole = detail::whole_index_checks(grp, *r.kernel);
     if (!whole.empty()) {

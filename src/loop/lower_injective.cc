@@ -10,6 +10,7 @@
 #include <set>
 
 #include "loop/lower_internal.h"
+#include "loop/runtime_params.h"
 #include "reference/kernel_util.h"
 #include "support/error.h"
 
@@ -99,6 +100,7 @@ std::string unsupported_injective(const Node& n) {
   if (!ok.count(op)) return cat(op, " is not lowered to loops yet");
   if (n.num_outputs() == 0) return cat(op, " has no outputs");
   if (op != "ConstantOfShape" && (n.num_inputs() == 0 || !n.input(0))) return cat(op, " has no input 0");
+  if (has_runtime_params(n)) return runtime_params_refusal(n);
   if (op == "GatherND" && (n.num_inputs() < 2 || !n.input(1) || !is_index_type(n.input(1)->dtype())))
     return "GatherND indices must be int32 or int64";
   if (op == "OneHot") {
@@ -202,6 +204,8 @@ Expr Lowerer::lower_injective(const Node& n, size_t slot, Index& idx) {
   if (op == "Transpose") {
     auto perm = checked_perm(n, rank);
     for (size_t k = 0; k < perm.size(); ++k) r[size_t(perm[k])] = d[k];
+  } else if (op == "Slice" && has_runtime_params(n)) {
+    return lower_runtime_slice(n, idx);
   } else if (op == "Slice") {
     std::vector<int64_t> start, step;
     slice_params(n, in, start, step);
@@ -275,6 +279,19 @@ Expr Lowerer::lower_concat(const Node& n, Index& idx) {
   return acc;
 }
 
+// Pad's fill value (constant mode; null otherwise): constant_value cast to x's type, as the
+// reference does.
+Expr Lowerer::pad_fill(const Node& n, const std::string& mode) {
+  if (mode != "constant") return nullptr;
+  const Value* x = n.input(0);
+  const Value* cv = n.input(2);
+  if (!cv || shape_numel(cv->shape()) == 0) return imm(0, x->dtype());
+  if (shape_numel(cv->shape()) != 1) refuse("Pad constant_value must be a scalar");
+  if (cv->is_constant()) return tensor_imm(cv->constant().reshaped({}).cast(x->dtype()), 0);
+  if (cv->dtype() != x->dtype()) refuse("Pad constant_value has another type than the data");
+  return value_at(cv, Index::zero(cv->shape()));
+}
+
 Expr Lowerer::lower_pad(const Node& n, Index& idx) {
   const Value* x = n.input(0);
   const Shape& in = x->shape();
@@ -282,6 +299,7 @@ Expr Lowerer::lower_pad(const Node& n, Index& idx) {
   const std::string mode = n.attr_string("mode", "constant");
   if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap")
     refuse(cat("Pad mode '", mode, "' is not supported"));
+  if (has_runtime_params(n)) return lower_runtime_pad(n, idx, pad_fill(n, mode));
   auto pads = constant_ints(n, 1, "pads");
   if (!pads) refuse("Pad has no pads");
   std::vector<int64_t> axes;
@@ -299,21 +317,7 @@ Expr Lowerer::lower_pad(const Node& n, Index& idx) {
     end[size_t(axes[i])] = (*pads)[axes.size() + i];
   }
 
-  // Fill value (constant mode): constant_value cast to x's type, as the reference does.
-  Expr fill;
-  if (mode == "constant") {
-    const Value* cv = n.input(2);
-    if (!cv || shape_numel(cv->shape()) == 0) {
-      fill = imm(0, x->dtype());
-    } else if (shape_numel(cv->shape()) != 1) {
-      refuse("Pad constant_value must be a scalar");
-    } else if (cv->is_constant()) {
-      fill = tensor_imm(cv->constant().reshaped({}).cast(x->dtype()), 0);
-    } else {
-      if (cv->dtype() != x->dtype()) refuse("Pad constant_value has another type than the data");
-      fill = value_at(cv, Index::zero(cv->shape()));
-    }
-  }
+  const Expr fill = pad_fill(n, mode);
   if (rank == 0) return value_at(x, idx);
 
   const auto& d = dims(idx);

@@ -120,6 +120,12 @@ class Lowerer {
   Expr lower_elementwise(const Node& n, Index& idx);                // lower_elementwise.cc
   Expr lower_injective(const Node& n, size_t slot, Index& idx);     // lower_injective.cc
   Expr lower_pad(const Node& n, Index& idx);                        // lower_injective.cc
+  Expr pad_fill(const Node& n, const std::string& mode);            // lower_injective.cc
+  // Slice/Pad parameters computed at run time (runtime_params.h): the nest reads the variables
+  // of the kernel's prologue, which lower_group builds from the kernel's arguments.
+  void require_kernel_params(const Node& n);                             // runtime_params.cc
+  Expr lower_runtime_slice(const Node& n, Index& idx);                   // runtime_params.cc
+  Expr lower_runtime_pad(const Node& n, Index& idx, const Expr& fill);   // runtime_params.cc
   Expr lower_concat(const Node& n, Index& idx);                     // lower_injective.cc
   Expr lower_gather(const Node& n, Index& idx);                     // lower_injective.cc
   Expr lower_gather_elements(const Node& n, Index& idx);            // lower_injective.cc

@@ -7,7 +7,9 @@
 // and takes a later one only when strictly greater (a NaN first stays; a later NaN is skipped); a
 // window entirely in padding gives -inf (the lowest value for integers); AveragePool sums in
 // double and divides by the count of in-input positions, or with count_include_pad of those inside
-// the padded input. Refused: MaxPool's Indices output and storage_order.
+// the padded input. MaxPool's Indices output (the first maximum's flat position in the input,
+// row- or column-major by storage_order; -1 for a window entirely in padding) takes the point
+// form for every output.
 //
 // The nest. One output per iteration with its window inside (pool_point) tests every window
 // position against the input's bounds and chains a scalar accumulator through the window: a few
@@ -57,6 +59,8 @@ struct PoolSpec {
   DType t = DType::Float32, ot = DType::Float32;
   DType A = DType::Float32;  // the accumulator: the compute type for Max, double for Average
   Expr init;                 // the accumulator's start
+  const Value* indices = nullptr;  // MaxPool's Indices output, when the group computes it
+  bool col_major = false;          // storage_order 1
 };
 
 namespace {
@@ -130,8 +134,11 @@ LoopKernel RowKernelBuilder::build_pool(const std::string& name, const Node& r) 
   const Value* x = r.input(0);
   const Value* y = r.output(0);
   if (!x || !y) refuse(cat(r.op_type(), " has an unexpected signature"));
-  if (r.num_outputs() > 1 && r.output(1)) refuse("MaxPool's Indices output is not lowered to loops");
-  if (is_max && r.attr_int("storage_order", 0) != 0) refuse("MaxPool storage_order is not lowered to loops");
+  const Value* indices = is_max && r.num_outputs() > 1 ? r.output(1) : nullptr;
+  const int64_t storage_order = r.attr_int("storage_order", 0);
+  if (indices && (storage_order < 0 || storage_order > 1)) refuse("MaxPool storage_order must be 0 or 1");
+  if (indices && (indices->dtype() != DType::Int64 || indices->shape() != y->shape()))
+    refuse("MaxPool's Indices output is not int64 of the pooled shape");
   const DType t = x->dtype(), ot = y->dtype();
   const bool dtype_ok = t == DType::Float32 || t == DType::Float64 || t == DType::Float16 ||
                         (is_max && (t == DType::Int8 || t == DType::UInt8));
@@ -160,6 +167,12 @@ LoopKernel RowKernelBuilder::build_pool(const std::string& name, const Node& r) 
   bind(k, {&r});
   std::vector<std::pair<std::string, int64_t>> outer = outer_loops(ys);
   results_[L_.input_buffers_.at(y).get()].defined = true;
+  if (indices) {  // read, like the pooled value, through a Register buffer the window's Let replaces
+    if (L_.input_buffers_.count(indices)) refuse("MaxPool's Indices output is also a kernel input");
+    auto b = std::make_shared<Buffer>(Buffer{"b_pool_indices", DType::Int64, indices->shape(), Scope::Register});
+    L_.input_buffers_[indices] = b;
+    results_[b.get()] = Result{"kiln_ri0", true};
+  }
 
   PoolSpec p;
   p.x = x;
@@ -168,6 +181,8 @@ LoopKernel RowKernelBuilder::build_pool(const std::string& name, const Node& r) 
   p.nd = nd;
   p.is_max = is_max;
   p.include_pad = !is_max && r.attr_int("count_include_pad", 0) != 0;
+  p.indices = indices;
+  p.col_major = storage_order == 1;
   p.t = t;
   p.ot = ot;
   p.A = is_max ? compute_type(t) : DType::Float64;
@@ -181,7 +196,8 @@ LoopKernel RowKernelBuilder::build_pool(const std::string& name, const Node& r) 
 
   std::vector<Stmt> body;
   const auto [lo, hi] = interior(g);
-  if (hi <= lo) {
+  // With Indices every output takes the point form (the rows keep no positions).
+  if (hi <= lo || indices) {
     body = pool_point(p, k, "");
   } else {
     const size_t last = ys.size() - 1;
@@ -220,6 +236,9 @@ std::vector<Stmt> RowKernelBuilder::pool_point(const PoolSpec& p, const LoopKern
   std::vector<std::pair<std::string, int64_t>> wloops;
   std::vector<Expr> xd{outer_dims_[0], outer_dims_[1]};
   Expr inb, inpad;  // null = always true
+  // Indices: the position as the reference numbers it, (n * C + c) * spatial size + the spatial
+  // offset, row-major or column-major (storage_order 1) within the spatial dims.
+  std::vector<Expr> pos(p.nd);
   for (size_t d = 0; d < p.nd; ++d) {
     Expr kk = int_imm(0);
     if (g.kernel[d] > 1) {
@@ -231,7 +250,17 @@ std::vector<Stmt> RowKernelBuilder::pool_point(const PoolSpec& p, const LoopKern
     inb = conj(conj(inb, w.ge0), w.lt_in);
     inpad = conj(inpad, w.lt_pad);
     xd.push_back(w.at);
+    pos[d] = w.at;
   }
+  Expr offset = int_imm(0);
+  int64_t stride = 1;
+  for (size_t i = 0; i < p.nd; ++i) {  // row-major: the last dim has stride 1; column-major: the first
+    const size_t d = p.col_major ? i : p.nd - 1 - i;
+    offset = add(offset, mul(pos[d], int_imm(stride)));
+    stride *= g.in[d];
+  }
+  const Expr plane = add(mul(outer_dims_[0], int_imm(p.x->shape()[1])), outer_dims_[1]);
+  const Expr flat_pos = add(mul(plane, int_imm(stride)), offset);
   Expr v = to_compute(L_.value_at(p.x, Index::from_dims(p.x->shape(), xd)));
   const DType A = p.A;
   const std::string acc = "kiln_acc0", cnt = "kiln_cnt0";
@@ -239,11 +268,13 @@ std::vector<Stmt> RowKernelBuilder::pool_point(const PoolSpec& p, const LoopKern
   Expr one_if = [&](Expr cond) { return cond ? select(cond, int_imm(1), int_imm(0)) : int_imm(1); }(
       p.include_pad ? inpad : inb);
   std::vector<Root> upd;
+  const std::string best = "kiln_idx0";
   if (p.is_max) {
     // Strict > from the first in-input position on.
     Expr take = bin(BinOp::Or, bin(BinOp::Eq, c, int_imm(0)), bin(BinOp::Gt, v, a));
     if (inb) take = bin(BinOp::And, inb, take);
     upd.push_back(Root{StmtKind::Assign, acc, nullptr, nullptr, select(take, v, a)});
+    if (p.indices) upd.push_back(Root{StmtKind::Assign, best, nullptr, nullptr, select(take, flat_pos, var(best))});
   } else {
     // The sum in double; the divisor counts in-input positions, or with count_include_pad those
     // inside the padded input (a ceil_mode window past the end padding is still clipped).
@@ -253,8 +284,11 @@ std::vector<Stmt> RowKernelBuilder::pool_point(const PoolSpec& p, const LoopKern
   }
   upd.push_back(Root{StmtKind::Assign, cnt, nullptr, nullptr, bin(BinOp::Add, c, one_if)});
 
-  std::vector<Stmt> body = finish({Root{StmtKind::Let, acc, nullptr, nullptr, p.init},
-                                   Root{StmtKind::Let, cnt, nullptr, nullptr, int_imm(0)}});
+  std::vector<Root> init = {Root{StmtKind::Let, acc, nullptr, nullptr, p.init},
+                            Root{StmtKind::Let, cnt, nullptr, nullptr, int_imm(0)}};
+  // A window entirely in padding has no position: -1, as the reference.
+  if (p.indices) init.push_back(Root{StmtKind::Let, best, nullptr, nullptr, int_imm(-1)});
+  std::vector<Stmt> body = finish(std::move(init));
   for (auto& s : wrap(wloops, finish(std::move(upd)), false)) body.push_back(s);
   Expr fin = a;
   if (!p.is_max) {
@@ -262,6 +296,8 @@ std::vector<Stmt> RowKernelBuilder::pool_point(const PoolSpec& p, const LoopKern
     if (p.t != DType::Float64) fin = cast(DType::Float32, fin);
   }
   for (auto& s : finish({Root{StmtKind::Let, "kiln_r0", nullptr, nullptr, cast(p.ot, fin)}})) body.push_back(s);
+  if (p.indices)
+    for (auto& s : finish({Root{StmtKind::Let, "kiln_ri0", nullptr, nullptr, var(best)}})) body.push_back(s);
 
   std::vector<Root> roots;
   std::vector<Stmt> stores;

@@ -49,7 +49,9 @@
 // (equal to the reference's identity start, NaN propagating; GlobalMaxPool as nn_pool.cc, which
 // does not propagate a NaN after the first element); GlobalAveragePool sums in double.
 // ArgMax/ArgMin as reduction_select.cc (NaN greatest, ties to the first index unless
-// select_last_index). Refused: bool Max/Min, empty rows, run-time axes, noop reductions.
+// select_last_index). Run-time axes: those the declared shapes decide (runtime_params.h), checked
+// by the kernel's guard. Refused: bool Max/Min, empty rows, run-time axes the shapes leave open,
+// noop reductions (remove_identity makes them copies).
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -61,6 +63,7 @@
 #include "fusion/op_kind.h"
 #include "loop/row_jam.h"
 #include "loop/row_kernel.h"
+#include "loop/runtime_params.h"
 #include "support/error.h"
 
 namespace kiln::loop::detail {
@@ -421,9 +424,14 @@ LoopKernel RowKernelBuilder::build(const std::string& name) {
     } else {
       const int64_t keep = n->attr_int("keepdims", 1), noop = n->attr_int("noop_with_empty_axes", 0);
       if ((keep != 0 && keep != 1) || (noop != 0 && noop != 1)) refuse(cat(n->op_type(), " has invalid attributes"));
-      auto axes = constant_ints(*n, 1, "axes");
-      if ((!axes || axes->empty()) && noop == 1) refuse(cat(n->op_type(), " with no axes is an identity (noop_with_empty_axes)"));
-      if (!axes || axes->empty()) {
+      if (has_runtime_params(*n)) {
+        // Axes read at run time: the shapes decide them, the kernel's guard checks the data agrees.
+        if (std::string why = runtime_params_refusal(*n); !why.empty()) refuse(why);
+        if (std::find(grp_.inputs.begin(), grp_.inputs.end(), n->input(1)) == grp_.inputs.end())
+          refuse(cat(name_of(n), " axes computed in the same kernel are not lowered"));
+        red = *runtime_reduced_axes(*n);
+      } else if (auto axes = constant_ints(*n, 1, "axes"); !axes || axes->empty()) {
+        if (noop == 1) refuse(cat(n->op_type(), " with no axes is an identity (noop_with_empty_axes)"));
         red.assign(s.size(), true);
       } else {
         if (rank == 0) refuse(cat(n->op_type(), " of a scalar"));

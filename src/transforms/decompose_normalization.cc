@@ -118,13 +118,65 @@ void mean_variance_norm(Graph& g, Node* n, const std::vector<int64_t>& axes) {
   rw.binary("Div", s.centered, denom, "normalized", rw.output(0));
 }
 
+// BatchNormalization with training_mode=1 (fold_batchnorm takes the inference form): normalised
+// with the batch's statistics over every axis but the channel axis, like the reference (population
+// variance); the running statistics, when used, are blended with `momentum`.
+void batch_norm_training(Graph& g, Node* n) {
+  const double eps = n->attr_float("epsilon", 1e-5f), momentum = n->attr_float("momentum", 0.9f);
+  NodeRewriter rw(g, n);
+  Value* x = rw.input(0);
+  const DType dt = x->dtype();
+  const int64_t rank = int64_t(x->shape().size()), channels = x->shape()[1];
+  std::vector<int64_t> axes{0};
+  for (int64_t a = 2; a < rank; ++a) axes.push_back(a);
+  Shape cshape(size_t(rank), 1);  // [1, C, 1, ..., 1]
+  cshape[1] = channels;
+  Stats s = statistics(rw, x, axes, nullptr);
+  Value* std = rw.unary("Sqrt", rw.binary("Add", s.var, rw.scalar("epsilon", eps, dt), "var_eps"), "std");
+  Value* normalized = rw.binary("Div", s.centered, std, "normalized");
+  Value* scaled = rw.binary("Mul", normalized, rw.reshape(rw.input(1), cshape, "scale"), "scaled");
+  rw.binary("Add", scaled, rw.reshape(rw.input(2), cshape, "B"), "shifted", rw.output(0));
+  Value* keep = rw.scalar("momentum", momentum, dt);
+  Value* take = rw.scalar("one_minus_momentum", 1 - momentum, dt);
+  for (size_t i = 1; i < 3; ++i) {
+    Value* out = used_output(g, rw, i);
+    if (!out) continue;
+    const std::string tag = i == 1 ? "running_mean" : "running_var";
+    Value* batch = rw.reshape(i == 1 ? s.mean : s.var, {channels}, tag + "_batch");
+    Value* old = rw.binary("Mul", rw.input(i + 2), keep, tag + "_kept");
+    rw.binary("Add", old, rw.binary("Mul", batch, take, tag + "_taken"), tag, out);
+  }
+}
+
+std::string batch_norm_training_refusal(const Graph& g, const Node& n) {
+  const Value* x = n.input(0);
+  if (!x || !is_float(x->dtype()) || x->shape().size() < 2) return "X is not a floating-point tensor of rank >= 2";
+  if (shape_numel(x->shape()) == 0) return "X is empty";
+  for (size_t i = 1; i < 5; ++i) {
+    const Value* p = n.input(i);
+    if (!p || p->dtype() != x->dtype() || p->shape() != Shape{x->shape()[1]})
+      return "the parameters are not vectors of X's dtype and channel count";
+  }
+  if (n.output(0)->type() != x->type()) return "Y's type differs from X's";
+  for (size_t i = 1; i < n.num_outputs(); ++i) {
+    if (!n.output(i) || !is_used(g, n.output(i))) continue;
+    if (i > 2) return "the saved mean/variance outputs (before opset 14) are used";
+    if (n.output(i)->type() != n.input(i + 2)->type()) return "a running statistic's type differs from its input's";
+  }
+  return "";
+}
+
 }  // namespace
 
-std::string DecomposeNormalization::refusal(const Node& n) {
+std::string DecomposeNormalization::refusal(const Graph& g, const Node& n) {
   const std::string& op = n.op_type();
+  if (op == "BatchNormalization" && n.domain().empty()) {
+    if (n.attr_int("training_mode", 0) == 0) return "inference BatchNormalization (fold_batchnorm's)";
+    return batch_norm_training_refusal(g, n);
+  }
   if (!n.domain().empty() ||
       (op != "LayerNormalization" && op != "InstanceNormalization" && op != "MeanVarianceNormalization"))
-    return "not a LayerNormalization, InstanceNormalization or MeanVarianceNormalization";
+    return "not a LayerNormalization, InstanceNormalization, MeanVarianceNormalization or training BatchNormalization";
   const Value* x = n.input(0);
   if (!x || !is_float(x->dtype())) return "X is not a floating-point tensor";
   if (n.output(0)->type() != x->type()) return "Y's type differs from X's";
@@ -159,8 +211,9 @@ std::string DecomposeNormalization::refusal(const Node& n) {
 
 bool DecomposeNormalization::run(Graph& g) {
   bool changed = rewrite_in_order(
-      g, [](const Node& n) { return refusal(n).empty(); },
+      g, [&](const Node& n) { return refusal(g, n).empty(); },
       [&](Node* n) {
+        if (n->op_type() == "BatchNormalization") return batch_norm_training(g, n);
         const std::vector<int64_t> axes = reduced_axes(*n);
         if (n->op_type() == "LayerNormalization") layer_norm(g, n, axes);
         else if (n->op_type() == "InstanceNormalization") instance_norm(g, n, axes);

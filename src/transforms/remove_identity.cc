@@ -1,12 +1,25 @@
 #include "transforms/remove_identity.h"
 
 #include <algorithm>
+#include <set>
 
 #include "transforms/op_traits.h"
 
 namespace kiln {
 
 namespace {
+
+// A Reduce* whose axes are absent or empty (an input of no elements, computed or not) with
+// noop_with_empty_axes=1: the reference returns its input.
+bool is_noop_reduction(const Node& n) {
+  static const std::set<std::string> reduces = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
+                                                "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
+                                                "ReduceLogSumExp", "ReduceSumSquare"};
+  if (!n.domain().empty() || !reduces.count(n.op_type()) || n.attr_int("noop_with_empty_axes", 0) != 1) return false;
+  if (!n.input(0) || n.num_outputs() != 1 || n.output(0)->type() != n.input(0)->type()) return false;
+  const Value* axes = n.num_inputs() > 1 ? n.input(1) : nullptr;
+  return !axes || shape_numel(axes->shape()) == 0;
+}
 
 bool is_pass_through(const Graph& g, const Node& n) {
   if (n.op_type() == "Identity" && n.domain().empty()) return n.num_inputs() == 1 && n.input(0) && n.num_outputs() == 1;
@@ -43,10 +56,28 @@ bool redefine_output(Graph& g, Node* producer, Value* from, Value* to) {
   return anchor != nullptr;
 }
 
+// Each noop reduction becomes Identity(data) in its place (then removed like any Identity, or
+// kept as a copy where the graph's names need it).
+bool rewrite_noop_reductions(Graph& g) {
+  bool changed = false;
+  for (Node* n : g.nodes()) {
+    if (!is_noop_reduction(*n)) continue;
+    Value* in = n->input(0);
+    Value* out = n->output(0);
+    const std::string name = n->name();
+    Node* anchor = next_node(g, n);
+    g.remove_node(n);
+    if (anchor) g.insert_node_before(anchor, "Identity", {in}, {out}, {}, name);
+    else g.add_node("Identity", {in}, {out}, {}, name, "");
+    changed = true;
+  }
+  return changed;
+}
+
 }  // namespace
 
 bool RemoveIdentity::run(Graph& g) {
-  bool changed = false, needs_sort = false;
+  bool changed = rewrite_noop_reductions(g), needs_sort = false;
   for (Node* n : g.nodes()) {  // snapshot: only n and nodes before it are removed below
     if (!is_pass_through(g, *n)) continue;
     Value* in = n->input(0);

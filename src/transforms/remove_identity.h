@@ -1,7 +1,8 @@
 // remove_identity: deletes ops that pass their input through unchanged.
 //
 // In:  any graph. Identity nodes, and Dropout nodes in inference mode (training_mode absent or a
-//      constant false) whose mask output is unused.
+//      constant false) whose mask output is unused, and Reduce* with noop_with_empty_axes=1 and no
+//      axes (absent, or an input of no elements), which return their input.
 // Out: the same graph with those nodes removed and their consumers reading the input directly.
 //
 // Graph output names never change. When the removed node's output is a graph output, the producer

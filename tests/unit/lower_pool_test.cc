@@ -2,8 +2,8 @@
 // IR graphs (pads, strides, dilations, ceil_mode, count_include_pad 0/1, 1-D/3-D, integer and half
 // types, a fused ReLU prologue and an epilogue) are partitioned and lowered; each plan runs with the
 // loop interpreter and, in one JIT module for the whole file, as compiled C, and must match the
-// unfused reference run (random inputs include NaN, +-inf and signed zeros). Plus refusals
-// (MaxPool's Indices output, storage_order) and hand-computed NaN/tie cases.
+// unfused reference run (random inputs include NaN, +-inf and signed zeros), MaxPool's Indices
+// output included. Plus hand-computed NaN/tie cases.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -76,6 +76,20 @@ std::vector<Case> cases() {
 )"});
   c.push_back({"max_same_upper", "%x: f32[1,2,7,7]", "%y", R"(  %y: f32[1,2,4,4] = MaxPool(%x) {kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER"} name="pool"
 )"});
+  // Indices: flat positions in the input (row-major, or column-major with storage_order=1), with
+  // a prologue, an epilogue reading the indices, ties and padding.
+  c.push_back({"max_indices_pads", "%x: f32[2,3,9,9]", "%y, %i", R"(  %y: f32[2,3,5,5], %i: i64[2,3,5,5] = MaxPool(%x) {kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]} name="pool"
+)"});
+  c.push_back({"max_indices_col_major_ceil", "%x: f32[1,2,7,6]", "%y, %i", R"(  %y: f32[1,2,4,3], %i: i64[1,2,4,3] = MaxPool(%x) {kernel_shape=[2, 3], strides=[2, 2], pads=[1, 0, 0, 1], ceil_mode=1, storage_order=1} name="pool"
+)"});
+  c.push_back({"max_indices_3d_dilated", "%x: f32[1,2,5,6,7]", "%y, %i", R"(  %y: f32[1,2,4,5,6], %i: i64[1,2,4,5,6] = MaxPool(%x) {kernel_shape=[2, 2, 2], dilations=[1, 1, 2], pads=[0, 0, 1, 0, 0, 0], storage_order=1} name="pool"
+)"});
+  c.push_back({"relu_max_indices_epilogue", "%x: f32[2,4,8,8]", "%y, %c", R"(  %r: f32[2,4,8,8] = Relu(%x) name="relu"
+  %y: f32[2,4,4,4], %i: i64[2,4,4,4] = MaxPool(%r) {kernel_shape=[2, 2], strides=[2, 2]} name="pool"
+  %c: i32[2,4,4,4] = Cast(%i) {to=6} name="cast"
+)"});
+  c.push_back({"max_i8_indices_1d", "%x: i8[2,3,10]", "%y, %i", R"(  %y: i8[2,3,5], %i: i64[2,3,5] = MaxPool(%x) {kernel_shape=[3], strides=[2], pads=[1, 1]} name="pool"
+)"});
   c.push_back({"argmax_last_keep0", "%x: f32[3,5,4]", "%y", R"(  %y: i64[3,4] = ArgMax(%x) {axis=1, keepdims=0, select_last_index=1} name="am"
 )"});
   c.push_back({"argmin_first_keep1", "%x: f32[3,5,4]", "%y", R"(  %y: i64[3,5,1] = ArgMin(%x) {axis=-1} name="am"
@@ -135,21 +149,21 @@ TEST(LowerPoolShape, ReluMaxPoolIsOneKernelOverOutputs) {
   EXPECT_NE(s.find("kiln_k1"), std::string::npos) << s;
 }
 
-TEST(LowerPoolShape, IndicesAndStorageOrderAreRefused) {
-  auto g = parse_graph(R"(graph main opset 17 (%x: f32[1,2,4,4]) -> (%y, %i, %z) {
-  %y: f32[1,2,2,2], %i: i64[1,2,2,2] = MaxPool(%x) {kernel_shape=[2, 2], strides=[2, 2]} name="pool"
-  %z: f32[1,2,2,2] = MaxPool(%x) {kernel_shape=[2, 2], strides=[2, 2], storage_order=1} name="pool2"
+// With Indices every output takes the point form (each window keeps its best position); without,
+// the interior runs as rows, and storage_order changes nothing.
+TEST(LowerPoolShape, IndicesTakeThePointForm) {
+  auto g = parse_graph(R"(graph main opset 17 (%x: f32[1,2,4,40]) -> (%y, %i) {
+  %y: f32[1,2,2,20], %i: i64[1,2,2,20] = MaxPool(%x) {kernel_shape=[2, 2], strides=[2, 2], storage_order=1} name="pool"
 }
 )");
-  FusionPlan plan = partition(*g, {});
-  int refused = 0;
-  for (const auto& grp : plan.groups) {
-    auto lg = loop::lower_group(grp, grp.name);
-    EXPECT_FALSE(lg.kernel);
-    if (lg.reason.find("Indices") != std::string::npos || lg.reason.find("storage_order") != std::string::npos)
-      ++refused;
-  }
-  EXPECT_EQ(refused, 2);
+  const std::string s = loop::print_kernel(lower_only_group(*g));
+  EXPECT_EQ(s.find("kiln_prow"), std::string::npos) << s;
+  EXPECT_NE(s.find("kiln_idx0"), std::string::npos) << s;
+  auto h = parse_graph(R"(graph main opset 17 (%x: f32[1,2,4,40]) -> (%y) {
+  %y: f32[1,2,2,20] = MaxPool(%x) {kernel_shape=[2, 2], strides=[2, 2], storage_order=1} name="pool"
+}
+)");
+  EXPECT_NE(loop::print_kernel(lower_only_group(*h)).find("kiln_prow"), std::string::npos);
   check_lowered(*g, random_inputs(*g));
 }
 

@@ -127,7 +127,7 @@ TEST(DecomposeNormalization, Refusals) {
       "  %e: f32[2,3,4] = MeanVarianceNormalization(%x2) {axes=[1,1]}\n"
       "  %f: f32[2,3] = LayerNormalization(%x, %s) {stash_type=7}\n"
       "}\n");
-  auto why = [&](const char* out) { return DecomposeNormalization::refusal(*g->find_value(out)->producer()); };
+  auto why = [&](const char* out) { return DecomposeNormalization::refusal(*g, *g->find_value(out)->producer()); };
   EXPECT_EQ(why("a"), "axis is out of range");
   EXPECT_EQ(why("b"), "X is not a floating-point tensor");
   EXPECT_EQ(why("c"), "Scale does not broadcast to X or differs in dtype");
@@ -135,6 +135,34 @@ TEST(DecomposeNormalization, Refusals) {
   EXPECT_EQ(why("e"), "axes are out of range or repeated");
   EXPECT_EQ(why("f"), "stash_type is not a floating-point type");
   EXPECT_FALSE(DecomposeNormalization().run(*g));
+}
+
+TEST(DecomposeNormalization, BatchNormTrainingModeAndRunningStatistics) {
+  // Batch statistics over every axis but the channel axis; the running mean and variance, when
+  // they are outputs, blend the inputs with momentum.
+  for (const char* x : {"f32[2,3,4,5]", "f32[4,3]", "f32[2,3,7]"}) {
+    const std::string t = x;
+    const std::string text = "graph main opset 15 (%x: " + t + ", %s: f32[3], %b: f32[3], %m: f32[3], %v: f32[3]) "
+                             "-> (%y, %rm, %rv) {\n  %y: " + t + ", %rm: f32[3], %rv: f32[3] = "
+                             "BatchNormalization(%x, %s, %b, %m, %v) {training_mode=1, momentum=0.8, epsilon=0.01}\n}\n";
+    SCOPED_TRACE(text);
+    EquivalenceOptions o;
+    o.rel = 1e-5;  // the reference computes the statistics in double
+    auto g = check_pass_equivalence(text, "decompose_normalization", o);
+    EXPECT_FALSE(op_types(*g).count("BatchNormalization"));
+  }
+  // Only Y used: no running statistics are computed.
+  auto g = check_pass_equivalence(
+      "graph main opset 15 (%x: f32[2,3,4], %s: f32[3], %b: f32[3], %m: f32[3], %v: f32[3]) -> (%y) {\n"
+      "  %y: f32[2,3,4], %rm: f32[3], %rv: f32[3] = BatchNormalization(%x, %s, %b, %m, %v) {training_mode=1}\n}\n",
+      "decompose_normalization");
+  EXPECT_EQ(g->find_value("rm"), nullptr);
+  // Parameters of another dtype than X stay with the reference kernel, with the reason.
+  auto h = parse_graph(
+      "graph main opset 15 (%x: f32[2,3], %s: f64[3]) -> (%y) {\n"
+      "  %y: f32[2,3] = BatchNormalization(%x, %s, %s, %s, %s) {training_mode=1}\n}\n");
+  EXPECT_EQ(DecomposeNormalization::refusal(*h, *h->find_value("y")->producer()),
+            "the parameters are not vectors of X's dtype and channel count");
 }
 
 // ---------------------------------------------------------------- Softmax, LogSoftmax
@@ -161,17 +189,35 @@ TEST(DecomposeSoftmax, EveryAxisIncludingLargeInputs) {
                          "decompose_softmax", dbl);
 }
 
+TEST(DecomposeSoftmax, HardmaxEveryAxisWithTiesAndNaN) {
+  // Floor(x) over [0, 3) makes many ties (the first index wins); Sqrt of [-1, 1) makes NaNs, which
+  // the reference Hardmax ranks above every number (the first NaN wins).
+  for (const char* pre : {"Floor", "Sqrt", "Identity"})
+    for (int64_t axis : {-1, 0, 1, 2}) {
+      const std::string text = "graph main opset 17 (%x: f32[2,3,5]) -> (%y) {\n  %t: f32[2,3,5] = " + std::string(pre) +
+                               "(%x)\n  %y: f32[2,3,5] = Hardmax(%t) {axis=" + std::to_string(axis) + "}\n}\n";
+      SCOPED_TRACE(text);
+      EquivalenceOptions o;
+      o.ranges["x"] = std::string(pre) == "Floor" ? std::pair<double, double>{0, 3} : std::pair<double, double>{-1, 1};
+      auto g = check_pass_equivalence(text, "decompose_softmax", o);
+      EXPECT_FALSE(op_types(*g).count("Hardmax"));
+      EXPECT_TRUE(op_types(*g).count("ArgMax"));
+    }
+}
+
 TEST(DecomposeSoftmax, Refusals) {
   auto g = parse_graph(
-      "graph main opset 17 (%x: f32[2,3], %i: i32[2,3]) -> (%a, %b, %c) {\n"
+      "graph main opset 17 (%x: f32[2,3], %i: i32[2,3], %z: f32[0,3]) -> (%a, %b, %c, %d) {\n"
       "  %a: f32[2,3] = Softmax(%x) {axis=2}\n"
       "  %b: i32[2,3] = LogSoftmax(%i)\n"
-      "  %c: f32[2,3] = Hardmax(%x)\n"
+      "  %c: f32[0,3] = Hardmax(%z) {axis=0}\n"
+      "  %d: f32[2,3] = Relu(%x)\n"
       "}\n");
   auto why = [&](const char* out) { return DecomposeSoftmax::refusal(*g->find_value(out)->producer()); };
   EXPECT_EQ(why("a"), "axis is out of range");
   EXPECT_EQ(why("b"), "X is not a floating-point tensor");
-  EXPECT_EQ(why("c"), "not a Softmax or LogSoftmax");
+  EXPECT_EQ(why("c"), "X is empty (ArgMax has no row to rank)");
+  EXPECT_EQ(why("d"), "not a Softmax, LogSoftmax or Hardmax");
   EXPECT_FALSE(DecomposeSoftmax().run(*g));
 }
 
