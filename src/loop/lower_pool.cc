@@ -6,8 +6,8 @@
 // window in window order (padding never supplies a value); MaxPool starts from the first of them
 // and takes a later one only when strictly greater (a NaN first stays; a later NaN is skipped); a
 // window entirely in padding gives -inf (the lowest value for integers); AveragePool sums in
-// double and divides by the count of in-input positions, or with count_include_pad of those inside
-// the padded input. MaxPool's Indices output (the first maximum's flat position in the input,
+// double (default numerics: in the compute type, float) and divides by the count of in-input
+// positions, or with count_include_pad of those inside the padded input. MaxPool's Indices output (the first maximum's flat position in the input,
 // row- or column-major by storage_order; -1 for a window entirely in padding) takes the point
 // form for every output.
 //
@@ -185,9 +185,13 @@ LoopKernel RowKernelBuilder::build_pool(const std::string& name, const Node& r) 
   p.col_major = storage_order == 1;
   p.t = t;
   p.ot = ot;
-  p.A = is_max ? compute_type(t) : DType::Float64;
+  // Average: the reference sums in double; default numerics sum in the compute type (a window of
+  // at most a few hundred float terms stays well inside the contract, and the double sum and
+  // conversions halved the pool's vector width: DenseNet's transition pools ran at a quarter of
+  // the bandwidth roof), --strict-fp keeps the double sum.
+  p.A = is_max || reorder_sums_ ? compute_type(t) : DType::Float64;
   // Max: a window entirely in padding gives -inf (the lowest value for integers).
-  p.init = !is_max ? imm(0, DType::Float64)
+  p.init = !is_max ? imm(0, p.A)
            : is_float(t) ? imm(-std::numeric_limits<double>::infinity(), p.A)
                          : int_imm(t == DType::Int8 ? -128 : 0, p.A);
   int64_t window = 1;
@@ -278,9 +282,8 @@ std::vector<Stmt> RowKernelBuilder::pool_point(const PoolSpec& p, const LoopKern
   } else {
     // The sum in double; the divisor counts in-input positions, or with count_include_pad those
     // inside the padded input (a ceil_mode window past the end padding is still clipped).
-    Expr term = cast(DType::Float64, v);
-    upd.push_back(Root{StmtKind::Assign, acc, nullptr, nullptr,
-                       bin(BinOp::Add, a, inb ? select(inb, term, imm(0, DType::Float64)) : term)});
+    Expr term = cast(A, v);
+    upd.push_back(Root{StmtKind::Assign, acc, nullptr, nullptr, bin(BinOp::Add, a, inb ? select(inb, term, imm(0, A)) : term)});
   }
   upd.push_back(Root{StmtKind::Assign, cnt, nullptr, nullptr, bin(BinOp::Add, c, one_if)});
 
@@ -292,7 +295,7 @@ std::vector<Stmt> RowKernelBuilder::pool_point(const PoolSpec& p, const LoopKern
   for (auto& s : wrap(wloops, finish(std::move(upd)), false)) body.push_back(s);
   Expr fin = a;
   if (!p.is_max) {
-    fin = bin(BinOp::Div, a, cast(DType::Float64, c));
+    fin = bin(BinOp::Div, a, cast(A, c));
     if (p.t != DType::Float64) fin = cast(DType::Float32, fin);
   }
   for (auto& s : finish({Root{StmtKind::Let, "kiln_r0", nullptr, nullptr, cast(p.ot, fin)}})) body.push_back(s);
@@ -391,7 +394,7 @@ std::vector<Stmt> RowKernelBuilder::pool_row(const PoolSpec& p, const LoopKernel
     std::vector<Stmt> later = row_loop("kiln_pu" + tag, false, greater);
     update.push_back(if_then(is_first, std::move(first), std::move(later)));
   } else {
-    const Update sum = [](Expr a, Expr v) { return bin(BinOp::Add, a, cast(DType::Float64, v)); };
+    const Update sum = [&](Expr a, Expr v) { return bin(BinOp::Add, a, cast(p.A, v)); };
     update = row_loop("kiln_pu" + tag, false, sum);
   }
   if (!unrolled && g.kernel[w] > 1) update = {for_loop(kwv, int_imm(g.kernel[w]), std::move(update))};
@@ -418,7 +421,7 @@ std::vector<Stmt> RowKernelBuilder::pool_row(const PoolSpec& p, const LoopKernel
   set_last_position(p.y->shape(), add(first, j));
   Expr fin = load(row, j);
   if (!p.is_max) {
-    fin = bin(BinOp::Div, fin, cast(DType::Float64, c));
+    fin = bin(BinOp::Div, fin, cast(p.A, c));
     if (p.t != DType::Float64) fin = cast(DType::Float32, fin);
   }
   std::vector<Root> roots = {Root{StmtKind::Let, "kiln_r0", nullptr, nullptr, cast(p.ot, fin)}};

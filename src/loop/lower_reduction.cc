@@ -549,7 +549,7 @@ LoopKernel RowKernelBuilder::build(const std::string& name) {
 
 LoweredGroup lower_reduction_group(const FusionGroup& grp, const std::string& kernel_name, bool jam_rows,
                                    const Schedule& sched) {
-  return lowered_or_refused([&] { return RowKernelBuilder(grp, jam_rows, sched.reduction_lanes).build(kernel_name); });
+  return lowered_or_refused([&] { return RowKernelBuilder(grp, jam_rows, sched.reduction_lanes, sched.reorder_sums).build(kernel_name); });
 }
 
 }  // namespace kiln::loop::detail

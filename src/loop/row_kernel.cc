@@ -26,8 +26,12 @@ int64_t emitted_size(const Expr& e) {
 
 }  // namespace
 
-RowKernelBuilder::RowKernelBuilder(const FusionGroup& grp, bool jam, int reduction_lanes)
-    : grp_(grp), L_(grp, /*flat_mode=*/false), jam_(jam), sum_lanes_(reduction_lanes > 1 ? reduction_lanes : 0) {
+RowKernelBuilder::RowKernelBuilder(const FusionGroup& grp, bool jam, int reduction_lanes, bool reorder_sums)
+    : grp_(grp),
+      L_(grp, /*flat_mode=*/false),
+      jam_(jam),
+      sum_lanes_(reduction_lanes > 1 ? reduction_lanes : 0),
+      reorder_sums_(reorder_sums) {
   KILN_CHECK(sum_lanes_ == 0 || (sum_lanes_ <= 1024 && (sum_lanes_ & (sum_lanes_ - 1)) == 0),
              "Schedule::reduction_lanes must be 0, 1 or a power of two up to 1024, not ", reduction_lanes);
 }

@@ -31,7 +31,9 @@ class RowKernelBuilder {
  public:
   // `jam`: run long rows several at a time (see build); off where a caller peels the outer loops.
   // `reduction_lanes`: Schedule::reduction_lanes (the partial sums of a float sum; 0 or 1: none).
-  RowKernelBuilder(const FusionGroup& grp, bool jam, int reduction_lanes = Schedule{}.reduction_lanes);
+  // reorder_sums: Schedule::reorder_sums (false under --strict-fp): an AveragePool may sum in float.
+  RowKernelBuilder(const FusionGroup& grp, bool jam, int reduction_lanes = Schedule{}.reduction_lanes,
+                   bool reorder_sums = Schedule{}.reorder_sums);
   LoopKernel build(const std::string& name);
 
  private:
@@ -109,6 +111,7 @@ class RowKernelBuilder {
   Lowerer L_;
   bool jam_ = false;
   int64_t sum_lanes_ = 0;         // Schedule::reduction_lanes, 0 when off
+  bool reorder_sums_ = true;      // Schedule::reorder_sums
   bool costly_lanes_ = false;     // a lane pass computes a costly element (an exp): no jam (build)
   Shape in_;
   std::vector<bool> reduced_;

@@ -7,7 +7,7 @@ import numpy as np
 
 import gen_layout
 import gen_ops as ops
-from gen_graph import I64, MAX_ELEMS, Skip, broadcast, numel
+from gen_graph import F32, I64, MAX_ELEMS, Skip, broadcast, numel
 
 INF = math.inf
 ODD_N = [1, 7, 16, 64, 66, 128, 130]
@@ -295,6 +295,15 @@ def fam_pool(b):
     if op == "AveragePool" and b.chance(0.4):
         attrs["count_include_pad"] = 1
     lb = x.lb if op == "MaxPool" or auto is None and not any(pads) else min(x.lb, 0.0)
+    if op == "MaxPool" and b.chance(0.25):
+        # With the Indices output (flat positions in x, row- or column-major): an int64 graph output
+        # compared exactly, or turned back into a float that later ops use.
+        if b.chance(0.3):
+            attrs["storage_order"] = 1
+        y, ind = b.node(op, [x], [(out, F32, x.mag, lb), (out, I64, numel(x.shape), 0.0)], **attrs)
+        if b.chance(0.5):
+            b.op1("Cast", [ind], out, numel(x.shape), 0.0, to=1)
+        return y
     return b.op1(op, [x], out, x.mag, lb, **attrs)
 
 
@@ -372,10 +381,12 @@ def fam_reduce(b):
 
 def softmax(b, x, axis):
     """Softmax over `axis`: the ONNX op, LogSoftmax, or spelled out (with or without max shift)."""
-    kind = b.choice(["op", "log", "spelled", "naive"], p=[4, 1, 3, 1 if x.mag <= 20 else 0])
+    kind = b.choice(["op", "log", "spelled", "naive", "hard"], p=[4, 1, 3, 1 if x.mag <= 20 else 0, 1])
     s = x.shape
     if kind == "op":
         return b.op1("Softmax", [x], s, 1.0, 0.0, axis=axis)
+    if kind == "hard":  # 1 at the row's first maximum (kiln: ArgMax == positions), 0 elsewhere
+        return b.op1("Hardmax", [x], s, 1.0, 0.0, axis=axis)
     if kind == "log":
         return b.op1("LogSoftmax", [x], s, 2 * x.mag + math.log(s[axis]) + 1, axis=axis)
     red = tuple(1 if i == axis % x.rank else d for i, d in enumerate(s))

@@ -364,10 +364,30 @@ import gen_nn  # noqa: E402
 from gen_nn import conv, layernorm  # noqa: E402,F401
 
 
+def fam_int_pow(b):
+    """Integer Pow (exact powers of small integers, as index arithmetic has them): a graph input
+    clipped to [-3, 3] and rounded into int64 (exact in every engine: rounding a computed value
+    would put engines on both sides of a .5), raised to a constant or computed power, cast back."""
+    def small_int(v):
+        c = b.op1("Clip", [v, b.scalar(-3.0, rank0=True), b.scalar(3.0, rank0=True)], v.shape, 3.0, -3.0)
+        return b.op1("Cast", [b.op1("Round", [c], v.shape, 3.0, -3.0)], v.shape, 3.0, -3.0, to=7, dtype=I64)
+    v = b.pick(lambda x: x in b.inputs)
+    i = small_int(v)
+    if b.chance(0.6):
+        e = b.const(np.array(b.randint(0, 4), dtype=np.int64), "e")
+        top = 4
+    else:  # a run-time exponent in [0, 3]
+        e = b.op1("Abs", [small_int(b.pick(lambda x: x in b.inputs and x.shape == v.shape))], v.shape, 3.0, 0.0,
+                  dtype=I64)
+        top = 3
+    p = b.op1("Pow", [i, e], v.shape, 3.0 ** top, dtype=I64)
+    return b.op1("Cast", [p], v.shape, 3.0 ** top, to=1)
+
+
 def pick_family(b):
     fams = [
         (fam_unary_chain, 4), (fam_binary, 5), (fam_compare_where, 1), (fam_variadic, 1),
-        (fam_residual, 2), (fam_fanout, 1),
+        (fam_residual, 2), (fam_fanout, 1), (fam_int_pow, 1),
         (gen_nn.fam_matmul, 4), (gen_nn.fam_conv, 3), (gen_nn.fam_pool, 2), (gen_nn.fam_reduce, 3),
         (gen_nn.fam_softmax, 2), (gen_nn.fam_layernorm, 2), (gen_nn.fam_batchnorm, 1),
         (gen_layout.fam_transpose, 2), (gen_layout.fam_reshape, 2), (gen_layout.fam_flatten, 1),

@@ -167,6 +167,23 @@ TEST(LowerPoolShape, IndicesTakeThePointForm) {
   check_lowered(*g, random_inputs(*g));
 }
 
+// AveragePool's sum: the reference's double under --strict-fp, float (the compute type) by default.
+TEST(LowerPoolShape, AverageSumsInFloatUnlessStrict) {
+  auto g = parse_graph(R"(graph main opset 17 (%x: f32[1,2,9,40]) -> (%y) {
+  %y: f32[1,2,4,19] = AveragePool(%x) {kernel_shape=[3, 3], strides=[2, 2]} name="pool"
+}
+)");
+  FusionPlan plan = partition(*g, {});
+  ASSERT_EQ(plan.groups.size(), 1u);
+  loop::Schedule strict;
+  strict.set_strict_numerics();
+  const std::string fast = loop::print_kernel(*loop::lower_group(plan.groups[0], "fast").kernel);
+  const std::string exact = loop::print_kernel(*loop::lower_group(plan.groups[0], "exact", strict).kernel);
+  EXPECT_EQ(fast.find("f64"), std::string::npos) << fast;
+  EXPECT_NE(exact.find("f64"), std::string::npos) << exact;
+  check_lowered(*g, random_inputs(*g));
+}
+
 // Hand-computed: MaxPool keeps a NaN seen first in a window and skips a later one (strict >);
 // ArgMax treats NaN as the greatest value; select_last_index picks the last of equal values.
 TEST(LowerPoolValues, NanAndTies) {
@@ -340,6 +357,10 @@ TEST(LowerPoolRows, RangesAndExactResults) {
   std::vector<loop::LoopKernel> kernels;
   std::vector<std::vector<Tensor>> ins, outs, wants;
   std::vector<std::string> names;
+  // The rows keep each output's window order: bit for bit the reference's under --strict-fp
+  // numerics (default numerics sum an AveragePool in float instead of double).
+  loop::Schedule strict;
+  strict.set_strict_numerics();
   for (const auto& c : row_cases()) {
     SCOPED_TRACE(c.name);
     auto g = parse_graph("graph main opset 17 (" + c.inputs + ") -> (%y" +
@@ -349,7 +370,7 @@ TEST(LowerPoolRows, RangesAndExactResults) {
       const TensorMap inputs = random_inputs(*g, seed);
       auto values = run_reference_values(*g, inputs);
       for (const auto& grp : plan.groups) {
-        auto lg = loop::lower_group(grp, c.name + "_" + std::to_string(seed) + "_" + grp.name);
+        auto lg = loop::lower_group(grp, c.name + "_" + std::to_string(seed) + "_" + grp.name, strict);
         ASSERT_TRUE(lg.kernel) << lg.reason;
         const std::string text = loop::print_kernel(*lg.kernel);
         for (const auto& r : c.ranges) {
