@@ -290,6 +290,11 @@ LoweredGroup lower_reduction_group(const FusionGroup& grp, const std::string& ke
 LoweredGroup lower_contraction_group(const FusionGroup& grp, const std::string& kernel_name,
                                      const Schedule& sched = Schedule{});
 
+// The scatter emitter (lower_scatter.cc): ScatterElements / ScatterND alone in their group, as a
+// copy of data and then a nest over updates in the reference's order; any bigger group is refused.
+bool is_scatter(const Node& n);
+LoweredGroup lower_scatter_group(const FusionGroup& grp, const std::string& kernel_name);
+
 // Groups with several contractions. lower_contraction_siblings.cc splits the group into
 // independent parts (sibling contractions, each with its epilogue; chains), lowers each and
 // merges them into one kernel; lower_contraction_chain.cc lowers one chain of MatMuls
