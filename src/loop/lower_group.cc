@@ -504,6 +504,8 @@ bool depends_within(const FusionGroup& grp, const Node* a, const Node* b) {
 //   chain         MatMul → row-local ops → MatMul as a row pipeline (attention, MLP)
 //   scatter       ScatterElements / ScatterND alone: a copy of data, then the updates in the
 //                 reference's order (lower_scatter.cc)
+//   scan, select  CumSum / TopK over rows longer than their unrolled spellings take, alone: a
+//                 serial scan per row, a per-row insertion into a sorted buffer of k (lower_scan.cc)
 // Placements: "root" (the op the nest is built around: a contraction, a reduction, a stored
 // elementwise value), "inline" (recomputed inside a later member's loads: prologues, remaps),
 // "tile" (applied to a contraction's output tile before the store), "row" (per row, after the
@@ -521,6 +523,8 @@ void describe(const FusionGroup& grp, LoweredGroup& r) {
     for (const Node* b : anchors) chained = chained || (a != b && depends_within(grp, a, b));
   if (std::any_of(grp.nodes.begin(), grp.nodes.end(), [](const Node* n) { return detail::is_scatter(*n); }))
     r.emitter = "scatter";
+  else if (grp.nodes.size() == 1 && detail::needs_row_loop(*grp.nodes[0]))
+    r.emitter = grp.nodes[0]->op_type() == "CumSum" ? "scan" : "select";
   else if (grp.kind == GroupKind::Reduction) r.emitter = windowed ? "pool" : "rows";
   else if (contraction) r.emitter = anchors.size() == 1 ? "contraction" : chained ? "chain" : "siblings";
   else r.emitter = "elementwise";
@@ -607,6 +611,8 @@ LoweredGroup lower_group(const FusionGroup& grp, const std::string& name, const 
   // itself alone, with its own reason.
   if (std::any_of(grp.nodes.begin(), grp.nodes.end(), [](const Node* n) { return detail::is_scatter(*n); }))
     r = detail::lower_scatter_group(grp, kname);
+  else if (grp.nodes.size() == 1 && detail::needs_row_loop(*grp.nodes[0]))
+    r = detail::lower_row_loop_group(grp, kname);
   else if (grp.kind == GroupKind::Reduction) r = detail::lower_reduction_group(grp, kname, true, sched);
   else if (grp.kind == GroupKind::Contraction)
     r = detail::contraction_count(grp) > 1 ? detail::lower_multi_contraction_group(grp, kname, sched)

@@ -1,0 +1,250 @@
+// The scan and select emitters: CumSum and TopK over rows of any length as real loops. The
+// elementwise emitter spells both out per output element (lower_injective.cc: every output sums
+// or ranks its whole row, row length squared work), which fuses as a remap but only pays for
+// short rows (kMaxScanLength, kMaxSelectLength); above those lengths the op is a kernel of its
+// own, built here:
+//
+//   scan    CumSum: per row, a serial walk along the axis with a carried accumulator, in the
+//           reference's order (reduction_cumsum.cc: the sum starts at 0 and adds the row's
+//           elements one by one, reverse from the end; exclusive stores the sum before the
+//           element), in its accumulator type (float for 16-bit floats, 64-bit wrapping
+//           integers), so results are bit-equal to the reference in every numerics mode.
+//             inner == 1:  for o (parallel) { acc = 0; for s { acc += x[o, s]; y[o, s] = acc } }
+//             inner > 1:   for o (parallel) { run[inner] = 0; for s { for j (vector) {
+//                            run[j] += x[o, s, j]; y[o, s, j] = run[j] } } }
+//           — the second keeps every access contiguous (the axis is not the last one). A
+//           run-time axis (checked like an index: the reference rejects one outside
+//           [-rank, rank)) picks one such nest per axis with an If chain.
+//   select  TopK: per row (parallel over rows), the best k so far in a local buffer kept sorted
+//           in the reference's order (best first: largest or smallest, NaN the greatest, equal
+//           keys by ascending index, a total order), filled by insertion: an element enters when
+//           the buffer is not full or it beats the last entry (one compare for most elements when
+//           k ≪ n), and then finds its place and shifts the worse entries down — O(n) compares
+//           plus O(k) per entering element. The values are re-read from the input by the
+//           selected indices, so they are the input's bits.
+//
+// Fusion: none; a group with such a CumSum or TopK and anything else is refused here, with the
+// reason (the partitioner asks this lowering).
+#include <algorithm>
+
+#include "loop/lower_internal.h"
+#include "reference/kernel_util.h"
+
+namespace kiln::loop::detail {
+
+namespace {
+
+// Fresh loop and Let names for one kernel (i<k>, t<k>: names no buffer takes).
+struct Names {
+  int loops = 0, lets = 0;
+  std::string loop() { return cat("i", loops++); }
+  std::string let() { return cat("t", lets++); }
+};
+
+struct AxisSplit {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+
+AxisSplit split_at(const Shape& s, int64_t axis) {
+  AxisSplit r;
+  for (int64_t d = 0; d < int64_t(s.size()); ++d) {
+    if (d < axis) r.outer *= s[size_t(d)];
+    else if (d == axis) r.n = s[size_t(d)];
+    else r.inner *= s[size_t(d)];
+  }
+  return r;
+}
+
+// A loop over [0, extent) around body, or body alone (the variable bound to 0) for extent 1.
+std::vector<Stmt> loop_or_once(const std::string& v, int64_t extent, std::vector<Stmt> body, ForKind kind) {
+  if (extent == 1) {
+    body.insert(body.begin(), let(v, int_imm(0)));
+    return {block(std::move(body))};
+  }
+  return {for_loop(v, int_imm(extent), std::move(body), kind)};
+}
+
+ForKind parallel_if(int64_t extent, int64_t work) {
+  return extent > 1 && work >= 4096 ? ForKind::Parallel : ForKind::Serial;
+}
+
+// ---------------------------------------------------------------- CumSum
+
+// The scan along `axis` of x into y.
+Stmt cumsum_nest(const Node& n, const BufferPtr& x, const BufferPtr& y, int64_t axis, Names& nm) {
+  const DType t = x->dtype;
+  const DType acc_t = is_float(t) ? compute_type(t) : DType::UInt64;
+  const bool exclusive = n.attr_int("exclusive", 0) != 0, reverse = n.attr_int("reverse", 0) != 0;
+  const AxisSplit a = split_at(x->shape, axis);
+  const std::string o = nm.loop(), s = nm.loop();
+  // The position along the axis of scan step s.
+  const Expr pos = reverse ? sub(int_imm(a.n - 1), var(s)) : var(s);
+  const Expr row = add(mul(var(o), int_imm(a.n)), pos);
+  std::vector<Stmt> per_row;
+  if (a.inner == 1) {
+    const std::string acc = nm.let(), v = nm.let(), next = nm.let();
+    per_row.push_back(let(acc, imm(0, acc_t)));
+    per_row.push_back(for_loop(s, int_imm(a.n),
+                               {let(v, cast(acc_t, load(x, row))),
+                                let(next, binary(BinOp::Add, var(acc, acc_t), var(v, acc_t))),
+                                store(y, row, cast(t, var(exclusive ? acc : next, acc_t))),
+                                assign(acc, var(next, acc_t))}));
+  } else {
+    auto run = std::make_shared<Buffer>(Buffer{cat("kiln_run", nm.lets++), acc_t, {a.inner}, Scope::Local});
+    const std::string j0 = nm.loop(), j = nm.loop(), v = nm.let(), next = nm.let();
+    const Expr at = add(mul(row, int_imm(a.inner)), var(j));
+    std::vector<Stmt> in_run = {
+        for_loop(j0, int_imm(a.inner), {store(run, var(j0), imm(0, acc_t))}),
+        for_loop(s, int_imm(a.n),
+                 {for_loop(j, int_imm(a.inner),
+                           {let(v, cast(acc_t, load(x, at))),
+                            let(next, binary(BinOp::Add, load(run, var(j)), var(v, acc_t))),
+                            store(y, at, cast(t, exclusive ? load(run, var(j)) : var(next, acc_t))),
+                            store(run, var(j), var(next, acc_t))})})};
+    per_row.push_back(allocate(run, std::move(in_run)));
+  }
+  return block(loop_or_once(o, a.outer, std::move(per_row), parallel_if(a.outer, x->numel())));
+}
+
+LoopKernel lower_cumsum_scan(const FusionGroup& grp, const Node& n, const std::string& name) {
+  LoopKernel k;
+  std::unordered_map<const Value*, BufferPtr> ins, outs;
+  bind_kernel(grp, name, k, {}, &ins, &outs);
+  const BufferPtr x = ins.at(n.input(0)), y = outs.at(n.output(0));
+  const int64_t rank = int64_t(x->shape.size());
+  Names nm;
+  const Value* axv = n.input(1);
+  if (x->numel() == 0) {
+    k.body = block({});
+    return k;
+  }
+  if (axv->is_constant()) {
+    const int64_t a = axv->constant().as_int64(0);
+    k.body = cumsum_nest(n, x, y, a < 0 ? a + rank : a, nm);
+    return k;
+  }
+  // A run-time axis: checked (the site is the group's only node), then one nest per axis.
+  const std::string a = nm.let();
+  Stmt chain = cumsum_nest(n, x, y, rank - 1, nm);
+  for (int64_t d = rank - 2; d >= 0; --d)
+    chain = if_then(binary(BinOp::Eq, var(a), int_imm(d)), {cumsum_nest(n, x, y, d, nm)}, {chain});
+  k.body = block({let(a, checked_index(load(ins.at(axv), int_imm(0)), rank, 1)), chain});
+  return k;
+}
+
+// ---------------------------------------------------------------- TopK
+
+LoopKernel lower_topk_select(const FusionGroup& grp, const Node& n, const std::string& name) {
+  LoopKernel k;
+  std::unordered_map<const Value*, BufferPtr> ins, outs;
+  bind_kernel(grp, name, k, {}, &ins, &outs);
+  const BufferPtr x = ins.at(n.input(0)), values = outs.at(n.output(0)), indices = outs.at(n.output(1));
+  const int64_t rank = int64_t(x->shape.size());
+  int64_t axis = n.attr_int("axis", -1);
+  if (axis < 0) axis += rank;
+  const bool largest = n.attr_int("largest", 1) != 0;
+  const AxisSplit a = split_at(x->shape, axis);
+  const int64_t kk = values->shape[size_t(axis)];
+  if (values->numel() == 0) {
+    k.body = block({});
+    return k;
+  }
+  const DType key_t = compute_type(x->dtype);
+  // a > b with NaN the greatest (NaN > b for non-NaN b; nothing is greater than NaN).
+  auto greater = [&](const Expr& p, const Expr& q) {
+    if (!is_float(key_t)) return binary(BinOp::Gt, p, q);
+    return select(unary(UnOp::IsNaN, p), unary(UnOp::Not, unary(UnOp::IsNaN, q)), binary(BinOp::Gt, p, q));
+  };
+  auto better = [&](const Expr& p, const Expr& q) { return largest ? greater(p, q) : greater(q, p); };
+
+  Names nm;
+  const std::string o = nm.loop(), j = nm.loop();
+  auto keys = std::make_shared<Buffer>(Buffer{"kiln_keys", key_t, {kk}, Scope::Local});
+  auto best = std::make_shared<Buffer>(Buffer{"kiln_best", DType::Int64, {kk}, Scope::Local});
+  // Row (o, j): x[(o * n + m) * inner + j]; its outputs at [(o * k + q) * inner + j].
+  const Expr o_v = a.outer == 1 ? int_imm(0) : var(o), j_v = a.inner == 1 ? int_imm(0) : var(j);
+  auto x_at = [&](const Expr& m) { return add(mul(add(mul(o_v, int_imm(a.n)), m), int_imm(a.inner)), j_v); };
+  auto out_at = [&](const Expr& q) { return add(mul(add(mul(o_v, int_imm(kk)), q), int_imm(a.inner)), j_v); };
+
+  const std::string cnt = nm.let(), v = nm.let(), p = nm.let();
+  const std::string q0 = nm.loop(), m = nm.loop(), q1 = nm.loop(), s = nm.loop(), q2 = nm.loop();
+  const Expr cnt_v = var(cnt), v_v = var(v, key_t), p_v = var(p);
+  // The place of v: the filled entries it does not beat stay before it (equal keys came earlier).
+  Stmt place = for_loop(q1, int_imm(kk),
+                        {assign(p, add(p_v, cast(DType::Int64, binary(BinOp::And, binary(BinOp::Lt, var(q1), cnt_v),
+                                                                         unary(UnOp::Not, better(v_v, load(keys, var(q1))))))))});
+  // Entries p .. min(cnt, k - 1) - 1 move down one slot (from the back; the last drops out when full).
+  const Expr q = sub(int_imm(kk - 1), var(s));
+  Stmt shift = for_loop(s, int_imm(kk - 1),
+                        {if_then(binary(BinOp::And, binary(BinOp::Gt, q, p_v), binary(BinOp::Le, q, cnt_v)),
+                                 {store(keys, q, load(keys, sub(q, int_imm(1)))),
+                                  store(best, q, load(best, sub(q, int_imm(1))))})});
+  std::vector<Stmt> insert = {let(p, int_imm(0)), place};
+  if (kk > 1) insert.push_back(shift);
+  insert.push_back(store(keys, p_v, v_v));
+  insert.push_back(store(best, p_v, var(m)));
+  insert.push_back(assign(cnt, binary(BinOp::Min, add(cnt_v, int_imm(1)), int_imm(kk))));
+  const Expr enters = binary(BinOp::Or, binary(BinOp::Lt, cnt_v, int_imm(kk)), better(v_v, load(keys, int_imm(kk - 1))));
+  std::vector<Stmt> row = {
+      // Every slot written before it is read (the entry test reads the last one).
+      for_loop(q0, int_imm(kk), {store(keys, var(q0), imm(0, key_t)), store(best, var(q0), int_imm(0))}),
+      let(cnt, int_imm(0)),
+      for_loop(m, int_imm(a.n), {let(v, cast(key_t, load(x, x_at(var(m))))), if_then(enters, std::move(insert))}),
+      for_loop(q2, int_imm(kk),
+               {store(values, out_at(var(q2)), load(x, x_at(load(best, var(q2))))),
+                store(indices, out_at(var(q2)), load(best, var(q2)))})};
+  std::vector<Stmt> per_row = {allocate(keys, {allocate(best, std::move(row))})};
+  const int64_t work = a.outer * a.inner * a.n;
+  std::vector<Stmt> inner_loop = loop_or_once(j, a.inner, std::move(per_row), a.outer == 1 ? parallel_if(a.inner, work) : ForKind::Serial);
+  k.body = block(loop_or_once(o, a.outer, std::move(inner_loop), parallel_if(a.outer, work)));
+  return k;
+}
+
+}  // namespace
+
+bool needs_row_loop(const Node& n) {
+  if (!n.domain().empty() || n.num_inputs() == 0 || !n.input(0)) return false;
+  const Shape& xs = n.input(0)->shape();
+  if (xs.empty()) return false;
+  const int64_t r = int64_t(xs.size());
+  if (n.op_type() == "CumSum") {
+    const Value* ax = n.num_inputs() > 1 ? n.input(1) : nullptr;
+    if (!ax) return false;
+    if (!ax->is_constant()) {
+      int64_t len = 0;
+      for (int64_t d : xs) len += d;
+      return len > kMaxScanLength;
+    }
+    if (ax->constant().numel() != 1) return false;
+    const int64_t a = ax->constant().as_int64(0);
+    return a >= -r && a < r && xs[size_t(a < 0 ? a + r : a)] > kMaxScanLength;
+  }
+  if (n.op_type() == "TopK") {
+    const int64_t a = n.attr_int("axis", -1);
+    return a >= -r && a < r && xs[size_t(a < 0 ? a + r : a)] > kMaxSelectLength;
+  }
+  return false;
+}
+
+std::string row_loop_reason(const Node& n) {
+  const bool scan = n.op_type() == "CumSum";
+  return cat(name_of(&n), scan ? " scans rows longer than " : " selects from rows longer than ",
+             scan ? kMaxScanLength : kMaxSelectLength, " elements (where the unrolled spelling, which fuses, stops): "
+             "a kernel of its own (the ", scan ? "scan" : "select", " emitter) that fuses with nothing");
+}
+
+LoweredGroup lower_row_loop_group(const FusionGroup& grp, const std::string& kernel_name) {
+  return lowered_or_refused([&]() {
+    const Node* n = nullptr;
+    for (const Node* m : grp.nodes)
+      if (needs_row_loop(*m)) n = m;
+    KILN_CHECK(n, "lower_row_loop_group: group ", grp.name, " has no long CumSum or TopK");
+    if (grp.nodes.size() != 1) refuse(row_loop_reason(*n));
+    // The checks the elementwise spelling makes (types, attributes, outputs), but any length.
+    std::string why = unsupported_injective(*n, /*any_length=*/true);
+    if (!why.empty()) refuse(why);
+    return n->op_type() == "CumSum" ? lower_cumsum_scan(grp, *n, kernel_name) : lower_topk_select(grp, *n, kernel_name);
+  });
+}
+
+}  // namespace kiln::loop::detail
