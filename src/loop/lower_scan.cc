@@ -15,13 +15,14 @@
 //           — the second keeps every access contiguous (the axis is not the last one). A
 //           run-time axis (checked like an index: the reference rejects one outside
 //           [-rank, rank)) picks one such nest per axis with an If chain.
-//   select  TopK: per row (parallel over rows), the best k so far in a local buffer kept sorted
-//           in the reference's order (best first: largest or smallest, NaN the greatest, equal
-//           keys by ascending index, a total order), filled by insertion: an element enters when
-//           the buffer is not full or it beats the last entry (one compare for most elements when
-//           k ≪ n), and then finds its place and shifts the worse entries down — O(n) compares
-//           plus O(k) per entering element. The values are re-read from the input by the
-//           selected indices, so they are the input's bits.
+//   select  TopK: per row (parallel over rows), in the reference's order (best first: largest or
+//           smallest, NaN the greatest, equal keys by ascending index, a total order). For k ≤ 16
+//           or k² ≤ n, the best k so far in a local buffer kept sorted, filled by insertion: an
+//           element enters when the buffer is not full or it beats the last entry (one compare
+//           for most elements when k ≪ n), then finds its place and shifts the worse entries
+//           down — O(n) compares plus O(k) per entering element. For larger k, a stable
+//           bottom-up merge sort of the row, O(n log n), and its first k. The values are re-read
+//           from the input by the selected indices, so they are the input's bits.
 //
 // Fusion: none; a group with such a CumSum or TopK and anything else is refused here, with the
 // reason (the partitioner asks this lowering).
@@ -134,46 +135,49 @@ LoopKernel lower_cumsum_scan(const FusionGroup& grp, const Node& n, const std::s
 
 // ---------------------------------------------------------------- TopK
 
-LoopKernel lower_topk_select(const FusionGroup& grp, const Node& n, const std::string& name) {
-  LoopKernel k;
-  std::unordered_map<const Value*, BufferPtr> ins, outs;
-  bind_kernel(grp, name, k, {}, &ins, &outs);
-  const BufferPtr x = ins.at(n.input(0)), values = outs.at(n.output(0)), indices = outs.at(n.output(1));
-  const int64_t rank = int64_t(x->shape.size());
-  int64_t axis = n.attr_int("axis", -1);
-  if (axis < 0) axis += rank;
-  const bool largest = n.attr_int("largest", 1) != 0;
-  const AxisSplit a = split_at(x->shape, axis);
-  const int64_t kk = values->shape[size_t(axis)];
-  if (values->numel() == 0) {
-    k.body = block({});
-    return k;
-  }
-  const DType key_t = compute_type(x->dtype);
-  // a > b with NaN the greatest (NaN > b for non-NaN b; nothing is greater than NaN).
-  auto greater = [&](const Expr& p, const Expr& q) {
+// What the TopK row bodies share: the row's geometry, the order, fresh names.
+struct TopKRow {
+  BufferPtr x, values, indices;
+  AxisSplit a;
+  int64_t k = 0;
+  DType key_t = DType::Float32;
+  bool largest = true;
+  Expr o, j;  // the row: x[(o * n + m) * inner + j]; its outputs at [(o * k + q) * inner + j]
+  Names* nm = nullptr;
+
+  Expr x_at(const Expr& m) const { return add(mul(add(mul(o, int_imm(a.n)), m), int_imm(a.inner)), j); }
+  Expr out_at(const Expr& q) const { return add(mul(add(mul(o, int_imm(k)), q), int_imm(a.inner)), j); }
+  Expr key(const Expr& m) const { return cast(key_t, load(x, x_at(m))); }
+  // p > q with NaN the greatest (NaN > q for non-NaN q; nothing is greater than NaN).
+  Expr greater(const Expr& p, const Expr& q) const {
     if (!is_float(key_t)) return binary(BinOp::Gt, p, q);
     return select(unary(UnOp::IsNaN, p), unary(UnOp::Not, unary(UnOp::IsNaN, q)), binary(BinOp::Gt, p, q));
-  };
-  auto better = [&](const Expr& p, const Expr& q) { return largest ? greater(p, q) : greater(q, p); };
+  }
+  // p comes strictly before q in the reference's order (keys only; equal keys: the lower index).
+  Expr better(const Expr& p, const Expr& q) const { return largest ? greater(p, q) : greater(q, p); }
+  // The outputs from the first k entries of `best` (indices into the row, best first).
+  Stmt write_outputs(const BufferPtr& best) const {
+    const std::string q = nm->loop();
+    return for_loop(q, int_imm(k), {store(values, out_at(var(q)), load(x, x_at(load(best, var(q))))),
+                                    store(indices, out_at(var(q)), load(best, var(q)))});
+  }
+};
 
-  Names nm;
-  const std::string o = nm.loop(), j = nm.loop();
-  auto keys = std::make_shared<Buffer>(Buffer{"kiln_keys", key_t, {kk}, Scope::Local});
+// k small (or k² ≤ n): insertion into a sorted buffer of k. An element enters when the buffer is
+// not full or it beats the last entry; it goes after the entries it does not beat (they are
+// better, or equal and earlier) and the worse ones move down, the last dropping out when full.
+std::vector<Stmt> topk_insertion_row(const TopKRow& r) {
+  Names& nm = *r.nm;
+  const int64_t kk = r.k;
+  auto keys = std::make_shared<Buffer>(Buffer{"kiln_keys", r.key_t, {kk}, Scope::Local});
   auto best = std::make_shared<Buffer>(Buffer{"kiln_best", DType::Int64, {kk}, Scope::Local});
-  // Row (o, j): x[(o * n + m) * inner + j]; its outputs at [(o * k + q) * inner + j].
-  const Expr o_v = a.outer == 1 ? int_imm(0) : var(o), j_v = a.inner == 1 ? int_imm(0) : var(j);
-  auto x_at = [&](const Expr& m) { return add(mul(add(mul(o_v, int_imm(a.n)), m), int_imm(a.inner)), j_v); };
-  auto out_at = [&](const Expr& q) { return add(mul(add(mul(o_v, int_imm(kk)), q), int_imm(a.inner)), j_v); };
-
   const std::string cnt = nm.let(), v = nm.let(), p = nm.let();
-  const std::string q0 = nm.loop(), m = nm.loop(), q1 = nm.loop(), s = nm.loop(), q2 = nm.loop();
-  const Expr cnt_v = var(cnt), v_v = var(v, key_t), p_v = var(p);
-  // The place of v: the filled entries it does not beat stay before it (equal keys came earlier).
+  const std::string q0 = nm.loop(), m = nm.loop(), q1 = nm.loop(), s = nm.loop();
+  const Expr cnt_v = var(cnt), v_v = var(v, r.key_t), p_v = var(p);
   Stmt place = for_loop(q1, int_imm(kk),
                         {assign(p, add(p_v, cast(DType::Int64, binary(BinOp::And, binary(BinOp::Lt, var(q1), cnt_v),
-                                                                         unary(UnOp::Not, better(v_v, load(keys, var(q1))))))))});
-  // Entries p .. min(cnt, k - 1) - 1 move down one slot (from the back; the last drops out when full).
+                                                                         unary(UnOp::Not, r.better(v_v, load(keys, var(q1))))))))});
+  // Entries p .. min(cnt, k - 1) - 1 move down one slot, from the back.
   const Expr q = sub(int_imm(kk - 1), var(s));
   Stmt shift = for_loop(s, int_imm(kk - 1),
                         {if_then(binary(BinOp::And, binary(BinOp::Gt, q, p_v), binary(BinOp::Le, q, cnt_v)),
@@ -184,19 +188,93 @@ LoopKernel lower_topk_select(const FusionGroup& grp, const Node& n, const std::s
   insert.push_back(store(keys, p_v, v_v));
   insert.push_back(store(best, p_v, var(m)));
   insert.push_back(assign(cnt, binary(BinOp::Min, add(cnt_v, int_imm(1)), int_imm(kk))));
-  const Expr enters = binary(BinOp::Or, binary(BinOp::Lt, cnt_v, int_imm(kk)), better(v_v, load(keys, int_imm(kk - 1))));
+  const Expr enters = binary(BinOp::Or, binary(BinOp::Lt, cnt_v, int_imm(kk)), r.better(v_v, load(keys, int_imm(kk - 1))));
   std::vector<Stmt> row = {
       // Every slot written before it is read (the entry test reads the last one).
-      for_loop(q0, int_imm(kk), {store(keys, var(q0), imm(0, key_t)), store(best, var(q0), int_imm(0))}),
+      for_loop(q0, int_imm(kk), {store(keys, var(q0), imm(0, r.key_t)), store(best, var(q0), int_imm(0))}),
       let(cnt, int_imm(0)),
-      for_loop(m, int_imm(a.n), {let(v, cast(key_t, load(x, x_at(var(m))))), if_then(enters, std::move(insert))}),
-      for_loop(q2, int_imm(kk),
-               {store(values, out_at(var(q2)), load(x, x_at(load(best, var(q2))))),
-                store(indices, out_at(var(q2)), load(best, var(q2)))})};
-  std::vector<Stmt> per_row = {allocate(keys, {allocate(best, std::move(row))})};
-  const int64_t work = a.outer * a.inner * a.n;
-  std::vector<Stmt> inner_loop = loop_or_once(j, a.inner, std::move(per_row), a.outer == 1 ? parallel_if(a.inner, work) : ForKind::Serial);
-  k.body = block(loop_or_once(o, a.outer, std::move(inner_loop), parallel_if(a.outer, work)));
+      for_loop(m, int_imm(r.a.n), {let(v, r.key(var(m))), if_then(enters, std::move(insert))}),
+      r.write_outputs(best)};
+  return {allocate(keys, {allocate(best, std::move(row))})};
+}
+
+// k large: a stable bottom-up merge sort of the whole row (keys and indices, ping-pong between
+// two pairs of buffers), then its first k. Stable on keys (a merge takes the left run's element
+// unless the right one is strictly better) is the reference's order: equal keys by index.
+// ⌈log2 n⌉ passes of n steps: O(n log n) whatever k and the data.
+std::vector<Stmt> topk_merge_row(const TopKRow& r) {
+  Names& nm = *r.nm;
+  const int64_t n = r.a.n;
+  BufferPtr kb[2], ib[2];
+  for (int h = 0; h < 2; ++h) {
+    kb[h] = std::make_shared<Buffer>(Buffer{cat("kiln_keys", h), r.key_t, {n}, Scope::Local});
+    ib[h] = std::make_shared<Buffer>(Buffer{cat("kiln_best", h), DType::Int64, {n}, Scope::Local});
+  }
+  std::vector<Stmt> row;
+  const std::string m = nm.loop();
+  row.push_back(for_loop(m, int_imm(n), {store(kb[0], var(m), r.key(var(m))), store(ib[0], var(m), var(m))}));
+  int h = 0;
+  for (int64_t w = 1; w < n; w *= 2, h ^= 1) {
+    const BufferPtr &sk = kb[h], &si = ib[h], &dk = kb[h ^ 1], &di = ib[h ^ 1];
+    // Pair b merges [lo, mid) and [mid, end) into dst[lo, end), cursors ca and cb.
+    const std::string b = nm.loop(), t = nm.loop();
+    const std::string mid = nm.let(), end = nm.let(), ca = nm.let(), cb = nm.let(), ka = nm.let(), kbv = nm.let(),
+                      right = nm.let();
+    const Expr lo = mul(var(b), int_imm(2 * w));
+    const Expr last = int_imm(n - 1);
+    const Expr at_a = binary(BinOp::Min, var(ca), last), at_b = binary(BinOp::Min, var(cb), last);
+    const Expr take_right =
+        binary(BinOp::And, binary(BinOp::Lt, var(cb), var(end)),
+               binary(BinOp::Or, binary(BinOp::Ge, var(ca), var(mid)), r.better(var(kbv, r.key_t), var(ka, r.key_t))));
+    std::vector<Stmt> step = {
+        let(ka, load(sk, at_a)), let(kbv, load(sk, at_b)), let(right, take_right),
+        store(dk, add(lo, var(t)), select(var(right, DType::Bool), var(kbv, r.key_t), var(ka, r.key_t))),
+        store(di, add(lo, var(t)), select(var(right, DType::Bool), load(si, at_b), load(si, at_a))),
+        assign(ca, add(var(ca), cast(DType::Int64, unary(UnOp::Not, var(right, DType::Bool))))),
+        assign(cb, add(var(cb), cast(DType::Int64, var(right, DType::Bool))))};
+    const int64_t pairs = (n + 2 * w - 1) / (2 * w), span = std::min(2 * w, n);
+    row.push_back(for_loop(
+        b, int_imm(pairs),
+        {let(mid, binary(BinOp::Min, add(lo, int_imm(w)), int_imm(n))),
+         let(end, binary(BinOp::Min, add(lo, int_imm(2 * w)), int_imm(n))), let(ca, lo), let(cb, var(mid)),
+         for_loop(t, int_imm(span), {if_then(binary(BinOp::Lt, add(lo, var(t)), var(end)), std::move(step))})}));
+  }
+  row.push_back(r.write_outputs(ib[h]));
+  return {allocate(kb[0], {allocate(ib[0], {allocate(kb[1], {allocate(ib[1], std::move(row))})})})};
+}
+
+LoopKernel lower_topk_select(const FusionGroup& grp, const Node& n, const std::string& name) {
+  LoopKernel k;
+  std::unordered_map<const Value*, BufferPtr> ins, outs;
+  bind_kernel(grp, name, k, {}, &ins, &outs);
+  TopKRow r;
+  r.x = ins.at(n.input(0));
+  r.values = outs.at(n.output(0));
+  r.indices = outs.at(n.output(1));
+  const int64_t rank = int64_t(r.x->shape.size());
+  int64_t axis = n.attr_int("axis", -1);
+  if (axis < 0) axis += rank;
+  r.largest = n.attr_int("largest", 1) != 0;
+  r.a = split_at(r.x->shape, axis);
+  r.k = r.values->shape[size_t(axis)];
+  r.key_t = compute_type(r.x->dtype);
+  if (r.values->numel() == 0) {
+    k.body = block({});
+    return k;
+  }
+  Names nm;
+  r.nm = &nm;
+  const std::string o = nm.loop(), j = nm.loop();
+  r.o = r.a.outer == 1 ? int_imm(0) : var(o);
+  r.j = r.a.inner == 1 ? int_imm(0) : var(j);
+  // Insertion costs n compares plus k per entering element (about k·ln(n/k) of them on random
+  // data, all n on sorted data); the merge sort n·log2(n) always.
+  const bool insertion = r.k <= 16 || r.k * r.k <= r.a.n;
+  std::vector<Stmt> per_row = insertion ? topk_insertion_row(r) : topk_merge_row(r);
+  const int64_t work = r.a.outer * r.a.inner * r.a.n;
+  std::vector<Stmt> inner_loop =
+      loop_or_once(j, r.a.inner, std::move(per_row), r.a.outer == 1 ? parallel_if(r.a.inner, work) : ForKind::Serial);
+  k.body = block(loop_or_once(o, r.a.outer, std::move(inner_loop), parallel_if(r.a.outer, work)));
   return k;
 }
 
