@@ -155,11 +155,14 @@ struct TopKRow {
   }
   // p comes strictly before q in the reference's order (keys only; equal keys: the lower index).
   Expr better(const Expr& p, const Expr& q) const { return largest ? greater(p, q) : greater(q, p); }
-  // The outputs from the first k entries of `best` (indices into the row, best first).
+  // The outputs from the first k entries of `best` (indices into the row, best first); an output
+  // nobody reads is not a kernel output (null) and is not written.
   Stmt write_outputs(const BufferPtr& best) const {
     const std::string q = nm->loop();
-    return for_loop(q, int_imm(k), {store(values, out_at(var(q)), load(x, x_at(load(best, var(q))))),
-                                    store(indices, out_at(var(q)), load(best, var(q)))});
+    std::vector<Stmt> st;
+    if (values) st.push_back(store(values, out_at(var(q)), load(x, x_at(load(best, var(q))))));
+    if (indices) st.push_back(store(indices, out_at(var(q)), load(best, var(q))));
+    return for_loop(q, int_imm(k), std::move(st));
   }
 };
 
@@ -249,16 +252,21 @@ LoopKernel lower_topk_select(const FusionGroup& grp, const Node& n, const std::s
   bind_kernel(grp, name, k, {}, &ins, &outs);
   TopKRow r;
   r.x = ins.at(n.input(0));
-  r.values = outs.at(n.output(0));
-  r.indices = outs.at(n.output(1));
+  auto output = [&](size_t i) {
+    auto it = outs.find(n.output(i));
+    return it == outs.end() ? nullptr : it->second;
+  };
+  r.values = output(0);
+  r.indices = output(1);
   const int64_t rank = int64_t(r.x->shape.size());
   int64_t axis = n.attr_int("axis", -1);
   if (axis < 0) axis += rank;
   r.largest = n.attr_int("largest", 1) != 0;
   r.a = split_at(r.x->shape, axis);
-  r.k = r.values->shape[size_t(axis)];
+  const Shape& out_shape = n.output(0)->shape();
+  r.k = out_shape[size_t(axis)];
   r.key_t = compute_type(r.x->dtype);
-  if (r.values->numel() == 0) {
+  if (shape_numel(out_shape) == 0) {
     k.body = block({});
     return k;
   }

@@ -95,6 +95,17 @@ TEST(LowerScan, TopKLongRowsEveryAxisKAndType) {
   check_interpreted(topk_text("f32", {3, 8}, 1, 2, 1), "elementwise");
 }
 
+// An output nobody reads is not a kernel output (fuzz seed 95033: a TopK whose indices were
+// dead): only the other one is written.
+TEST(LowerScan, TopKWithOneOutputUnused) {
+  for (const char* used : {"%v", "%i"}) {
+    const std::string text = std::string("graph main opset 17 (%x: f32[3,50]) -> (") + used +
+                             ") {\n  %k = constant i64[1] [20]\n"
+                             "  %v: f32[3,20], %i: i64[3,20] = TopK(%x, %k)\n}\n";
+    check_interpreted(text, "select");
+  }
+}
+
 // Compiled: default and strict numerics, one and four threads, big enough for parallel rows.
 TEST(LowerScan, CompiledMatchesTheReferenceBitForBit) {
   const std::vector<std::string> texts = {cumsum_text("f32", {64, 1000}, 1, ""),
