@@ -17,12 +17,13 @@
 //           [-rank, rank)) picks one such nest per axis with an If chain.
 //   select  TopK: per row (parallel over rows), in the reference's order (best first: largest or
 //           smallest, NaN the greatest, equal keys by ascending index, a total order). For k ≤ 16
-//           or k² ≤ n, the best k so far in a local buffer kept sorted, filled by insertion: an
-//           element enters when the buffer is not full or it beats the last entry (one compare
-//           for most elements when k ≪ n), then finds its place and shifts the worse entries
-//           down — O(n) compares plus O(k) per entering element. For larger k, a stable
-//           bottom-up merge sort of the row, O(n log n), and its first k. The values are re-read
-//           from the input by the selected indices, so they are the input's bits.
+//           the best k so far in a local buffer kept sorted, filled by insertion: an element
+//           enters when the buffer is not full or it beats the last entry (one compare for most
+//           elements when k ≪ n), then finds its place and shifts the worse entries down — O(n)
+//           compares plus O(k) per entering element. For 16 < k ≤ n/8, a binary heap of the best
+//           k with the worst at the root (O(n log k) at worst); for larger k, a stable bottom-up
+//           merge sort of the row, O(n log n), and its first k. The values are re-read from the
+//           input by the selected indices, so they are the input's bits.
 //
 // Fusion: none; a group with such a CumSum or TopK and anything else is refused here, with the
 // reason (the partitioner asks this lowering).
@@ -201,6 +202,78 @@ std::vector<Stmt> topk_insertion_row(const TopKRow& r) {
   return {allocate(keys, {allocate(best, std::move(row))})};
 }
 
+// 16 < k ≤ n / 8: a binary heap of the best k so far with the worst of them at the root. An
+// element enters when the heap is not full (pushed, sifted up) or when it beats the root (which it
+// replaces, sifted down); at the end the root is popped k times, worst first, filling the order
+// from the back. The heap compares (key, index) pairs — the reference's total order — since a
+// heap, unlike the merge, is not stable. O(n + entries · log k), at worst O(n log k).
+std::vector<Stmt> topk_heap_row(const TopKRow& r) {
+  Names& nm = *r.nm;
+  const int64_t kk = r.k;
+  int64_t height = 1;
+  while ((int64_t(1) << height) <= kk) ++height;  // levels of a heap of k entries
+  auto hk = std::make_shared<Buffer>(Buffer{"kiln_keys", r.key_t, {kk}, Scope::Local});
+  auto hi = std::make_shared<Buffer>(Buffer{"kiln_idx", DType::Int64, {kk}, Scope::Local});
+  auto order = std::make_shared<Buffer>(Buffer{"kiln_best", DType::Int64, {kk}, Scope::Local});
+  auto last = [&](const Expr& e) { return binary(BinOp::Min, binary(BinOp::Max, e, int_imm(0)), int_imm(kk - 1)); };
+  // Entry a is worse than entry b (comes after it in the reference's order).
+  auto worse = [&](const Expr& a, const Expr& b) {
+    const Expr ka = load(hk, a), kb = load(hk, b);
+    return binary(BinOp::Or, r.better(kb, ka),
+                  binary(BinOp::And, unary(UnOp::Not, r.better(ka, kb)), binary(BinOp::Gt, load(hi, a), load(hi, b))));
+  };
+  auto swap = [&](const Expr& a, const Expr& b) {
+    const std::string tk = nm.let(), ti = nm.let();
+    return std::vector<Stmt>{let(tk, load(hk, a)), let(ti, load(hi, a)), store(hk, a, load(hk, b)),
+                             store(hi, a, load(hi, b)), store(hk, b, var(tk, r.key_t)), store(hi, b, var(ti))};
+  };
+  // The entry at 0 moved down while a child (within `size` entries) is worse.
+  auto sift_down = [&](const Expr& size) {
+    const std::string c = nm.let(), step = nm.loop(), wl = nm.let(), w = nm.let();
+    const Expr l = add(mul(var(c), int_imm(2)), int_imm(1)), rr = add(l, int_imm(1));
+    std::vector<Stmt> body = {
+        let(wl, select(binary(BinOp::And, binary(BinOp::Lt, l, size), worse(last(l), var(c))), l, var(c))),
+        let(w, select(binary(BinOp::And, binary(BinOp::Lt, rr, size), worse(last(rr), var(wl))), rr, var(wl)))};
+    std::vector<Stmt> moved = swap(var(c), var(w));
+    moved.push_back(assign(c, var(w)));
+    body.push_back(if_then(binary(BinOp::Ne, var(w), var(c)), std::move(moved)));
+    return std::vector<Stmt>{let(c, int_imm(0)), for_loop(step, int_imm(height), std::move(body))};
+  };
+  const std::string cnt = nm.let(), v = nm.let(), m = nm.loop();
+  const Expr cnt_v = var(cnt), v_v = var(v, r.key_t);
+  // Push at cnt, then up while the entry is worse than its parent.
+  std::vector<Stmt> push;
+  {
+    const std::string c = nm.let(), step = nm.loop(), par = nm.let();
+    std::vector<Stmt> moved = swap(var(c), var(par));
+    moved.push_back(assign(c, var(par)));
+    push = {store(hk, cnt_v, v_v), store(hi, cnt_v, var(m)), let(c, cnt_v),
+            for_loop(step, int_imm(height),
+                     {let(par, div_floor(last(sub(var(c), int_imm(1))), int_imm(2))),
+                      if_then(binary(BinOp::And, binary(BinOp::Gt, var(c), int_imm(0)), worse(var(c), var(par))),
+                              std::move(moved))}),
+            assign(cnt, add(cnt_v, int_imm(1)))};
+  }
+  // A later element never ties its way in (its index is the larger): it must beat the root.
+  std::vector<Stmt> replace = {store(hk, int_imm(0), v_v), store(hi, int_imm(0), var(m))};
+  for (Stmt& st : sift_down(int_imm(kk))) replace.push_back(std::move(st));
+  // Pop: the root is the worst remaining, for position q; the last entry takes its place.
+  const std::string s = nm.loop();
+  const Expr q = sub(int_imm(kk - 1), var(s));
+  std::vector<Stmt> pop = {store(order, q, load(hi, int_imm(0))), store(hk, int_imm(0), load(hk, q)),
+                           store(hi, int_imm(0), load(hi, q))};
+  for (Stmt& st : sift_down(q)) pop.push_back(std::move(st));
+  std::vector<Stmt> row = {
+      let(cnt, int_imm(0)),
+      for_loop(m, int_imm(r.a.n),
+               {let(v, r.key(var(m))),
+                if_then(binary(BinOp::Lt, cnt_v, int_imm(kk)), std::move(push),
+                        {if_then(r.better(v_v, load(hk, int_imm(0))), std::move(replace))})}),
+      for_loop(s, int_imm(kk), std::move(pop)),
+      r.write_outputs(order)};
+  return {allocate(hk, {allocate(hi, {allocate(order, std::move(row))})})};
+}
+
 // k large: a stable bottom-up merge sort of the whole row (keys and indices, ping-pong between
 // two pairs of buffers), then its first k. Stable on keys (a merge takes the left run's element
 // unless the right one is strictly better) is the reference's order: equal keys by index.
@@ -276,9 +349,12 @@ LoopKernel lower_topk_select(const FusionGroup& grp, const Node& n, const std::s
   r.o = r.a.outer == 1 ? int_imm(0) : var(o);
   r.j = r.a.inner == 1 ? int_imm(0) : var(j);
   // Insertion costs n compares plus k per entering element (about k·ln(n/k) of them on random
-  // data, all n on sorted data); the merge sort n·log2(n) always.
-  const bool insertion = r.k <= 16 || r.k * r.k <= r.a.n;
-  std::vector<Stmt> per_row = insertion ? topk_insertion_row(r) : topk_merge_row(r);
+  // data, all n on sorted data): for k ≤ 16 at most 16 n. The heap costs at most n·log2(k) plus
+  // its pops, the merge sort n·log2(n) whatever the data but with the cheapest steps: the heap
+  // pays where k is a small part of the row.
+  std::vector<Stmt> per_row = r.k <= 16       ? topk_insertion_row(r)
+                              : 8 * r.k <= r.a.n ? topk_heap_row(r)
+                                                 : topk_merge_row(r);
   const int64_t work = r.a.outer * r.a.inner * r.a.n;
   std::vector<Stmt> inner_loop =
       loop_or_once(j, r.a.inner, std::move(per_row), r.a.outer == 1 ? parallel_if(r.a.inner, work) : ForKind::Serial);

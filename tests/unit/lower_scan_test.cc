@@ -2,7 +2,7 @@
 // unrolled spellings take, as loops, against the reference kernels bit for bit — every axis
 // (the last one: a scalar accumulator; an earlier one: a row of accumulators), exclusive and
 // reverse, a run-time axis, float16 and integers (wrapping), TopK largest and smallest with k ≪ n
-// and k = n, ties and NaN — in the loop interpreter, and compiled (default and --strict-fp
+// and k = n (insertion, heap and merge sort), ties and NaN — in the loop interpreter, and compiled (default and --strict-fp
 // numerics, one and four threads); and neither fuses, by the lowering's refusal.
 #include <gtest/gtest.h>
 
@@ -95,6 +95,25 @@ TEST(LowerScan, TopKLongRowsEveryAxisKAndType) {
   check_interpreted(topk_text("f32", {3, 8}, 1, 2, 1), "elementwise");
 }
 
+// The three row algorithms by k: insertion (k ≤ 16), the heap (16 < k ≤ n/8), the merge sort
+// (larger k); on random rows with and without ties, and on rows sorted either way (every element
+// enters: insertion's and the heap's worst case).
+TEST(LowerScan, TopKInsertionHeapAndMergeAgreeWithTheReference) {
+  for (const char* t : {"f32", "i32"})
+    for (int64_t k : {16, 17, 40, 41, 300})
+      for (int largest : {0, 1})
+        for (int data = 0; data < 3; ++data) {
+          const std::string text = topk_text(t, {3, 330}, 1, k, largest);
+          TensorMap fixed;
+          if (data > 0) {
+            Tensor x(DType::Float64, {3, 330});
+            for (int64_t i = 0; i < x.numel(); ++i) x.data<double>()[i] = double(data == 1 ? i % 330 : -(i % 330)) / 4;
+            fixed["x"] = std::string(t) == "f32" ? x.cast(DType::Float32) : x.cast(DType::Int32);
+          }
+          check_interpreted(text, "select", fixed, unsigned(k + largest), /*edge_values=*/data == 0);
+        }
+}
+
 // An output nobody reads is not a kernel output (fuzz seed 95033: a TopK whose indices were
 // dead): only the other one is written.
 TEST(LowerScan, TopKWithOneOutputUnused) {
@@ -112,6 +131,7 @@ TEST(LowerScan, CompiledMatchesTheReferenceBitForBit) {
                                           cumsum_text("f32", {200, 64, 3}, 0, " {exclusive=1}"),
                                           cumsum_text("f16", {8, 300, 17}, 1, " {reverse=1}"),
                                           topk_text("f32", {64, 1000}, -1, 10, 1),
+                                          topk_text("f32", {64, 1000}, -1, 100, 0),
                                           topk_text("f32", {300, 40, 3}, 1, 40, 0)};
   for (const std::string& text : texts)
     for (bool strict : {false, true})
