@@ -505,7 +505,7 @@ bool depends_within(const FusionGroup& grp, const Node* a, const Node* b) {
 //   scatter       ScatterElements / ScatterND alone: a copy of data, then the updates in the
 //                 reference's order (lower_scatter.cc)
 //   scan, select  CumSum / TopK over rows longer than their unrolled spellings take, alone: a
-//                 serial scan per row, a per-row insertion into a sorted buffer of k (lower_scan.cc)
+//                 serial scan per row, a per-row selection of k (lower_scan.cc)
 // Placements: "root" (the op the nest is built around: a contraction, a reduction, a stored
 // elementwise value), "inline" (recomputed inside a later member's loads: prologues, remaps),
 // "tile" (applied to a contraction's output tile before the store), "row" (per row, after the

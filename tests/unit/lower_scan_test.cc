@@ -31,8 +31,11 @@ void check_interpreted(const std::string& text, const std::string& emitter, cons
   const TensorMap want = run_reference(*g, inputs);
   const FusionPlan plan = partition(*g, {});
   ASSERT_EQ(plan.library_kernel_count(), 0);
-  for (const auto& grp : plan.groups)
-    if (grp.counts_as_kernel()) EXPECT_EQ(grp.emitter, emitter);
+  for (const auto& grp : plan.groups) {
+    if (grp.counts_as_kernel()) {
+      EXPECT_EQ(grp.emitter, emitter);
+    }
+  }
   const testing::LoweredRun run = testing::run_lowered(*g, plan, inputs);
   EXPECT_EQ(run.refused, 0);
   for (const auto& [name, w] : want) EXPECT_EQ(bit_exact(run.outputs.at(name), w), "") << name;

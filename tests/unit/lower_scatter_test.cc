@@ -183,8 +183,11 @@ TEST(LowerScatter, FusesWithNothingByTheLoweringsRefusal) {
   const FusionPlan plan = partition(*g, {});
   EXPECT_EQ(plan.kernel_count(), 3);
   EXPECT_EQ(plan.library_kernel_count(), 0);
-  for (const auto& grp : plan.groups)
-    if (grp.nodes.size() == 1 && grp.nodes[0]->op_type() == "ScatterElements") EXPECT_EQ(grp.emitter, "scatter");
+  for (const auto& grp : plan.groups) {
+    if (grp.nodes.size() == 1 && grp.nodes[0]->op_type() == "ScatterElements") {
+      EXPECT_EQ(grp.emitter, "scatter");
+    }
+  }
   FusionGroup whole = testing::whole_group(*g);
   whole.kind = GroupKind::Opaque;
   loop::LoweredGroup lg = loop::lower_group(whole, "all");
