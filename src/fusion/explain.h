@@ -19,7 +19,7 @@ std::string explain_dot(const Graph& g, const FusionPlan& plan);
 // The plan's structure only (groups, their nodes, refusals; no cost figures): the golden-test form.
 //   kernel fused_conv_add_relu_0 [contraction]: conv, bias, relu
 //   view view_1: flatten
-//   rejected topk -> relu: TopK 'topk' is opaque: ...
+//   rejected hardmax -> relu: Hardmax 'hardmax' has no generated code ...
 std::string plan_structure(const FusionPlan& plan);
 
 }  // namespace kiln

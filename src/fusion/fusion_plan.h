@@ -39,8 +39,9 @@ struct FusionGroup {
   std::vector<const Value*> outputs;  // tensors it writes to memory
   CostEstimate cost;
   // The one analysis's answer for this group (loop::analyze_group): the emitter that builds it, or,
-  // for an op with no loop spelling (TopK, ...), why it runs alone as a library kernel. A library
-  // kernel is always a single node: the partitioner never fuses anything with it.
+  // for an op with no loop spelling (a ReduceSum of undecided run-time axes, ...), why it runs alone
+  // as a library kernel. A library kernel is always a single node: the partitioner never fuses
+  // anything with it.
   std::string emitter;
   std::vector<std::string> placements;  // per node: root, inline, tile, row (loop/lower_group.cc)
   std::string library_reason;

@@ -33,7 +33,9 @@ const std::map<std::string, OpKind>& table() {
          "GlobalMaxPool", "MaxPool", "AveragePool"});
     add(OpKind::Contraction, {"MatMul", "Gemm", "Conv", "ConvTranspose"});
     // Composites are lowered before fusion (transforms/lowering); if one survives (e.g. a
-    // LayerNormalization whose Mean output is used), it runs as its own kernel.
+    // LayerNormalization whose Mean output is used), it runs as its own kernel. ScatterElements
+    // and ScatterND are generated code, but a kernel of their own (loop/lower_scatter.cc: a copy,
+    // then the updates in order), which is what opaque tells fusion.
     add(OpKind::Opaque,
         {"ScatterElements", "ScatterND", "Einsum", "LRN", "Hardmax", "Softmax", "LogSoftmax",
          "LayerNormalization", "InstanceNormalization", "BatchNormalization", "MeanVarianceNormalization",

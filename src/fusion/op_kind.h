@@ -10,8 +10,9 @@
 //                MaxPool's windows, ArgMax)
 //   Contraction  sums of products over a reduction axis (MatMul, Conv, ConvTranspose): elementwise
 //                ops can run on its output tile before the store (epilogue)
-//   Opaque       no loop nest kiln can fuse into (TopK, CumSum, Scatter, Einsum, LRN, ...): runs
-//                as its own library kernel
+//   Opaque       no loop nest kiln can fuse into: a kernel of its own, generated
+//                (ScatterElements, ScatterND: loop/lower_scatter.cc) or a library kernel
+//                (an unlowered composite, a Hardmax the pipeline has not decomposed, ...)
 #pragma once
 #include <optional>
 #include <string>

@@ -24,8 +24,8 @@
 //            it records the emitter; a refusal there is a compiler bug (an internal error)
 //
 // Before the loop, every node is asked about alone: one the code generator cannot build (an op
-// with no loop spelling, e.g. TopK) is a *library kernel*, never fused with anything, and listed as
-// such by kiln explain and kiln run. Nothing else runs outside generated code.
+// with no loop spelling, e.g. an undecomposed composite) is a *library kernel*, never fused with
+// anything, and listed as such by kiln explain and kiln run. Nothing else runs outside generated code.
 //
 //     a ──▶ b ──▶ c          a,b,c elementwise: {a,b,c} one kernel
 //     conv ──▶ add ──▶ relu   conv with epilogue: {conv,add,relu}

@@ -15,7 +15,7 @@
 //  - all loads of an iteration precede its stores (multi-output kernels store Let variables), so
 //    in-place memory reuse of a same-shaped input read at the same point is safe.
 // A group is refused (LoweredGroup::reason) for a non-elementwise kind, an op or form with no exact
-// loop spelling (Scatter*, integer Pow, run-time Slice/Pad parameters, ...), or an attribute the
+// loop spelling (integer Pow, run-time Slice/Pad parameters, ...), or an attribute the
 // reference kernel would reject. The partitioner asks this same entry point (analyze_group), so a
 // refused set of nodes is never planned as one kernel; a node refused alone is a library kernel.
 #include "loop/lower_group.h"
@@ -523,6 +523,10 @@ bool depends_within(const FusionGroup& grp, const Node* a, const Node* b) {
 //                 side, the others' nests spliced into the same kernel
 //                 (lower_contraction_siblings.cc, lower_contraction_sibling_gemm.cc)
 //   chain         MatMul → row-local ops → MatMul as a row pipeline (attention, MLP)
+//   scatter       ScatterElements / ScatterND alone: a copy of data, then the updates in the
+//                 reference's order (lower_scatter.cc)
+//   scan, select  CumSum / TopK over rows longer than their unrolled spellings take, alone: a
+//                 serial scan per row, a per-row selection of k (lower_scan.cc)
 // Placements: "root" (the op the nest is built around: a contraction, a reduction, a stored
 // elementwise value), "inline" (recomputed inside a later member's loads: prologues, remaps),
 // "tile" (applied to a contraction's output tile before the store), "row" (per row, after the
@@ -538,7 +542,11 @@ void describe(const FusionGroup& grp, LoweredGroup& r) {
   for (const Node* n : grp.nodes) windowed = windowed || is_windowed_reduction(*n);
   for (const Node* a : anchors)
     for (const Node* b : anchors) chained = chained || (a != b && depends_within(grp, a, b));
-  if (grp.kind == GroupKind::Reduction) r.emitter = windowed ? "pool" : "rows";
+  if (std::any_of(grp.nodes.begin(), grp.nodes.end(), [](const Node* n) { return detail::is_scatter(*n); }))
+    r.emitter = "scatter";
+  else if (grp.nodes.size() == 1 && detail::needs_row_loop(*grp.nodes[0]))
+    r.emitter = grp.nodes[0]->op_type() == "CumSum" ? "scan" : "select";
+  else if (grp.kind == GroupKind::Reduction) r.emitter = windowed ? "pool" : "rows";
   else if (contraction) r.emitter = anchors.size() == 1 ? "contraction" : chained ? "chain" : "siblings";
   else r.emitter = "elementwise";
 
@@ -620,7 +628,13 @@ LoweredGroup lower_group(const FusionGroup& grp, const std::string& name, const 
   const std::string kname = sanitize_identifier(name);
   const detail::LoweringGroupScope scope(grp);
   LoweredGroup r;
-  if (grp.kind == GroupKind::Reduction) r = detail::lower_reduction_group(grp, kname, true, sched);
+  // A scatter (an opaque op to the partitioner's kinds) decides first: it refuses every group but
+  // itself alone, with its own reason.
+  if (std::any_of(grp.nodes.begin(), grp.nodes.end(), [](const Node* n) { return detail::is_scatter(*n); }))
+    r = detail::lower_scatter_group(grp, kname);
+  else if (grp.nodes.size() == 1 && detail::needs_row_loop(*grp.nodes[0]))
+    r = detail::lower_row_loop_group(grp, kname);
+  else if (grp.kind == GroupKind::Reduction) r = detail::lower_reduction_group(grp, kname, true, sched);
   else if (grp.kind == GroupKind::Contraction)
     r = detail::contraction_count(grp) > 1 ? detail::lower_multi_contraction_group(grp, kname, sched)
                                            : detail::lower_contraction_group(grp, kname, sched);

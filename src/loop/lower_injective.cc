@@ -91,7 +91,7 @@ Expr index_into(const Value* ind, Expr i, int64_t dim, int64_t site) {
 
 }  // namespace
 
-std::string unsupported_injective(const Node& n) {
+std::string unsupported_injective(const Node& n, bool any_length) {
   const std::string& op = n.op_type();
   static const std::set<std::string> ok = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout",
                                            "Transpose", "Concat", "Split", "Slice", "Gather", "GatherElements",
@@ -117,7 +117,8 @@ std::string unsupported_injective(const Node& n) {
     for (const char* a : {"exclusive", "reverse"})
       if (n.attr_int(a, 0) != 0 && n.attr_int(a, 0) != 1) return cat("CumSum ", a, " must be 0 or 1");
     // Each output element is the running sum spelled out over its row (an unrolled scan): the rows
-    // scanned, over every axis the run-time axis may name, are bounded.
+    // scanned, over every axis the run-time axis may name, are bounded; longer ones are the scan
+    // emitter's (lower_scan.cc), alone.
     const Shape& xs = n.input(0)->shape();
     if (xs.empty()) return "CumSum of a scalar";
     int64_t len = 0;
@@ -128,9 +129,7 @@ std::string unsupported_injective(const Node& n) {
     } else {
       for (int64_t d : xs) len += d;
     }
-    if (len > kMaxScanLength)
-      return cat("CumSum over ", len, " elements is not lowered (the unrolled scan stops at ", kMaxScanLength,
-                 "; a row-scan kernel would take it)");
+    if (len > kMaxScanLength && !any_length) return row_loop_reason(n);
   }
   if (op == "TopK") {
     const Shape& xs = n.input(0)->shape();
@@ -144,8 +143,7 @@ std::string unsupported_injective(const Node& n) {
     const int64_t len = xs[size_t(a < 0 ? a + r : a)];
     if (n.output(0)->shape().size() != xs.size() || n.output(0)->shape()[size_t(a < 0 ? a + r : a)] > len)
       return "TopK output does not match its input";
-    if (len > kMaxSelectLength)
-      return cat("TopK over ", len, " elements is not lowered (the unrolled selection stops at ", kMaxSelectLength, ")");
+    if (len > kMaxSelectLength && !any_length) return row_loop_reason(n);
   }
   if (op == "Range") {
     for (size_t i = 0; i < 3; ++i)

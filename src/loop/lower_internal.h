@@ -79,7 +79,8 @@ constexpr size_t kMaxExprNodes = 8192;
 constexpr int64_t kMaxEmittedNodes = 8192;
 // CumSum is spelled as an unrolled scan (each output sums its row: row length squared adds) and
 // TopK as an unrolled selection (each output ranks its row: row length squared compares), for
-// rows up to these lengths: where the generated kernel is still faster than the reference kernel
+// rows up to these lengths (longer rows: the scan and select emitters of lower_scan.cc, which do
+// not fuse): where the generated kernel is still faster than the reference kernel
 // (kiln bench --threads 1, 2026-12-01, 512K elements: CumSum rows of 16 0.98 ms vs 1.9 ms, rows
 // of 32 0.59 ms vs 0.42 ms for 131K; TopK k=2 rows of 8 1.4 ms vs 3.0 ms, rows of 16 slower).
 constexpr int64_t kMaxScanLength = 16;
@@ -188,7 +189,9 @@ inline std::string name_of(const Node* n) {
 
 // Why the group cannot contain n ("" when n is supported); checked for every node before lowering.
 std::string unsupported_reason(const Node& n);         // lower_elementwise.cc (dispatches)
-std::string unsupported_injective(const Node& n);      // lower_injective.cc
+// any_length: without the row-length limits of the unrolled CumSum / TopK (the scan emitter's
+// own check).
+std::string unsupported_injective(const Node& n, bool any_length = false);  // lower_injective.cc
 
 // Values of a constant integer input (nullopt when the input is absent), refusing when it is
 // computed at run time.
@@ -295,6 +298,18 @@ LoweredGroup lower_reduction_group(const FusionGroup& grp, const std::string& ke
                                    const Schedule& sched = Schedule{});
 LoweredGroup lower_contraction_group(const FusionGroup& grp, const std::string& kernel_name,
                                      const Schedule& sched = Schedule{});
+
+// The scatter emitter (lower_scatter.cc): ScatterElements / ScatterND alone in their group, as a
+// copy of data and then a nest over updates in the reference's order; any bigger group is refused.
+bool is_scatter(const Node& n);
+LoweredGroup lower_scatter_group(const FusionGroup& grp, const std::string& kernel_name);
+
+// The scan and select emitters (lower_scan.cc): CumSum / TopK whose rows are longer than the
+// unrolled spellings take (needs_row_loop), alone in their group, as loops over each row; any
+// bigger group is refused with row_loop_reason.
+bool needs_row_loop(const Node& n);
+std::string row_loop_reason(const Node& n);
+LoweredGroup lower_row_loop_group(const FusionGroup& grp, const std::string& kernel_name);
 
 // Groups with several contractions. lower_contraction_siblings.cc splits the group into
 // independent parts (sibling contractions, each with its epilogue; chains), lowers each and

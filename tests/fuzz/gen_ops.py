@@ -361,6 +361,7 @@ def fam_fanout(b):
 
 # The contraction/conv/pool/reduce/norm families live in gen_nn.py; the registry is here.
 import gen_nn  # noqa: E402
+import gen_index  # noqa: E402
 from gen_nn import conv, layernorm  # noqa: E402,F401
 
 
@@ -395,6 +396,8 @@ def pick_family(b):
         (gen_layout.fam_split, 1), (gen_layout.fam_slice, 2), (gen_layout.fam_pad, 2),
         (gen_layout.fam_gather, 2), (gen_layout.fam_expand, 1), (gen_layout.fam_tile, 1),
         (gen_layout.fam_resize, 1),
+        (gen_index.fam_cumsum, 1), (gen_index.fam_topk, 1), (gen_index.fam_scatter_elements, 1),
+        (gen_index.fam_scatter_nd, 1),
     ]
     return b.choice([f for f, _ in fams], p=[w for _, w in fams])
 
