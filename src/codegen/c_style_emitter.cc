@@ -246,6 +246,11 @@ std::string CStyleEmitter::emit_unary(const ExprNode& e, Ctx ctx) {
       // Likewise kiln_tanhf (tanh-GELU, Tanh): within 3 ulp of the correctly rounded tanh.
       if (computes_in_float(t)) return "kiln_tanhf(" + a + ")";
       break;
+    case UnOp::Sigmoid:
+      // kiln_sigmoidf (SiLU, Swish, gates): within 2 ulp where the result is normal; the
+      // reference's 1 / (1 + exp(-x)) under --strict-fp. float64: that formula with libm's exp.
+      if (computes_in_float(t)) return "kiln_sigmoidf(" + a + ")";
+      return "(1.0 / (1.0 + " + math_fn("exp", DType::Float64) + "(-(" + a + "))))";
     default: break;
   }
   // The remaining ops are libm functions of the same name as the IR's.

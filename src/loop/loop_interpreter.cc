@@ -287,6 +287,7 @@ class Interpreter {
           case UnOp::Log: return put<T>(T(std::log(x)));
           case UnOp::Erf: return put<T>(T(std::erf(x)));
           case UnOp::Tanh: return put<T>(T(std::tanh(x)));
+          case UnOp::Sigmoid: return put<T>(T(decltype(x)(1) / (decltype(x)(1) + std::exp(-x))));
           case UnOp::Sin: return put<T>(T(std::sin(x)));
           case UnOp::Cos: return put<T>(T(std::cos(x)));
           case UnOp::Tan: return put<T>(T(std::tan(x)));

@@ -26,7 +26,8 @@ const char* binop_name(BinOp op) {
 const char* unop_name(UnOp op) {
   static const char* n[] = {"neg",  "not",  "abs",  "sqrt",  "exp",   "log",   "erf",   "tanh",
                             "sin",  "cos",  "tan",  "asin",  "acos",  "atan",  "sinh",  "cosh",
-                            "asinh", "acosh", "atanh", "floor", "ceil", "round", "isnan", "isinf"};
+                            "asinh", "acosh", "atanh", "floor", "ceil", "round", "isnan", "isinf",
+                            "sigmoid"};
   return n[int(op)];
 }
 

@@ -42,7 +42,8 @@ enum class ExprKind { IntImm, FloatImm, Var, Load, Unary, Binary, Select, Cast, 
 
 enum class BinOp { Add, Sub, Mul, Div, Mod, Min, Max, Pow, Lt, Le, Gt, Ge, Eq, Ne, And, Or, Xor };
 enum class UnOp { Neg, Not, Abs, Sqrt, Exp, Log, Erf, Tanh, Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh,
-                  Asinh, Acosh, Atanh, Floor, Ceil, Round, IsNaN, IsInf };
+                  Asinh, Acosh, Atanh, Floor, Ceil, Round, IsNaN, IsInf,
+                  Sigmoid };  // 1 / (1 + exp(-x)): one op so emitters can spell it as one function
 
 const char* binop_name(BinOp op);
 const char* unop_name(UnOp op);

@@ -294,7 +294,7 @@ Expr Lowerer::lower_elementwise(const Node& n, Index& idx) {
   }
   // x < 0 is false for NaN, so Relu keeps NaN (the reference's form).
   if (op == "Relu") return done(select(lt(x, K(0)), K(0), x));
-  if (op == "Sigmoid") return done(bin(BinOp::Div, K(1), bin(BinOp::Add, K(1), unary(UnOp::Exp, unary(UnOp::Neg, x)))));
+  if (op == "Sigmoid") return done(unary(UnOp::Sigmoid, x));
   if (op == "Softsign") return done(bin(BinOp::Div, x, bin(BinOp::Add, K(1), unary(UnOp::Abs, x))));
   if (op == "Softplus") {
     auto log1p = [&](Expr e) { return call("log1p", c, {std::move(e)}); };

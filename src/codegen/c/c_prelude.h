@@ -16,6 +16,7 @@ namespace kiln::codegen::detail {
 //   kiln_expf(float)            vectorisable exp for float32/float16/bfloat16, ≤ 1 ulp (not libm's bits)
 //   kiln_erff(float)            vectorisable erf for float32/float16/bfloat16, ≤ 1 ulp (not libm's bits)
 //   kiln_tanhf(float)           vectorisable tanh for float32/float16/bfloat16, ≤ 3 ulp (not libm's bits)
+//   kiln_sigmoidf(float)        vectorisable 1 / (1 + exp(-x)), ≤ 2 ulp where normal (the formula under --strict-fp)
 // strict_fp: kiln_expf / kiln_erff call libm's expf / erff (the reference's bits) instead of the
 // vectorisable approximations.
 std::string c_prelude(bool strict_fp = false);
