@@ -15,12 +15,6 @@ namespace {
 
 using testing::bit_exact;
 
-std::string shape_text(const Shape& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
 // Runs `text` lowered (interpreter) and compares every output bit for bit with the reference;
 // the graph's one kernel must be built by `emitter`.
 void check_interpreted(const std::string& text, const std::string& emitter, const TensorMap& fixed = {},
@@ -42,8 +36,8 @@ void check_interpreted(const std::string& text, const std::string& emitter, cons
 }
 
 std::string cumsum_text(const std::string& t, const Shape& s, int64_t axis, const std::string& attrs) {
-  return "graph main opset 17 (%x: " + t + shape_text(s) + ") -> (%y) {\n  %a = constant i64[] [" +
-         std::to_string(axis) + "]\n  %y: " + t + shape_text(s) + " = CumSum(%x, %a)" + attrs + "\n}\n";
+  return "graph main opset 17 (%x: " + t + shape_str(s) + ") -> (%y) {\n  %a = constant i64[] [" +
+         std::to_string(axis) + "]\n  %y: " + t + shape_str(s) + " = CumSum(%x, %a)" + attrs + "\n}\n";
 }
 
 TEST(LowerScan, CumSumLongRowsEveryAxisAndType) {
@@ -79,8 +73,8 @@ TEST(LowerScan, CumSumRunTimeAxis) {
 std::string topk_text(const std::string& t, const Shape& s, int64_t axis, int64_t k, int largest) {
   Shape out = s;
   out[size_t(axis < 0 ? axis + int64_t(s.size()) : axis)] = k;
-  return "graph main opset 17 (%x: " + t + shape_text(s) + ") -> (%v, %i) {\n  %k = constant i64[1] [" +
-         std::to_string(k) + "]\n  %v: " + t + shape_text(out) + ", %i: i64" + shape_text(out) +
+  return "graph main opset 17 (%x: " + t + shape_str(s) + ") -> (%v, %i) {\n  %k = constant i64[1] [" +
+         std::to_string(k) + "]\n  %v: " + t + shape_str(out) + ", %i: i64" + shape_str(out) +
          " = TopK(%x, %k) {axis=" + std::to_string(axis) + ", largest=" + std::to_string(largest) + "}\n}\n";
 }
 

@@ -16,12 +16,6 @@ namespace {
 
 using testing::bit_exact;
 
-std::string shape_text(const Shape& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
 // Indices in [-dim, dim), many of them repeated (a small range).
 Tensor random_indices(const Shape& s, int64_t dim, std::mt19937& rng, DType t = DType::Int64) {
   std::uniform_int_distribution<int64_t> u(-dim, dim - 1);
@@ -51,8 +45,8 @@ void check_interpreted(const Case& c) {
 
 std::string elements_text(const std::string& t, const Shape& ds, const Shape& us, int64_t axis, const std::string& red,
                           const std::string& it = "i64") {
-  return "graph main opset 18 (%x: " + t + shape_text(ds) + ", %i: " + it + shape_text(us) + ", %u: " + t +
-         shape_text(us) + ") -> (%y) {\n  %y: " + t + shape_text(ds) + " = ScatterElements(%x, %i, %u) {axis=" +
+  return "graph main opset 18 (%x: " + t + shape_str(ds) + ", %i: " + it + shape_str(us) + ", %u: " + t +
+         shape_str(us) + ") -> (%y) {\n  %y: " + t + shape_str(ds) + " = ScatterElements(%x, %i, %u) {axis=" +
          std::to_string(axis) + ", reduction=\"" + red + "\"} name=\"sc\"\n}\n";
 }
 
@@ -90,8 +84,8 @@ TEST(LowerScatter, ScatterNDEveryReductionAndTupleLength) {
         const Shape is = {6, q};
         Shape us = {6};
         us.insert(us.end(), ds.begin() + q, ds.end());
-        Case c{"graph main opset 18 (%x: " + std::string(t) + shape_text(ds) + ", %i: i64" + shape_text(is) +
-                   ", %u: " + t + shape_text(us) + ") -> (%y) {\n  %y: " + t + shape_text(ds) +
+        Case c{"graph main opset 18 (%x: " + std::string(t) + shape_str(ds) + ", %i: i64" + shape_str(is) +
+                   ", %u: " + t + shape_str(us) + ") -> (%y) {\n  %y: " + t + shape_str(ds) +
                    " = ScatterND(%x, %i, %u) {reduction=\"" + red + "\"} name=\"nd\"\n}\n",
                {}};
         auto g = parse_graph(c.text);
