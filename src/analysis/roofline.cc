@@ -61,7 +61,7 @@ KernelRoofline place_kernel(std::string name, double flops, int64_t dram_bytes, 
 }
 
 RooflineReport roofline(const runtime::Executable& ex, const std::vector<double>& group_median_ms, const Roof& roof,
-                        std::string label) {
+                        std::string label, const Calibration& calibration) {
   KILN_CHECK(group_median_ms.size() == ex.plan().groups.size(), "one median per fusion group");
   RooflineReport r;
   r.label = std::move(label);
@@ -70,6 +70,9 @@ RooflineReport roofline(const runtime::Executable& ex, const std::vector<double>
   Target machine = Target::default_target();
   machine.peak_gflops = roof.peak_gflops;
   machine.dram_gbps = roof.dram_gbps;
+  Target calibrated = machine;
+  calibrated.efficiency = calibration.efficiency;
+  r.calibration_samples = calibration.efficiency.empty() ? 0 : calibration.samples;
   for (size_t k = 0; k < ex.plan().groups.size(); ++k) {
     const FusionGroup& grp = ex.plan().groups[k];
     if (!grp.counts_as_kernel()) continue;
@@ -79,8 +82,10 @@ RooflineReport roofline(const runtime::Executable& ex, const std::vector<double>
     r.kernel_flops += kr.flops;
     r.total_dram_bytes += kr.dram_bytes;
     r.kernel_ms += kr.time_ms;
-    r.estimated_ms +=
-        estimate_time(grp.cost.flops, grp.cost.bytes_read, grp.cost.bytes_written, 1, machine).total_us() / 1000;
+    kr.cost_class = grp.cost.cost_class;
+    r.estimated_ms += estimate_time(grp.cost, 1, machine).total_us() / 1000;
+    kr.estimated_ms = estimate_time(grp.cost, 1, calibrated).total_us() / 1000;
+    if (r.calibration_samples) r.calibrated_ms += kr.estimated_ms;
     r.kernels.push_back(std::move(kr));
   }
   std::stable_sort(r.kernels.begin(), r.kernels.end(),
@@ -112,7 +117,8 @@ std::string report_body_json(const RooflineReport& r) {
   std::string j = "\"total_flops\": " + num(r.total_flops, "%.0f") + ", \"kernel_flops\": " + num(r.kernel_flops, "%.0f") +
                   ", \"total_dram_bytes\": " + std::to_string(r.total_dram_bytes) + ", \"kernel_ms\": " +
                   num(r.kernel_ms) + ", \"model_ms\": " + num(r.model_ms) + ", \"estimated_ms\": " + num(r.estimated_ms) +
-                  ", \"runs\": " + std::to_string(r.runs) +
+                  ", \"calibrated_ms\": " + num(r.calibrated_ms) + ", \"calibration_samples\": " +
+                  std::to_string(r.calibration_samples) + ", \"runs\": " + std::to_string(r.runs) +
                   ", \"undisturbed_runs\": " + std::to_string(r.undisturbed_runs) + ", \"kernel_count\": " +
                   std::to_string(r.kernels.size()) + ", \"summary\": {\"memory_time_share\": " +
                   num(r.memory_time_share) + ", \"compute_time_share\": " + num(r.compute_time_share) +
@@ -126,7 +132,8 @@ std::string report_body_json(const RooflineReport& r) {
          ", \"time_share\": " + num(r.kernel_ms > 0 ? k.time_ms / r.kernel_ms : 0) + ", \"gflops\": " + num(k.gflops) +
          ", \"gbps\": " + num(k.gbps) + ", \"intensity\": " + num(k.intensity) + ", \"bound\": \"" +
          (k.memory_bound ? "memory" : "compute") + "\", \"roof_gflops\": " + num(k.roof_gflops) +
-         ", \"percent_of_roof\": " + num(k.percent_of_roof) + "}";
+         ", \"percent_of_roof\": " + num(k.percent_of_roof) + ", \"cost_class\": " + json_quote(k.cost_class) +
+         ", \"estimated_ms\": " + num(k.estimated_ms) + "}";
   }
   return j + "]";
 }
@@ -171,6 +178,12 @@ std::string roofline_table(const RooflineReport& r) {
   s += b;
   std::snprintf(b, sizeof b, "cost model estimate on this roof: %.3f ms (measured kernels %.3f ms: %.2fx the estimate)\n",
                 r.estimated_ms, r.kernel_ms, r.estimated_ms > 0 ? r.kernel_ms / r.estimated_ms : 0.0);
+  s += b;
+  if (r.calibration_samples)
+    std::snprintf(b, sizeof b, "calibrated cost model (%d samples, kiln calibrate): %.3f ms (measured kernels: %.2fx)\n",
+                  r.calibration_samples, r.calibrated_ms, r.calibrated_ms > 0 ? r.kernel_ms / r.calibrated_ms : 0.0);
+  else
+    std::snprintf(b, sizeof b, "calibrated cost model: none for this machine and thread count (kiln calibrate MODEL...)\n");
   return s + b;
 }
 

@@ -19,6 +19,7 @@
 //    data movement, get one).
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,8 @@ struct KernelRoofline {
   bool memory_bound = false;
   double roof_gflops = 0;        // attainable at this intensity
   double percent_of_roof = 0;
+  std::string cost_class;        // fusion/cost_model.h cost_class
+  double estimated_ms = 0;       // the cost model's estimate (calibrated when the report is)
 };
 
 // FLOPs and compulsory bytes of one fusion group.
@@ -73,6 +76,10 @@ struct RooflineReport {
   // The fusion cost model's estimate of the kernels (estimate_time on this roof, one launch per
   // kernel): how far the model the partitioner decides with is from the measurement.
   double estimated_ms = 0;
+  // The same estimate with the calibrated factors (kiln calibrate; tune/cost_calibration.h), and the
+  // samples they were fitted from; 0 when this machine is not calibrated.
+  double calibrated_ms = 0;
+  int calibration_samples = 0;
   int runs = 0, undisturbed_runs = 0;
   std::vector<KernelRoofline> kernels;  // sorted by time, longest first
   // Share of kernel time in memory-/compute-bound kernels, and their time-weighted percent of
@@ -82,8 +89,14 @@ struct RooflineReport {
 };
 
 // The report for `ex` from its per-group median times (plan order, as TimedRuns::kernel_medians).
+// With `calibration` (per-class factors fitted for this machine and thread count, and how many
+// samples they come from), each kernel's estimate and the calibrated total use them.
+struct Calibration {
+  std::map<std::string, ClassEfficiency> efficiency;
+  int samples = 0;
+};
 RooflineReport roofline(const runtime::Executable& ex, const std::vector<double>& group_median_ms,
-                        const Roof& roof, std::string label);
+                        const Roof& roof, std::string label, const Calibration& calibration = {});
 
 // JSON: {machine: {...}, total_flops, ..., kernels: [...]} for the fused report, with the unfused
 // one (when given) as "unfused": {the same keys but machine}.

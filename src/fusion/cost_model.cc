@@ -6,15 +6,50 @@
 
 namespace kiln {
 
-CostEstimate estimate_time(double flops, int64_t bytes_read, int64_t bytes_written, int kernels, const Target& t) {
+ClassEfficiency class_efficiency(const Target& t, const std::string& cls) {
+  auto it = t.efficiency.find(cls);
+  if (it == t.efficiency.end()) it = t.efficiency.find("all");
+  if (it != t.efficiency.end()) return it->second;
+  ClassEfficiency plain;
+  plain.overhead_us = t.launch_overhead_us;
+  return plain;
+}
+
+CostEstimate estimate_time(double flops, int64_t bytes_read, int64_t bytes_written, int kernels, const Target& t,
+                           const std::string& cls) {
   CostEstimate c;
   c.flops = flops;
   c.bytes_read = bytes_read;
   c.bytes_written = bytes_written;
-  c.compute_us = flops / (t.peak_gflops * 1e3);
-  c.memory_us = double(bytes_read + bytes_written) / (t.dram_gbps * 1e3);
-  c.launch_us = kernels * t.launch_overhead_us;
+  c.cost_class = cls;
+  const ClassEfficiency e = class_efficiency(t, cls);
+  c.compute_us = flops / (t.peak_gflops * e.compute * 1e3);
+  c.memory_us = double(bytes_read + bytes_written) / (t.dram_gbps * e.memory * 1e3);
+  c.launch_us = kernels * e.overhead_us;
   return c;
+}
+
+CostEstimate estimate_time(const CostEstimate& c, int kernels, const Target& t) {
+  return estimate_time(c.flops, c.bytes_read, c.bytes_written, kernels, t, c.cost_class);
+}
+
+std::string cost_class(const std::vector<const Node*>& nodes) {
+  bool conv = false, grouped = false, matmul = false, pool = false, reduction = false, arithmetic = false;
+  for (const Node* n : nodes) {
+    const std::string& op = n->op_type();
+    if (op == "Conv" || op == "ConvTranspose") (n->attr_int("group", 1) > 1 ? grouped : conv) = true;
+    else if (op == "MatMul" || op == "Gemm") matmul = true;
+    else if (op == "MaxPool" || op == "AveragePool") pool = true;
+    else if (op_kind(*n) == OpKind::Reduction) reduction = true;
+    if (node_flops(*n) > 0) arithmetic = true;
+  }
+  // A kernel's heaviest part names it: a conv with a fused pool or reduction is priced as a conv.
+  if (conv) return "conv";
+  if (grouped) return "grouped_conv";
+  if (matmul) return "matmul";
+  if (pool) return "pool";
+  if (reduction) return "reduction";
+  return arithmetic ? "elementwise" : "movement";
 }
 
 int64_t value_bytes(const Value* v) { return shape_numel(v->shape()) * int64_t(dtype_size(v->dtype())); }

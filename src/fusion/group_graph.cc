@@ -176,8 +176,11 @@ CostEstimate GroupGraph::cost_of(const Members& m, const std::vector<int>& repla
       if (!perm.empty() && perm.back() != r - 1) read += value_bytes(n->input(0));
     }
   }
-  CostEstimate c = estimate_time(flops, read, written, 1, t);
-  c.recompute_us = recomputed / (t.peak_gflops * 1e3);
+  std::vector<const Node*> nodes;
+  for (int i : m) nodes.push_back(nodes_[size_t(i)]);
+  CostEstimate c = estimate_time(flops, read, written, 1, t, cost_class(nodes));
+  // Recomputed work runs at the class's compute rate.
+  c.recompute_us = recomputed / (t.peak_gflops * class_efficiency(t, c.cost_class).compute * 1e3);
   return c;
 }
 

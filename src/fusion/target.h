@@ -7,11 +7,23 @@
 // detected from the host) so that the same model gives the same plan on every machine.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace kiln {
+
+// How far one class of kernels (fusion/cost_model.h cost_class: conv, matmul, pool, ...) runs from
+// the roofline on a measured machine, fitted from timed kernels by `kiln calibrate`
+// (src/tune/cost_calibration.h). The calibrated time of a kernel is
+//     max(flops / (peak × compute), bytes / (bandwidth × memory)) + overhead_us.
+struct ClassEfficiency {
+  double compute = 1;       // fraction of the peak FLOP/s the class attains
+  double memory = 1;        // fraction of DRAM bandwidth (above 1 where operands stay in cache)
+  double overhead_us = 0;   // per launch (replaces Target::launch_overhead_us)
+  int samples = 0;          // kernels the factors were fitted from
+};
 
 struct Target {
   std::string name;
@@ -35,6 +47,11 @@ struct Target {
   // GPUs: shared memory per thread block (0 on CPUs, where rows live in L2). On-chip budgets of
   // fused kernels (the rows of a chain) come from it through loop::Schedule::for_target.
   int64_t shared_memory_bytes = 0;
+
+  // Calibrated factors per cost class, "all" for classes with too few samples of their own; empty
+  // (every description target, and `native` on a machine never calibrated) is the plain roofline.
+  // Only `--target native` gets them: a description gives the same plan on every machine.
+  std::map<std::string, ClassEfficiency> efficiency;
 
   static Target default_target();  // "x86-avx512"
   // "x86-avx512", "x86-avx2", "cuda-sm80", "cuda-sm90", "opencl"; nullopt for unknown names.

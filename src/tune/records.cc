@@ -134,44 +134,47 @@ loop::Schedule record_schedule(const Record& r, const Target& target) {
   return s;
 }
 
-RecordsFile read_records(const std::string& path, const MachineKey* machine) {
-  RecordsFile out;
+void read_json_lines(const std::string& path, const std::string& what, const std::string& entry, const MachineKey* machine,
+                     const std::function<std::optional<MachineKey>(const std::string& line, std::string* why)>& parse,
+                     const std::function<void()>& keep, std::vector<std::string>& warnings) {
   std::error_code ec;
-  if (!fs::exists(path, ec)) return out;
+  if (!fs::exists(path, ec)) return;
   std::ifstream f(path);
-  if (!f) user_error(path, ": cannot read the records file");
+  if (!f) user_error(path, ": cannot read the ", what, " file");
   std::string line, first_bad, foreign;
   int bad = 0, other = 0, n = 0;
   while (std::getline(f, line)) {
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     std::string why;
-    auto r = from_json_line(line, &why);
-    if (!r) {
+    const std::optional<MachineKey> of = parse(line, &why);
+    if (!of) {
       if (!bad++) first_bad = "line " + std::to_string(n) + ": " + why;
       continue;
     }
-    if (machine && !(r->machine == *machine)) {
+    if (machine && !(*of == *machine)) {
       // Another thread count on this CPU is the same database used at another --threads: skipped
-      // silently. Another CPU or ISA is a record copied from elsewhere: worth a warning.
-      const bool this_cpu = r->machine.cpu == machine->cpu && r->machine.isa == machine->isa;
-      if (!this_cpu && !other++) foreign = r->machine.str();
+      // silently. Another CPU or ISA is an entry copied from elsewhere: worth a warning.
+      const bool this_cpu = of->cpu == machine->cpu && of->isa == machine->isa;
+      if (!this_cpu && !other++) foreign = of->str();
       continue;
     }
-    out.records.push_back(std::move(*r));
+    keep();
   }
-  if (f.bad()) user_error(path, ": cannot read the records file");
-  if (bad)
-    out.warnings.push_back(cat(path, ": ignored ", bad, " line(s) that are not kiln tune records (first: ", first_bad, ")"));
+  if (f.bad()) user_error(path, ": cannot read the ", what, " file");
+  if (bad) warnings.push_back(cat(path, ": ignored ", bad, " line(s) that are not ", what, " (first: ", first_bad, ")"));
   if (other)
-    out.warnings.push_back(cat(path, ": ignored ", other, " record(s) of another machine (first: ", foreign, "; this is ",
-                               machine->str(), ")"));
+    warnings.push_back(cat(path, ": ignored ", other, " ", entry, "(s) of another machine (first: ", foreign, "; this is ",
+                           machine->str(), ")"));
+}
+
+RecordsFile read_records(const std::string& path, const MachineKey* machine) {
+  RecordsFile out;
+  out.records = read_json_lines<Record>(path, "kiln tune records", "record", machine, from_json_line, out.warnings);
   return out;
 }
 
-void write_records(const std::string& path, const std::vector<Record>& records) {
-  std::string text;
-  for (const Record& r : records) text += to_json_line(r) + "\n";
+void write_text_atomically(const std::string& path, const std::string& text, const std::string& what) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
@@ -180,15 +183,21 @@ void write_records(const std::string& path, const std::vector<Record>& records) 
     if (!f) {
       std::error_code ec;
       fs::remove(tmp, ec);
-      user_error(path, ": cannot write the records file");
+      user_error(path, ": cannot write the ", what, " file");
     }
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) {
     fs::remove(tmp, ec);
-    user_error(path, ": cannot write the records file (", ec.message(), ")");
+    user_error(path, ": cannot write the ", what, " file (", ec.message(), ")");
   }
+}
+
+void write_records(const std::string& path, const std::vector<Record>& records) {
+  std::string text;
+  for (const Record& r : records) text += to_json_line(r) + "\n";
+  write_text_atomically(path, text, "records");
 }
 
 namespace {

@@ -17,6 +17,7 @@
 // of another machine, is skipped with one warning line per file and kind; the file is replaced
 // whole (written aside, renamed over), so a crash never leaves half a database.
 #pragma once
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -72,6 +73,44 @@ RecordsFile read_records(const std::string& path, const MachineKey* machine);
 // Writes `records` to `path` atomically (a temporary beside it, renamed over); UserError when the
 // folder cannot be written.
 void write_records(const std::string& path, const std::vector<Record>& records);
+// Writes `text` to `path` atomically (a temporary beside it, renamed over); UserError naming `what`
+// ("records", "cost samples") when the folder cannot be written.
+void write_text_atomically(const std::string& path, const std::string& text, const std::string& what);
+
+// The reading rule of kiln's JSON-lines databases (records, cost samples): a missing file is empty,
+// an unreadable one a UserError naming `what`; a line `parse` rejects (nullopt, with a reason) is
+// skipped; with `machine`, entries of other machines are dropped (another CPU or ISA counted in a
+// warning, this CPU at another thread count silently: one database serves every --threads). One
+// warning line per kind of line skipped goes to `warnings`.
+template <class T>
+std::vector<T> read_json_lines(const std::string& path, const std::string& what, const std::string& entry,
+                               const MachineKey* machine,
+                               std::optional<T> (*parse)(const std::string&, std::string*),
+                               std::vector<std::string>& warnings);
+// The untyped core: `parse` reads a line into the caller's pending entry and returns its machine;
+// `keep` takes the pending entry.
+void read_json_lines(const std::string& path, const std::string& what, const std::string& entry, const MachineKey* machine,
+                     const std::function<std::optional<MachineKey>(const std::string& line, std::string* why)>& parse,
+                     const std::function<void()>& keep, std::vector<std::string>& warnings);
+
+template <class T>
+std::vector<T> read_json_lines(const std::string& path, const std::string& what, const std::string& entry,
+                               const MachineKey* machine,
+                               std::optional<T> (*parse)(const std::string&, std::string*),
+                               std::vector<std::string>& warnings) {
+  std::vector<T> out;
+  std::optional<T> pending;
+  read_json_lines(
+      path, what, entry, machine,
+      [&](const std::string& line, std::string* why) -> std::optional<MachineKey> {
+        pending = parse(line, why);
+        if (!pending) return std::nullopt;
+        return pending->machine;
+      },
+      [&] { out.push_back(std::move(*pending)); }, warnings);
+  return out;
+}
+
 // `a` and `b` together: one record per (signature, machine, target), the one with the larger
 // speed-up (default_ms / tuned_ms, measured in one run, so comparable across runs) where both have
 // one.

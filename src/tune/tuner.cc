@@ -241,6 +241,7 @@ TuneReport tune_model(const Graph& g, const TensorMap& inputs, const TuneOptions
   });
   say("timing the default kernels");
   const std::vector<double> kernel_ms = analysis::time_runs(*ex, inputs, 5, 1, true).kernel_medians();
+  report.samples = samples_of(*ex, kernel_ms, "", report.machine);
 
   std::vector<Work> work;
   std::map<std::string, size_t> by_sig;

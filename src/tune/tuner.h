@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "runtime/executable.h"
+#include "tune/cost_calibration.h"
 #include "tune/measurer.h"
 #include "tune/records.h"
 
@@ -49,6 +50,9 @@ struct TuneReport {
   std::vector<KernelResult> kernels;  // distinct kernels, heaviest first
   double search_s = 0;                // wall time of the search (what the budget limits)
   MachineKey machine;
+  // The default build's kernels as cost-model samples (tune/cost_calibration.h; `model` left empty
+  // for the caller): the profile the budget was weighted by, kept to calibrate the cost model.
+  std::vector<CostSample> samples;
 };
 
 // Tunes `g` (simplified and lowered) on `inputs` (every graph input). `records` are the records

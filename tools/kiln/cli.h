@@ -13,6 +13,7 @@
 #include "runtime/executable.h"
 #include "ir/graph.h"
 #include "transforms/pipeline.h"
+#include "tune/cost_calibration.h"
 
 namespace kiln::cli {
 
@@ -78,6 +79,7 @@ int cmd_emit(const std::vector<std::string>& argv);
 int cmd_probe(const std::vector<std::string>& argv);
 int cmd_roofline(const std::vector<std::string>& argv);
 int cmd_tune(const std::vector<std::string>& argv);
+int cmd_calibrate(const std::vector<std::string>& argv);
 
 // A one-line progress display for long steps (building kernels), shown only when stderr is a
 // terminal; the line is cleared by done() or when the object goes away.
@@ -104,6 +106,9 @@ void warn_library_kernels(const runtime::Executable& ex);
 // database become `o`'s per-kernel schedules, unless --no-records; call after o.threads and
 // o.fusion are set. Skipped records are one warning line each kind.
 void use_tuned_records(const Args& a, runtime::BuildOptions& o);
+// Adds timed kernels to the cost-model samples (--samples FILE, else the default file when the cache
+// folder is private; cmd_calibrate.cc): kiln tune keeps its profile of the default build there.
+void add_cost_samples(const Args& a, const std::vector<tune::CostSample>& samples);
 // One stderr line per kernel whose tuned schedule the lowering refused (it runs the default).
 void warn_tuned_fallbacks(const runtime::Executable& ex);
 

@@ -6,10 +6,12 @@
 
 #include "cli.h"
 #include "analysis/native_target.h"
+#include "analysis/roofline.h"
 #include "fusion/cost_model.h"
 #include "fusion/explain.h"
 #include "fusion/partitioner.h"
 #include "runtime/memory_plan.h"
+#include "tune/cost_calibration.h"
 #include "tune/kernel_signature.h"
 #include "tune/schedule_fields.h"
 
@@ -29,10 +31,28 @@ void write_file(const std::string& path, const std::string& text) {
 
 }  // namespace
 
+namespace {
+Target calibrated_native_target(const Args& a, const analysis::MachineModel& m) {
+  Target t = analysis::native_target(m);
+  // The calibration of the thread count the command runs with (--threads, else every CPU the
+  // probe used); uncalibrated (the plain roofline) when kiln calibrate has not measured it.
+  if (a.threads() > 0) {
+    t.threads = a.threads();
+    const analysis::Roof roof = analysis::roof_for(m, t.threads);  // the roof the factors were fitted on
+    t.peak_gflops = roof.peak_gflops;
+    t.dram_gbps = roof.dram_gbps;
+  }
+  std::vector<std::string> warnings;
+  t.efficiency = tune::load_calibration(t.threads, nullptr, &warnings);
+  for (const auto& w : warnings) std::cerr << "kiln: warning: " << w << "\n";
+  return t;
+}
+}  // namespace
+
 FusionOptions fusion_options(const Args& a) {
   FusionOptions o;
   if (a.get("target") == "native") {
-    o.target = analysis::native_target(analysis::machine_model());
+    o.target = calibrated_native_target(a, analysis::machine_model());
   } else if (a.has("target")) {
     auto t = Target::by_name(a.get("target"));
     if (!t) {
@@ -72,19 +92,19 @@ int cmd_explain(const std::vector<std::string>& argv) {
   // keeps the plan the same on every machine; this line says what the measured machine predicts).
   if (!a.has("json") && fo.target.name != "native")
     if (auto m = analysis::load_cached_machine()) {
-      const Target native = analysis::native_target(*m);
+      const Target native = calibrated_native_target(a, *m);
       FusionOptions unfused = fo;
       unfused.enabled = false;
       auto total = [&](const FusionPlan& p) {
         double us = 0;
         for (const auto& grp : p.groups)
-          us += estimate_time(grp.cost.flops, grp.cost.bytes_read, grp.cost.bytes_written, grp.counts_as_kernel() ? 1 : 0,
-                              native)
-                    .total_us();
+          us += estimate_time(grp.cost, grp.counts_as_kernel() ? 1 : 0, native).total_us();
         return us;
       };
-      std::printf("estimated on this machine (kiln probe %s: %.0f GFLOP/s, %.1f GB/s): %.1f us unfused -> %.1f us fused\n",
-                  m->probed_at.c_str(), native.peak_gflops, native.dram_gbps, total(partition(*g, unfused)), total(plan));
+      std::printf("estimated on this machine (kiln probe %s: %.0f GFLOP/s, %.1f GB/s%s): %.1f us unfused -> %.1f us fused\n",
+                  m->probed_at.c_str(), native.peak_gflops, native.dram_gbps,
+                  native.efficiency.empty() ? "; not calibrated" : ", calibrated by kiln calibrate",
+                  total(partition(*g, unfused)), total(plan));
     }
   // Which kernels kiln run/bench/compile would build under a tuned schedule (kiln tune's records
   // for this machine and --threads), and its fields.

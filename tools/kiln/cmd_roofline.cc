@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "fusion/target.h"
 #include "runtime/device.h"
+#include "tune/cost_calibration.h"
 
 namespace kiln::cli {
 
@@ -29,13 +30,14 @@ void write_text(const std::string& path, const std::string& text) {
 }
 
 analysis::RooflineReport measure(std::unique_ptr<Graph> g, const runtime::BuildOptions& bo, const TensorMap& inputs,
-                                 int runs, int warmup, const analysis::Roof& roof, const char* label) {
+                                 int runs, int warmup, const analysis::Roof& roof, const char* label,
+                                 const analysis::Calibration& calibration) {
   Progress progress;
   auto ex = runtime::Executable::build(std::move(g), bo, progress.callback());
   progress.done();
   warn_library_kernels(*ex);
   analysis::TimedRuns t = analysis::time_runs(*ex, inputs, runs, warmup, /*per_kernel=*/true);
-  analysis::RooflineReport r = analysis::roofline(*ex, t.kernel_medians(), roof, label);
+  analysis::RooflineReport r = analysis::roofline(*ex, t.kernel_medians(), roof, label, calibration);
   r.model_ms = analysis::median(t.run_ms);
   r.runs = runs;
   r.undisturbed_runs = t.undisturbed_runs;
@@ -79,16 +81,25 @@ int cmd_roofline(const std::vector<std::string>& argv) {
                   " target description, not a measurement";
   }
 
+  // The calibrated cost model of this machine at this thread count (CPU only: the factors are the
+  // CPU kernels').
+  analysis::Calibration calibration;
+  if (bo.device == runtime::DeviceKind::Cpu) {
+    std::vector<std::string> warnings;
+    calibration.efficiency = tune::load_calibration(threads, &calibration.samples, &warnings);
+    for (const auto& w : warnings) std::fprintf(stderr, "kiln: warning: %s\n", w.c_str());
+  }
+
   // --no-fusion: the unfused build is the report; otherwise the fused one, with the unfused one
   // alongside unless --fused-only.
   const bool primary_fused = !a.has("no-fusion");
   analysis::RooflineReport primary =
-      measure(g->clone(), bo, inputs, runs, warmup, roof, primary_fused ? "fused" : "unfused");
+      measure(g->clone(), bo, inputs, runs, warmup, roof, primary_fused ? "fused" : "unfused", calibration);
   std::optional<analysis::RooflineReport> unfused;
   if (primary_fused && !a.has("fused-only")) {
     runtime::BuildOptions nb = bo;
     nb.fusion.enabled = false;
-    unfused = measure(g->clone(), nb, inputs, runs, warmup, roof, "unfused");
+    unfused = measure(g->clone(), nb, inputs, runs, warmup, roof, "unfused", calibration);
   }
   const analysis::RooflineReport* second = unfused ? &*unfused : nullptr;
 

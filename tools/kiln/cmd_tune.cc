@@ -96,7 +96,7 @@ void warn_tuned_fallbacks(const runtime::Executable& ex) {
 int cmd_tune(const std::vector<std::string>& argv_in) {
   const std::vector<std::string> argv = with_long_output(argv_in);
   auto valued = kModelValuedOptions;
-  valued.insert(valued.end(), {"budget", "threads", "records", "input", "target", "output"});
+  valued.insert(valued.end(), {"budget", "threads", "records", "input", "target", "output", "samples"});
   auto flags = kModelFlags;
   flags.insert(flags.end(), {"merge", "no-cache", "strict-fp"});
   Args a(argv, valued, flags);
@@ -145,6 +145,9 @@ int cmd_tune(const std::vector<std::string>& argv_in) {
     throw UserError(model + ": " + e.what());
   }
   if (tty) std::fprintf(stderr, "\r\033[K");
+  // The default build's profile also calibrates the cost model (kiln calibrate).
+  for (auto& s : rep.samples) s.model = std::filesystem::path(model).stem().string();
+  add_cost_samples(a, rep.samples);
 
   std::printf("%-44s %4s %6s %11s %11s %7s  %s\n", "kernel", "x", "trials", "default ms", "tuned ms", "speedup",
               "schedule");

@@ -39,6 +39,11 @@ commands:
                                                  bench and compile then use matching records
                                                  (--records FILE, --no-records)
   tune --merge A.jsonl B.jsonl ... -o C.jsonl    combine records databases
+  calibrate [MODEL.onnx ...] [--threads N] [--runs N] [--samples FILE] [--json]
+                                                 time every kernel, keep them as cost-model samples,
+                                                 fit per-class factors (roofline, explain and
+                                                 --target native use them); per model: estimate
+                                                 vs measured, before and after
   test-onnx DIR... [--expect FILE] [--write-passed FILE] [--compiled [--device D]]
                                                  run ONNX backend-test folders
   help                                           this text
@@ -72,6 +77,7 @@ int main(int argc, char** argv) {
     if (cmd == "probe") return kiln::cli::cmd_probe(args);
     if (cmd == "roofline") return kiln::cli::cmd_roofline(args);
     if (cmd == "tune") return kiln::cli::cmd_tune(args);
+    if (cmd == "calibrate") return kiln::cli::cmd_calibrate(args);
     std::cerr << "kiln: error: unknown command '" << cmd << "' (see kiln help)\n";
     return 2;
   } catch (const kiln::UserError& e) {
