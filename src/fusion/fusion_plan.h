@@ -2,6 +2,7 @@
 // fusion that was considered and refused.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,6 +55,15 @@ struct Rejection {
   std::string reason;
 };
 
+// A fusion the partitioner made: the first real node of each side (views skipped) and the cost
+// model's figures for it. kiln tune measures the close ones fused and apart (tune/fusion_search.h).
+struct AcceptedFusion {
+  std::string a, b;         // ONNX node names: producer side (or first sibling), consumer side
+  std::string mode;         // "merge", "recompute", "siblings"
+  double apart_us = 0;      // the estimate of the two kernels before the fusion
+  double benefit_us = 0;    // apart minus fused
+};
+
 struct FusionOptions {
   Target target = Target::default_target();
   bool enabled = true;   // false: one kernel per primitive op (--no-fusion, the ablation baseline)
@@ -61,6 +71,10 @@ struct FusionOptions {
   // The loop-nest parameters code generation will use; legality asks the lowering under exactly
   // these (unset: loop::Schedule::for_target(target)). Executable::build passes its own.
   std::optional<loop::Schedule> schedule;
+  // Pairs of nodes (ONNX names) that must end up in different kernels, per graph (graph_fingerprint
+  // of the graph partition() is given): kiln tune's fusion records, where a fusion measured slower
+  // than its parts apart. Refusals name the record.
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> keep_apart;
   loop::Schedule schedule_or_default() const { return schedule ? *schedule : loop::Schedule::for_target(target); }
 };
 
@@ -68,6 +82,7 @@ struct FusionPlan {
   std::vector<FusionGroup> groups;  // in a valid execution order
   std::vector<Rejection> rejected;
   int64_t accepted_fusions = 0;
+  std::vector<AcceptedFusion> accepted;  // in the order they were made
   Target target;
   // Bytes of intermediate tensors (not graph inputs, outputs or weights) written to memory, with one
   // kernel per op vs with this plan; and the cost model's time for both.

@@ -36,6 +36,8 @@
 // thousands of nodes of real models. Deterministic: no hashing order or host detection involved.
 #include "fusion/partitioner.h"
 
+#include "ir/printer.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -92,7 +94,19 @@ struct Ctx {
   const Target& t;
   CodegenAnalysis& analysis;
   const std::map<int, std::string>& library;
+  // kiln tune's keep-apart pairs for this graph, as node indices.
+  std::vector<std::pair<int, int>> apart;
 };
+
+// A group holding both nodes of a keep-apart pair is never formed (kiln tune measured them faster
+// as separate kernels).
+FusionDecision apart_refusal(const Ctx& cx, const Members& m) {
+  for (auto [x, y] : cx.apart)
+    if (std::binary_search(m.begin(), m.end(), x) && std::binary_search(m.begin(), m.end(), y))
+      return FusionDecision::no("kept apart: kiln tune measured '" + cx.gg.nodes()[size_t(x)]->name() + "' and '" +
+                                cx.gg.nodes()[size_t(y)]->name() + "' faster as separate kernels (its records)");
+  return FusionDecision::yes();
+}
 
 // A library node fuses with nothing: say so before anything else is computed.
 FusionDecision library_refusal(const Ctx& cx, const Members& m) {
@@ -116,6 +130,7 @@ Candidate evaluate_edge(const Ctx& cx, int p, int c) {
   const Target& t = cx.t;
   Members merged = GroupGraph::unite(gg.members(p), gg.members(c));
   Candidate best{p, c, Mode::Merge, 0, library_refusal(cx, merged)};
+  if (best.decision.ok()) best.decision = apart_refusal(cx, merged);
   if (!best.decision.ok()) return best;
   double before = est(gg, p, t) + est(gg, c, t);
   GroupKind pk = gg.kind_of(gg.members(p));
@@ -149,6 +164,7 @@ Candidate evaluate_siblings(const Ctx& cx, int a, int b) {
   const GroupGraph& gg = cx.gg;
   Members merged = GroupGraph::unite(gg.members(a), gg.members(b));
   Candidate cand{a, b, Mode::Siblings, 0, library_refusal(cx, merged)};
+  if (cand.decision.ok()) cand.decision = apart_refusal(cx, merged);
   if (!cand.decision.ok()) return cand;
   cand.decision = can_fuse_siblings(gg, a, b, merged, cx.t);
   if (cand.decision.ok()) {
@@ -366,6 +382,14 @@ std::map<int, std::string> library_nodes(const GroupGraph& gg, CodegenAnalysis& 
 
 std::string first_name(const Node* n) { return n->name(); }
 
+// A group's name for the fusion log: its first node that is not a view (a view-only group: its
+// first node).
+std::string side_name(const GroupGraph& gg, int gid) {
+  for (int i : gg.members(gid))
+    if (!is_view(*gg.nodes()[size_t(i)])) return gg.nodes()[size_t(i)]->name();
+  return gg.nodes()[size_t(gg.members(gid).front())]->name();
+}
+
 }  // namespace
 
 FusionPlan partition(const Graph& g, const FusionOptions& opts) {
@@ -373,10 +397,18 @@ FusionPlan partition(const Graph& g, const FusionOptions& opts) {
   GroupGraph gg(g);
   CodegenAnalysis analysis(gg, opts.schedule_or_default());
   const std::map<int, std::string> library = library_nodes(gg, analysis);
-  Ctx cx{gg, t, analysis, library};
+  Ctx cx{gg, t, analysis, library, {}};
+  if (!opts.keep_apart.empty())
+    if (auto it = opts.keep_apart.find(graph_fingerprint(g)); it != opts.keep_apart.end()) {
+      std::map<std::string, int> index;
+      for (int i = 0; i < gg.num_groups(); ++i) index.emplace(gg.nodes()[size_t(i)]->name(), i);
+      for (const auto& [x, y] : it->second)
+        if (index.count(x) && index.count(y)) cx.apart.push_back({index.at(x), index.at(y)});
+    }
   // The unfused plan (for the before/after figures) is the state before any fusion.
   FusionPlan baseline = build_plan(cx);
   int64_t accepted = 0;
+  std::vector<AcceptedFusion> accepted_log;
   bool fuel_out = false;
   CandidateSet cands(cx);
   if (opts.enabled) {
@@ -398,9 +430,14 @@ FusionPlan partition(const Graph& g, const FusionOptions& opts) {
       cands.put(fresh);  // stale: correct it and choose again
       continue;
     }
+    const double apart_us = est(gg, chosen.a, t) + est(gg, chosen.b, t);
+    AcceptedFusion af{side_name(gg, chosen.a), side_name(gg, chosen.b),
+                      chosen.mode == Mode::Merge ? "merge" : chosen.mode == Mode::Recompute ? "recompute" : "siblings",
+                      apart_us, chosen.benefit};
     if (chosen.mode == Mode::Recompute) gg.recompute_into(chosen.a, chosen.b);
     else gg.merge(chosen.a, chosen.b);
     ++accepted;
+    accepted_log.push_back(std::move(af));
     std::set<int> dirty{chosen.a, chosen.b};
     for (int g : {chosen.a, chosen.b}) {
       if (!gg.alive(g)) continue;
@@ -412,6 +449,7 @@ FusionPlan partition(const Graph& g, const FusionOptions& opts) {
 
   FusionPlan plan = opts.enabled ? build_plan(cx) : baseline;
   plan.accepted_fusions = accepted;
+  if (opts.enabled) plan.accepted = std::move(accepted_log);
   plan.intermediate_bytes_unfused = intermediate_bytes(g, baseline.groups);
   plan.intermediate_bytes_fused = intermediate_bytes(g, plan.groups);
   for (const auto& grp : baseline.groups) plan.est_us_unfused += grp.cost.total_us();

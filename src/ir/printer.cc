@@ -205,4 +205,17 @@ std::string print_graph(const Graph& g, const PrintOptions& opts) {
   return r + "}\n";
 }
 
+std::string graph_fingerprint(const Graph& g) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  auto add = [&](const std::string& s) {
+    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
+    h = (h ^ 0x0a) * 0x100000001b3ULL;
+  };
+  for (const Value* v : g.inputs()) add(value_ref(v) + ": " + type_str(v->type()));
+  for (const Node* n : g.nodes()) add(print_node(*n));
+  char hex[20];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
 }  // namespace kiln

@@ -37,6 +37,11 @@ struct PrintOptions {
 std::string print_graph(const Graph& g, const PrintOptions& opts = {});
 // One node's line without indentation or newline, e.g. `%y: f32[2] = Relu(%x)` (verifier messages).
 std::string print_node(const Node& n, const PrintOptions& opts = {});
+// A stable identity of the graph's structure: 16 hex digits hashing its inputs' names and types and
+// every node as print_node prints it (op, attributes, wiring, names, output types), not constant
+// data — so it costs no pass over the weights, and a model re-exported with other weights keeps it.
+// What kiln tune's fusion records are keyed by (node names are only unique within one model).
+std::string graph_fingerprint(const Graph& g);
 // A tensor literal as in the text form: `f32[2] [1, 2]` (or `f32[2] elided hash=...`).
 std::string print_tensor(const Tensor& t, const PrintOptions& opts = {});
 // `%name`, quoted when needed.

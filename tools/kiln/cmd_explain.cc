@@ -90,6 +90,11 @@ int cmd_explain(const std::vector<std::string>& argv) {
   std::cout << (a.has("json") ? explain_json(*g, plan, extras) : explain_text(*g, plan, extras));
   // The same plan's estimate on the probed machine, when one is cached (a description target
   // keeps the plan the same on every machine; this line says what the measured machine predicts).
+  if (!a.has("json") && fo.target.name == "native")
+    std::printf("target native: %.0f GFLOP/s, %.1f GB/s at %d thread(s), %s\n", fo.target.peak_gflops,
+                fo.target.dram_gbps, fo.target.threads,
+                fo.target.efficiency.empty() ? "not calibrated (the plain roofline; kiln calibrate MODEL... fits it)"
+                                             : "calibrated by kiln calibrate (per-class factors)");
   if (!a.has("json") && fo.target.name != "native")
     if (auto m = analysis::load_cached_machine()) {
       const Target native = calibrated_native_target(a, *m);
