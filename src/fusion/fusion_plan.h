@@ -62,6 +62,9 @@ struct AcceptedFusion {
   std::string mode;         // "merge", "recompute", "siblings"
   double apart_us = 0;      // the estimate of the two kernels before the fusion
   double benefit_us = 0;    // apart minus fused
+  // The two sides' first nodes by op type and operand shapes (no names): decisions with equal keys
+  // are the same decision in another place of the model (the blocks of a ResNet stage), measured once.
+  std::string shape_key;
 };
 
 struct FusionOptions {

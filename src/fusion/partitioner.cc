@@ -382,12 +382,18 @@ std::map<int, std::string> library_nodes(const GroupGraph& gg, CodegenAnalysis& 
 
 std::string first_name(const Node* n) { return n->name(); }
 
-// A group's name for the fusion log: its first node that is not a view (a view-only group: its
-// first node).
-std::string side_name(const GroupGraph& gg, int gid) {
+// A group's representative for the fusion log: its first node that is not a view (a view-only
+// group: its first node).
+const Node* side_node(const GroupGraph& gg, int gid) {
   for (int i : gg.members(gid))
-    if (!is_view(*gg.nodes()[size_t(i)])) return gg.nodes()[size_t(i)]->name();
-  return gg.nodes()[size_t(gg.members(gid).front())]->name();
+    if (!is_view(*gg.nodes()[size_t(i)])) return gg.nodes()[size_t(i)];
+  return gg.nodes()[size_t(gg.members(gid).front())];
+}
+std::string side_key(const GroupGraph& gg, int gid) {
+  const Node* n = side_node(gg, gid);
+  std::string k = n->op_type() + "(";
+  for (const Value* v : n->inputs()) k += (v ? shape_str(v->shape()) : "_") + ",";
+  return k + ")" + std::to_string(gg.members(gid).size());
 }
 
 }  // namespace
@@ -431,9 +437,9 @@ FusionPlan partition(const Graph& g, const FusionOptions& opts) {
       continue;
     }
     const double apart_us = est(gg, chosen.a, t) + est(gg, chosen.b, t);
-    AcceptedFusion af{side_name(gg, chosen.a), side_name(gg, chosen.b),
-                      chosen.mode == Mode::Merge ? "merge" : chosen.mode == Mode::Recompute ? "recompute" : "siblings",
-                      apart_us, chosen.benefit};
+    const char* mode = chosen.mode == Mode::Merge ? "merge" : chosen.mode == Mode::Recompute ? "recompute" : "siblings";
+    AcceptedFusion af{side_node(gg, chosen.a)->name(), side_node(gg, chosen.b)->name(), mode, apart_us, chosen.benefit,
+                      std::string(mode) + ":" + side_key(gg, chosen.a) + "+" + side_key(gg, chosen.b)};
     if (chosen.mode == Mode::Recompute) gg.recompute_into(chosen.a, chosen.b);
     else gg.merge(chosen.a, chosen.b);
     ++accepted;

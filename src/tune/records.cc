@@ -67,6 +67,9 @@ std::string to_json_line(const Record& r) {
      << ", \"improved\": " << (r.improved ? "true" : "false") << ", \"default_ms\": " << number(r.default_ms)
      << ", \"tuned_ms\": " << number(r.tuned_ms) << ", \"trials\": " << r.trials
      << ", \"date\": " << json_quote(r.date.empty() ? iso_utc_now() : r.date);
+  if (r.is_fusion())
+    os << ", \"graph\": " << json_quote(r.graph) << ", \"apart_a\": " << json_quote(r.apart_a)
+       << ", \"apart_b\": " << json_quote(r.apart_b);
   for (const auto& [k, v] : r.fields) os << ", " << json_quote("s:" + k) << ": " << v;
   os << "}";
   return os.str();
@@ -113,6 +116,14 @@ std::optional<Record> from_json_line(const std::string& line, std::string* why) 
   r.tuned_ms = *tms;
   r.trials = int(*trials);
   r.date = *date;
+  if (r.is_fusion()) {
+    auto graph = str("graph"), a = str("apart_a"), b = str("apart_b");
+    if (!graph || graph->empty() || !a || a->empty() || !b || b->empty())
+      return fail("a fusion record needs \"graph\", \"apart_a\" and \"apart_b\"");
+    r.graph = *graph;
+    r.apart_a = *a;
+    r.apart_b = *b;
+  }
   for (const auto& [k, v] : *obj) {
     if (k.rfind("s:", 0) != 0) continue;
     const std::string field = k.substr(2);
@@ -241,7 +252,8 @@ std::map<std::string, loop::Schedule> kernel_schedules(const std::vector<Record>
                                                        const Target& target) {
   std::map<std::string, loop::Schedule> out;
   for (const Record& r : records)
-    if (r.improved && r.machine == machine && r.target == target.name) out[r.signature] = record_schedule(r, target);
+    if (r.improved && !r.is_fusion() && r.machine == machine && r.target == target.name)
+      out[r.signature] = record_schedule(r, target);
   return out;
 }
 

@@ -9,6 +9,9 @@
 //    "cpu": "<model name from /proc/cpuinfo>", "isa": "avx512f,avx2,fma", "threads": 2,
 //    "target": "x86-avx512", "improved": true, "default_ms": 0.41, "tuned_ms": 0.33, "trials": 23,
 //    "date": "2026-01-31T12:00:00Z", "s:contraction.mr": 6, "s:contraction.kc": 128, ...}
+// A fusion record (tune/fusion_search.h) has "emitter": "fusion", no schedule fields, and
+// "graph", "apart_a", "apart_b": the graph and the two nodes kept apart (improved) or measured
+// faster fused (not improved).
 // "s:<field>" are the tuned schedule's tunable fields (tune/schedule_fields.h), every one of them,
 // so a record means the same after kiln's defaults change. "improved": false records a kernel the
 // search found nothing better for: kept so that the next run skips it, never applied.
@@ -52,6 +55,11 @@ struct Record {
   int trials = 0;
   std::string date;                        // ISO 8601 UTC
   std::map<std::string, int64_t> fields;  // tunable schedule fields -> values
+  // A fusion decision (emitter "fusion", tune/fusion_search.h): in graph `graph` (graph_fingerprint),
+  // the nodes `apart_a` and `apart_b` measured fused (default_ms) and apart (tuned_ms); improved:
+  // kept apart. Empty for schedule records.
+  std::string graph, apart_a, apart_b;
+  bool is_fusion() const { return emitter == "fusion"; }
 };
 
 std::string to_json_line(const Record& r);

@@ -81,6 +81,15 @@ int cmd_explain(const std::vector<std::string>& argv) {
     fo.schedule = fo.schedule_or_default();
     fo.schedule->set_strict_numerics();
   }
+  // The plan kiln run/bench/compile build: with kiln tune's kept-apart fusions of this machine and
+  // --threads (their refusals name the records), unless --no-records.
+  {
+    runtime::BuildOptions bo;
+    bo.fusion = fo;
+    bo.threads = a.threads();
+    use_tuned_records(a, bo);
+    fo.keep_apart = bo.fusion.keep_apart;
+  }
   auto g = load_model(a.positional()[0], a, pipeline_options(a), /*lower=*/true);
   FusionPlan plan = partition(*g, fo);
   FusionPlan ordered = plan;

@@ -11,6 +11,7 @@
 
 #include "analysis/kernel_timing.h"
 #include "cli.h"
+#include "tune/fusion_search.h"
 #include "tune/records.h"
 #include "tune/schedule_fields.h"
 #include "tune/tuner.h"
@@ -55,6 +56,49 @@ std::pair<double, double> interleaved_medians(runtime::Executable& a, runtime::E
   return {analysis::median(ta), analysis::median(tb)};
 }
 
+// Interleaved rounds for a whole-model comparison: about 3 s of runs, 5 to 50 rounds.
+int rounds_for(runtime::Executable& ex, const TensorMap& inputs) {
+  const auto t0 = Clock::now();
+  analysis::CallerBuffers probe(ex, inputs);
+  probe.run(ex);
+  const double once = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  return std::clamp(int(3000.0 / std::max(2 * once, 1e-3)), 5, 50);
+}
+
+// The share of the budget the fusion decisions may take before the schedules get the rest.
+constexpr double kFusionShare = 0.25;
+
+size_t kept_apart(const runtime::BuildOptions& tuned, const runtime::BuildOptions& dflt) {
+  size_t n = 0, d = 0;
+  for (const auto& [graph, pairs] : tuned.fusion.keep_apart) n += pairs.size();
+  for (const auto& [graph, pairs] : dflt.fusion.keep_apart) d += pairs.size();
+  return n - std::min(n, d);
+}
+
+void print_fusion_trials(const tune::FusionSearchReport& fr) {
+  if (fr.trials.empty()) {
+    std::printf("fusion: no close decision (every fusion's estimated benefit is over 20 %% of its parts' time)\n");
+    return;
+  }
+  std::printf("%-60s %11s %11s %7s  %s\n", "fusion (close decisions, heaviest first)", "fused ms", "apart ms", "apart/f",
+              "decision");
+  int measured = 0, apart = 0;
+  for (const auto& t : fr.trials) {
+    std::string name = t.fusion.a + " + " + t.fusion.b;
+    if (name.size() > 60) name = name.substr(0, 57) + "...";
+    measured += t.measured;
+    apart += t.apart;
+    if (t.measured || t.from_records || !t.same_as.empty())
+      std::printf("%-60s %11.4g %11.4g %6.2fx  %s%s\n", name.c_str(), t.fused_ms, t.apart_ms,
+                  t.fused_ms > 0 ? t.apart_ms / t.fused_ms : 0.0, t.apart ? "kept apart" : "fused",
+                  t.from_records ? " (recorded)" : !t.same_as.empty() ? " (as the same fusion above)" : "");
+    else
+      std::printf("%-60s %11s %11s %7s  %s\n", name.c_str(), "-", "-", "-", t.note.c_str());
+  }
+  std::printf("fusion: %.1f s; %zu close decisions, %d measured, %d kept apart\n", fr.search_s, fr.trials.size(),
+              measured, apart);
+}
+
 int merge(const Args& a) {
   if (!a.has("output")) user_error("tune --merge needs -o FILE");
   std::vector<tune::Record> all;
@@ -84,6 +128,9 @@ void use_tuned_records(const Args& a, runtime::BuildOptions& o) {
   tune::RecordsFile rf = tune::read_records(path, &machine);
   print_warnings(rf.warnings);
   o.kernel_schedules = tune::kernel_schedules(rf.records, machine, o.fusion.target);
+  // Fusions kiln tune measured slower than their parts apart (tune/fusion_search.h).
+  for (auto& [graph, pairs] : tune::keep_apart_pairs(rf.records, machine, o.fusion.target.name))
+    o.fusion.keep_apart[graph] = pairs;
 }
 
 void warn_tuned_fallbacks(const runtime::Executable& ex) {
@@ -98,7 +145,7 @@ int cmd_tune(const std::vector<std::string>& argv_in) {
   auto valued = kModelValuedOptions;
   valued.insert(valued.end(), {"budget", "threads", "records", "input", "target", "output", "samples"});
   auto flags = kModelFlags;
-  flags.insert(flags.end(), {"merge", "no-cache", "strict-fp"});
+  flags.insert(flags.end(), {"merge", "no-cache", "strict-fp", "no-fusion-search"});
   Args a(argv, valued, flags);
   if (a.has("merge")) {
     if (a.positional().size() < 2) user_error("tune --merge expects two or more records files and -o FILE");
@@ -124,11 +171,8 @@ int cmd_tune(const std::vector<std::string>& argv_in) {
 
   auto g = load_model(model, a, pipeline_options(a), /*lower=*/true);
   TensorMap inputs = analysis::fill_inputs(*g, analysis::read_input_specs(a.all("input")));
-  tune::TuneOptions to;
-  to.budget_s = budget;
-  to.build = bo;
   const bool tty = isatty(fileno(stderr)) != 0;
-  to.progress = [&](const std::string& m) {
+  auto progress = [&](const std::string& m) {
     // A terminal gets one line rewritten in place; a log gets every line.
     if (tty) std::fprintf(stderr, "\rkiln tune: %s\033[K", m.c_str());
     else std::fprintf(stderr, "kiln tune: %s\n", m.c_str());
@@ -136,6 +180,46 @@ int cmd_tune(const std::vector<std::string>& argv_in) {
   };
   std::printf("tuning %s on %s, budget %.0f s, records %s\n", model.c_str(), machine.str().c_str(), budget, path.c_str());
   std::fflush(stdout);
+
+  // Fusion decisions first (a share of the budget): they decide the kernels whose schedules are
+  // then searched. Pairs recorded apart by earlier runs are kept apart from the start.
+  const runtime::BuildOptions default_plan = bo;
+  for (auto& [graph, pairs] : tune::keep_apart_pairs(records, machine, bo.fusion.target.name))
+    bo.fusion.keep_apart[graph] = pairs;
+  double fusion_s = 0;
+  if (!a.has("no-fusion-search") && bo.fusion.enabled) {
+    tune::FusionSearchOptions fo;
+    fo.budget_s = budget * kFusionShare;
+    fo.build = default_plan;  // from the default plan: recorded decisions show as such
+    fo.progress = progress;
+    tune::FusionSearchReport fr;
+    try {
+      fr = tune::search_fusions(*g, inputs, fo, records);
+    } catch (const UserError& e) {
+      throw UserError(model + ": " + e.what());
+    }
+    if (tty) std::fprintf(stderr, "\r\033[K");
+    for (const auto& r : tune::fusion_records(fr, machine, bo.fusion.target.name)) tune::upsert_record(records, r);
+    tune::write_records(path, records);
+    bo.fusion.keep_apart[fr.graph] = fr.keep_apart;
+    fusion_s = fr.search_s;
+    print_fusion_trials(fr);
+    // How far the default plan is from the best plan found (default schedules both): the measure
+    // of the partitioner's decisions on this model and machine.
+    if (bo.fusion.keep_apart != default_plan.fusion.keep_apart) {
+      auto dex = runtime::Executable::build(g->clone(), default_plan);
+      auto bex = runtime::Executable::build(g->clone(), bo);
+      auto [dms, bms] = interleaved_medians(*dex, *bex, inputs, rounds_for(*dex, inputs));
+      std::printf("plan: the default plan %.3f ms, the best plan found %.3f ms (%.2fx; default schedules, %d vs %d "
+                  "kernels)\n",
+                  dms, bms, dms / bms, dex->plan().kernel_count(), bex->plan().kernel_count());
+    }
+  }
+
+  tune::TuneOptions to;
+  to.budget_s = std::max(1.0, budget - fusion_s);
+  to.build = bo;
+  to.progress = progress;
   tune::LocalMeasurer measurer;
   tune::TuneReport rep;
   try {
@@ -167,27 +251,27 @@ int cmd_tune(const std::vector<std::string>& argv_in) {
   std::printf("search: %.1f s of the %.0f s budget; %d kernels searched, %d from the records, %d with a tuned schedule\n",
               rep.search_s, budget, searched, skipped, tuned);
 
-  // The whole model, default vs tuned (every matching record, this run's included).
+  // The whole model, default vs tuned (every matching record, this run's included: the kept-apart
+  // pairs and the schedules).
   runtime::BuildOptions tb = bo;
   tb.kernel_schedules = tune::kernel_schedules(records, machine, bo.fusion.target);
-  if (tb.kernel_schedules.empty()) {
-    std::printf("whole model: no kernel has a tuned schedule; the default is kept\n");
+  const bool plan_changed = bo.fusion.keep_apart != default_plan.fusion.keep_apart;
+  if (tb.kernel_schedules.empty() && !plan_changed) {
+    std::printf("whole model: no kernel has a tuned schedule and the plan is the default; the default is kept\n");
     return 0;
   }
-  auto dex = runtime::Executable::build(g->clone(), bo);
+  runtime::BuildOptions db = bo;
+  db.fusion.keep_apart = default_plan.fusion.keep_apart;
+  auto dex = runtime::Executable::build(g->clone(), db);
   auto tex = runtime::Executable::build(g->clone(), tb);
   warn_tuned_fallbacks(*tex);
   int used = 0;
   for (const auto& k : tex->kernels()) used += k.tuned;
-  const auto t0 = Clock::now();
-  analysis::CallerBuffers probe(*dex, inputs);
-  probe.run(*dex);
-  const double once = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  const int rounds = std::clamp(int(3000.0 / std::max(2 * once, 1e-3)), 5, 50);
+  const int rounds = rounds_for(*dex, inputs);
   auto [dms, tms] = interleaved_medians(*dex, *tex, inputs, rounds);
-  std::printf("whole model (%d threads, %d of %d kernels tuned, medians of %d interleaved runs): default %.3f ms, "
-              "tuned %.3f ms (%.2fx)\n",
-              bo.threads, used, tex->plan().kernel_count(), rounds, dms, tms, dms / tms);
+  std::printf("whole model (%d threads, %d of %d kernels tuned, %zu fusion(s) kept apart, medians of %d interleaved "
+              "runs): default %.3f ms, tuned %.3f ms (%.2fx)\n",
+              bo.threads, used, tex->plan().kernel_count(), kept_apart(bo, default_plan), rounds, dms, tms, dms / tms);
   return 0;
 }
 
