@@ -35,9 +35,11 @@ commands:
                                                  the kernels' source for one target; --nvrtc
                                                  compiles the CUDA source to PTX per architecture
   tune MODEL.onnx [--budget 10m|90s] [--threads N] [--records FILE] [--input NAME=FILE.npy]
-                                                 search per-kernel schedules, record them; run,
-                                                 bench and compile then use matching records
-                                                 (--records FILE, --no-records)
+                 [--no-fusion-search] [--samples FILE]
+                                                 measure close fusion decisions fused and apart,
+                                                 search per-kernel schedules, record both; run,
+                                                 bench, compile and explain then use matching
+                                                 records (--records FILE, --no-records)
   tune --merge A.jsonl B.jsonl ... -o C.jsonl    combine records databases
   calibrate [MODEL.onnx ...] [--threads N] [--runs N] [--samples FILE] [--json]
                                                  time every kernel, keep them as cost-model samples,
