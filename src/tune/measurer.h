@@ -51,6 +51,9 @@ struct Measurement {
 struct MeasureResult {
   std::vector<Measurement> candidates;  // per request kernel
   double compile_s = 0, run_s = 0;
+  // The machine that measured: its CPU model and ISA extensions ("cpu|isa", as in a record's key).
+  // Records are keyed by the machine that runs kiln tune; a remote measurer checks this matches.
+  std::string machine;
 };
 
 class Measurer {
@@ -76,6 +79,9 @@ class LocalMeasurer : public Measurer {
  private:
   std::string dir_;
 };
+
+// This machine as MeasureResult::machine names it.
+std::string measuring_machine();
 
 // Largest |got - want| / max|want| over the tensor (float dtypes; 0 when equal), infinite when the
 // types differ or a non-float element differs, NaN where `want` is not NaN counts as infinite.

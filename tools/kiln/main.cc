@@ -39,6 +39,7 @@ commands:
                                                  bench and compile then use matching records
                                                  (--records FILE, --no-records)
   tune --merge A.jsonl B.jsonl ... -o C.jsonl    combine records databases
+  tune-worker REQUEST RESULT                     one measurement job of tune --measurer ray (internal)
   test-onnx DIR... [--expect FILE] [--write-passed FILE] [--compiled [--device D]]
                                                  run ONNX backend-test folders
   help                                           this text
@@ -72,6 +73,7 @@ int main(int argc, char** argv) {
     if (cmd == "probe") return kiln::cli::cmd_probe(args);
     if (cmd == "roofline") return kiln::cli::cmd_roofline(args);
     if (cmd == "tune") return kiln::cli::cmd_tune(args);
+    if (cmd == "tune-worker") return kiln::cli::cmd_tune_worker(args);
     std::cerr << "kiln: error: unknown command '" << cmd << "' (see kiln help)\n";
     return 2;
   } catch (const kiln::UserError& e) {
