@@ -66,6 +66,9 @@ class Measurer {
     for (const auto& q : reqs) r.push_back(measure(q));
     return r;
   }
+  // How many requests measure_all runs at once (the tuner searches this many kernels side by
+  // side); 1 for a measurer that runs them one after the other.
+  virtual int parallelism() const { return 1; }
 };
 
 // Measures on this machine. Objects go to a private temporary folder (removed with the measurer),
