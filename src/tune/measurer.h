@@ -3,9 +3,9 @@
 //
 // A request is self-contained (C source, argument tensors, expected outputs, protocol): nothing in
 // it points into a graph or a plan, so a request can be shipped to another process or machine as
-// it is. Measurer is the seam for that: LocalMeasurer runs requests here, one after the other; a
-// cluster-backed measurer (Ray, issue 12) would serialise requests to identical workers and
-// implement measure_all concurrently. Results are the same shape either way.
+// it is. Measurer is the seam for that: LocalMeasurer runs requests here, one after the other;
+// RayMeasurer (tune/ray_measurer.h) serialises them (tune/measure_wire.h) to identical machines
+// and runs a measure_all's requests concurrently. Results are the same shape either way.
 #pragma once
 #include <memory>
 #include <string>

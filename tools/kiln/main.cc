@@ -35,6 +35,7 @@ commands:
                                                  the kernels' source for one target; --nvrtc
                                                  compiles the CUDA source to PTX per architecture
   tune MODEL.onnx [--budget 10m|90s] [--threads N] [--records FILE] [--input NAME=FILE.npy]
+                 [--measurer local|ray --ray-address HOST:PORT]
                                                  search per-kernel schedules, record them; run,
                                                  bench and compile then use matching records
                                                  (--records FILE, --no-records)
