@@ -55,3 +55,11 @@ if ! python3 -c "import nanobind, scikit_build_core, pytest, onnx, onnxruntime, 
   python3 -m pip install --quiet nanobind scikit-build-core pytest onnx onnxruntime numpy \
     || echo "setup: Python build dependencies not installed; the Python package kiln will not be built"
 fi
+# Ray, for `kiln tune --measurer ray` (measurement jobs on a cluster of identical machines,
+# docs/tuning.md) and its test, which starts a private one-node cluster on loopback. Pinned: the
+# driver (tools/ray_measure.py) was written and tested against this version.
+if ! python3 -c "import ray" >/dev/null 2>&1; then
+  echo "setup: installing ray (pip)"
+  python3 -m pip install --quiet "ray==2.40.0" \
+    || echo "setup: ray not installed; kiln tune --measurer ray and its test (tune_ray_measurer) will fail"
+fi

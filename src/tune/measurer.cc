@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "support/error.h"
+#include "tune/records.h"
 
 namespace kiln::tune {
 
@@ -54,6 +55,11 @@ double relative_difference(const Tensor& got, const Tensor& want) {
   return mag > 0 ? diff / mag : INFINITY;
 }
 
+std::string measuring_machine() {
+  const MachineKey m = current_machine(1);
+  return m.cpu + "|" + m.isa;
+}
+
 LocalMeasurer::LocalMeasurer() {
   std::error_code ec;
   fs::path tmp = fs::temp_directory_path(ec);
@@ -73,6 +79,7 @@ MeasureResult LocalMeasurer::measure(const MeasureRequest& req) {
              req.arguments.size(), " argument lists");
   MeasureResult res;
   res.candidates.resize(req.kernels.size());
+  res.machine = measuring_machine();
   if (req.kernels.empty()) return res;
   runtime::CompileOptions co = req.compile;
   co.cache_dir = dir_;

@@ -3,9 +3,9 @@
 //
 // A request is self-contained (C source, argument tensors, expected outputs, protocol): nothing in
 // it points into a graph or a plan, so a request can be shipped to another process or machine as
-// it is. Measurer is the seam for that: LocalMeasurer runs requests here, one after the other; a
-// cluster-backed measurer (Ray, issue 12) would serialise requests to identical workers and
-// implement measure_all concurrently. Results are the same shape either way.
+// it is. Measurer is the seam for that: LocalMeasurer runs requests here, one after the other;
+// RayMeasurer (tune/ray_measurer.h) serialises them (tune/measure_wire.h) to identical machines
+// and runs a measure_all's requests concurrently. Results are the same shape either way.
 #pragma once
 #include <memory>
 #include <string>
@@ -51,6 +51,9 @@ struct Measurement {
 struct MeasureResult {
   std::vector<Measurement> candidates;  // per request kernel
   double compile_s = 0, run_s = 0;
+  // The machine that measured: its CPU model and ISA extensions ("cpu|isa", as in a record's key).
+  // Records are keyed by the machine that runs kiln tune; a remote measurer checks this matches.
+  std::string machine;
 };
 
 class Measurer {
@@ -63,6 +66,9 @@ class Measurer {
     for (const auto& q : reqs) r.push_back(measure(q));
     return r;
   }
+  // How many requests measure_all runs at once (the tuner searches this many kernels side by
+  // side); 1 for a measurer that runs them one after the other.
+  virtual int parallelism() const { return 1; }
 };
 
 // Measures on this machine. Objects go to a private temporary folder (removed with the measurer),
@@ -76,6 +82,9 @@ class LocalMeasurer : public Measurer {
  private:
   std::string dir_;
 };
+
+// This machine as MeasureResult::machine names it.
+std::string measuring_machine();
 
 // Largest |got - want| / max|want| over the tensor (float dtypes; 0 when equal), infinite when the
 // types differ or a non-float element differs, NaN where `want` is not NaN counts as infinite.

@@ -39,12 +39,95 @@ struct Point {
   std::string code;  // the generated C under a fixed name: equal code, equal nest
 };
 
+// One kernel's coordinate descent, as a sequence of batches: next() gives the batch to measure (or
+// nothing when the search is over), take() its result. The caller decides when batches are
+// measured, so that several kernels' batches can go to the measurer together (measure_all).
 class KernelSearch {
  public:
-  KernelSearch(const FusionGroup& grp, const std::vector<Tensor>& inputs, const std::vector<Tensor>& reference,
-               const TuneOptions& opts, const loop::Schedule& dflt, Measurer& m)
-      : grp_(grp), inputs_(inputs), reference_(reference), opts_(opts), dflt_(dflt), measurer_(m),
-        resolved_(runtime::with_numerics(opts.build)) {}
+  using Tick = std::function<void(int, double)>;
+  KernelSearch(const FusionGroup& grp, std::vector<Tensor> inputs, std::vector<Tensor> reference,
+               const TuneOptions& opts, const loop::Schedule& dflt, double deadline_s, Clock::time_point start,
+               Tick tick)
+      : grp_(grp), inputs_(std::move(inputs)), reference_(std::move(reference)), opts_(opts), dflt_(dflt),
+        resolved_(runtime::with_numerics(opts.build)), deadline_s_(deadline_s), start_(start), tick_(std::move(tick)) {
+    std::optional<Point> d = lower(dflt_);
+    KILN_CHECK(d, "kernel ", grp_.name, " was planned under the default schedule, but its lowering refuses it");
+    best_ = std::move(*d);
+    default_code_ = best_.code;
+    tried_ = {best_.code};
+    space_ = search_space(grp_, dflt_, opts_.build.fusion.target);
+  }
+
+  // The next batch, or nullopt when the search is done (result() and final_schedule() are set).
+  std::optional<MeasureRequest> next() {
+    if (phase_ == Phase::Search) {
+      if (std::optional<MeasureRequest> q = next_search_batch()) return q;
+      phase_ = Phase::Confirm;
+    }
+    if (phase_ == Phase::Confirm) {
+      // Confirm: the default and the best, interleaved, in one batch.
+      dp_ = lower(dflt_);
+      phase_ = Phase::Confirming;
+      if (best_.code != default_code_ && left() > 0) {
+        pending_ = Pending::Pair;
+        return request({&*dp_, &best_});
+      }
+      if (best_.code == default_code_ && res_.trials > 0) {
+        pending_ = Pending::Single;
+        return request({&*dp_});
+      }
+      finish();
+    }
+    return std::nullopt;
+  }
+
+  // The result of the batch next() returned last, and how long the caller waited for it.
+  void take(const MeasureResult& r, double waited_s) {
+    per_candidate_s_ = waited_s / double(std::max<size_t>(1, r.candidates.size()));
+    std::vector<double> t;
+    for (const Measurement& m : r.candidates) {
+      t.push_back(m.ok ? m.median_ms : -1.0);
+      if (!m.ok && error_.empty()) error_ = m.error;
+    }
+    KILN_CHECK(t.size() == batch_size_, "measurer returned ", t.size(), " measurements for ", batch_size_, " candidates");
+    if (pending_ == Pending::Search) {
+      res_.trials += int(cands_.size());
+      if (t[0] <= 0) {  // the incumbent itself failed: nothing to compare with; end this pass
+        dim_ = space_.size();
+        return;
+      }
+      size_t win = 0;
+      for (size_t i = 1; i < t.size(); ++i)
+        if (t[i] > 0 && t[i] < t[win]) win = i;
+      if (win && t[win] < t[0] * (1 - opts_.min_gain)) {
+        best_speedup_ *= t[0] / t[win];
+        best_ = std::move(cands_[win - 1]);
+        improved_in_pass_ = true;
+      }
+      cands_.clear();
+      tick_(res_.trials, best_speedup_);
+      return;
+    }
+    res_.default_ms = t[0];
+    if (pending_ == Pending::Pair) {
+      res_.tuned_ms = t[1];
+      res_.improved = t[0] > 0 && t[1] > 0 && t[1] < t[0] * (1 - opts_.min_gain / 2);
+    } else {
+      res_.tuned_ms = t[0];
+    }
+    finish();
+  }
+
+  const KernelResult& result() const { return res_; }
+  const loop::Schedule& final_schedule() const { return final_sched_; }
+
+ private:
+  enum class Phase { Search, Confirm, Confirming, Done };
+  enum class Pending { Search, Pair, Single };
+
+  double left() const { return deadline_s_ - seconds_since(start_); }
+  // Predicted wall time of a batch of `n` points.
+  double predict_s(size_t n) const { return per_candidate_s_ > 0 ? per_candidate_s_ * double(n) + 0.2 : 1.0 + 0.3 * n; }
 
   // The point for `s`, or nullopt when the lowering refuses it.
   std::optional<Point> lower(loop::Schedule s) const {
@@ -57,8 +140,42 @@ class KernelSearch {
     return p;
   }
 
-  // Times `points` in one batch; per point its median (ms) or a negative number when it failed.
-  std::vector<double> measure(std::vector<Point*> points, std::string* first_error) {
+  // One batch per field: the incumbent and every new legal, distinct value of the field. Passes
+  // over the fields repeat until one improves nothing; a batch starts only when its predicted cost
+  // plus the confirming batch's fits what is left of the share.
+  std::optional<MeasureRequest> next_search_batch() {
+    for (;;) {
+      if (dim_ == space_.size()) {
+        if (!improved_in_pass_) return std::nullopt;
+        improved_in_pass_ = false;
+        dim_ = 0;
+        continue;
+      }
+      const Dimension& dim = space_[dim_++];
+      cands_.clear();
+      for (int64_t v : dim.values) {
+        loop::Schedule s = best_.sched;
+        if (*get_field(s, dim.field) == v) continue;
+        set_field(s, dim.field, v);
+        if (!fits_registers(s, opts_.build.fusion.target)) continue;
+        std::optional<Point> p = lower(s);
+        if (!p || !tried_.insert(p->code).second) continue;
+        cands_.push_back(std::move(*p));
+      }
+      if (cands_.empty()) continue;
+      if (predict_s(cands_.size() + 1) + predict_s(2) > left()) {
+        out_of_time_ = true;
+        cands_.clear();
+        return std::nullopt;
+      }
+      std::vector<Point*> batch = {&best_};
+      for (Point& c : cands_) batch.push_back(&c);
+      pending_ = Pending::Search;
+      return request(batch);
+    }
+  }
+
+  MeasureRequest request(const std::vector<Point*>& points) {
     MeasureRequest req;
     std::vector<loop::LoopKernel> ks;
     for (size_t i = 0; i < points.size(); ++i) {
@@ -69,106 +186,52 @@ class KernelSearch {
       ks.push_back(std::move(k));
     }
     ++batches_;
+    batch_size_ = points.size();
     req.source = codegen::emit_c(ks, resolved_.emit);
     req.reference = reference_;
     req.threads = opts_.build.threads;
     req.compile = resolved_.compile;
     req.protocol = opts_.protocol;
-    const auto t0 = Clock::now();
-    MeasureResult r = measurer_.measure(req);
-    last_batch_s_ = seconds_since(t0);
-    per_candidate_s_ = last_batch_s_ / double(points.size());
-    std::vector<double> out;
-    for (const Measurement& m : r.candidates) {
-      out.push_back(m.ok ? m.median_ms : -1.0);
-      if (!m.ok && first_error && first_error->empty()) *first_error = m.error;
-    }
-    return out;
+    return req;
   }
 
-  // Predicted wall time of a batch of `n` points.
-  double predict_s(size_t n) const { return per_candidate_s_ > 0 ? per_candidate_s_ * double(n) + 0.2 : 1.0 + 0.3 * n; }
-
-  KernelResult run(double deadline_s, Clock::time_point start, const std::function<void(int, double)>& tick) {
-    KernelResult res;
-    auto left = [&] { return deadline_s - seconds_since(start); };
-    std::optional<Point> d = lower(dflt_);
-    KILN_CHECK(d, "kernel ", grp_.name, " was planned under the default schedule, but its lowering refuses it");
-    Point best = std::move(*d);
-    const std::string default_code = best.code;
-    std::set<std::string> tried = {best.code};
-    const std::vector<Dimension> space = search_space(grp_, dflt_, opts_.build.fusion.target);
-    double best_speedup = 1.0;  // of the best over the default, as the batches saw it
-    bool out_of_time = false, improved_in_pass = true;
-    std::string error;
-    // Leave room for the confirming batch (two points) after the search.
-    auto fits = [&](size_t n) { return predict_s(n) + predict_s(2) <= left(); };
-    while (improved_in_pass && !out_of_time) {
-      improved_in_pass = false;
-      for (const Dimension& dim : space) {
-        std::vector<Point> cands;
-        for (int64_t v : dim.values) {
-          loop::Schedule s = best.sched;
-          if (*get_field(s, dim.field) == v) continue;
-          set_field(s, dim.field, v);
-          if (!fits_registers(s, opts_.build.fusion.target)) continue;
-          std::optional<Point> p = lower(s);
-          if (!p || !tried.insert(p->code).second) continue;
-          cands.push_back(std::move(*p));
-        }
-        if (cands.empty()) continue;
-        if (!fits(cands.size() + 1)) {
-          out_of_time = true;
-          break;
-        }
-        std::vector<Point*> batch = {&best};
-        for (Point& c : cands) batch.push_back(&c);
-        std::vector<double> t = measure(batch, &error);
-        res.trials += int(cands.size());
-        if (t[0] <= 0) break;  // the incumbent itself failed: nothing to compare with
-        size_t win = 0;
-        for (size_t i = 1; i < t.size(); ++i)
-          if (t[i] > 0 && t[i] < t[win]) win = i;
-        if (win && t[win] < t[0] * (1 - opts_.min_gain)) {
-          best_speedup *= t[0] / t[win];
-          best = std::move(cands[win - 1]);
-          improved_in_pass = true;
-        }
-        tick(res.trials, best_speedup);
-      }
-    }
-    // Confirm: the default and the best, interleaved, in one batch.
-    std::optional<Point> dp = lower(dflt_);
-    if (best.code != default_code && left() > 0) {
-      std::vector<double> t = measure({&*dp, &best}, &error);
-      res.default_ms = t[0];
-      res.tuned_ms = t[1];
-      res.improved = t[0] > 0 && t[1] > 0 && t[1] < t[0] * (1 - opts_.min_gain / 2);
-    } else if (best.code == default_code && res.trials > 0) {
-      std::vector<double> t = measure({&*dp}, &error);
-      res.default_ms = res.tuned_ms = t[0];
-    }
-    if (!res.improved) best = std::move(*dp);
-    res.changed = changed_fields(best.sched, dflt_);
-    if (!res.improved) res.changed.clear();
-    if (res.trials == 0) res.note = out_of_time ? "budget spent before its first batch" : "no other legal nest";
-    else if (!error.empty()) res.note = "some candidates refused: " + error;
-    final_sched_ = best.sched;
-    return res;
+  void finish() {
+    if (!res_.improved) best_ = std::move(*dp_);
+    res_.changed = changed_fields(best_.sched, dflt_);
+    if (!res_.improved) res_.changed.clear();
+    if (res_.trials == 0) res_.note = out_of_time_ ? "budget spent before its first batch" : "no other legal nest";
+    else if (!error_.empty()) res_.note = "some candidates refused: " + error_;
+    final_sched_ = best_.sched;
+    phase_ = Phase::Done;
   }
-  const loop::Schedule& final_schedule() const { return final_sched_; }
 
- private:
   const FusionGroup& grp_;
-  const std::vector<Tensor>& inputs_;
-  const std::vector<Tensor>& reference_;
+  const std::vector<Tensor> inputs_, reference_;
   const TuneOptions& opts_;
   const loop::Schedule& dflt_;
-  Measurer& measurer_;
   runtime::BuildOptions resolved_;
+  const double deadline_s_;
+  const Clock::time_point start_;
+  const Tick tick_;
+
+  Phase phase_ = Phase::Search;
+  Pending pending_ = Pending::Search;
+  KernelResult res_;
+  Point best_;
+  std::optional<Point> dp_;
+  std::string default_code_;
+  std::set<std::string> tried_;
+  std::vector<Dimension> space_;
+  size_t dim_ = 0;
+  bool improved_in_pass_ = true;  // so that the first pass starts
+  bool out_of_time_ = false;
+  std::vector<Point> cands_;      // the candidates of the batch in flight (after the incumbent)
+  std::string error_;
+  double best_speedup_ = 1.0;     // of the best over the default, as the batches saw it
   loop::Schedule final_sched_;
   int batches_ = 0;
-  double last_batch_s_ = 0, per_candidate_s_ = 0;
+  size_t batch_size_ = 0;
+  double per_candidate_s_ = 0;
 };
 
 std::string op_list(const FusionGroup& grp) {
@@ -266,56 +329,84 @@ TuneReport tune_model(const Graph& g, const TensorMap& inputs, const TuneOptions
   for (const Work& w : work)
     if (!recorded(w.signature)) weight_left += std::max(w.weight_ms, 1e-6);
   const double search_start = seconds_since(start);
-  for (size_t i = 0; i < work.size(); ++i) {
-    const Work& w = work[i];
-    const FusionGroup& grp = ex->plan().groups[w.group];
-    KernelResult kr;
-    kr.signature = w.signature;
-    kr.name = ex->kernels()[w.group].name;
-    kr.ops = op_list(grp);
-    kr.emitter = grp.emitter;
-    kr.instances = w.instances;
-    const std::string head = cat("kernel ", i + 1, "/", work.size(), " ", kr.name);
-    if (const Record* r = recorded(w.signature)) {
-      kr.from_records = true;
-      kr.default_ms = r->default_ms;
-      kr.tuned_ms = r->tuned_ms;
-      kr.improved = r->improved;
-      kr.trials = r->trials;
-      if (r->improved) kr.changed = changed_fields(record_schedule(*r, target), dflt);
-      kr.note = "from the records";
-      say(head + ": recorded, skipped");
-      report.kernels.push_back(std::move(kr));
-      continue;
-    }
-    const double weight = std::max(w.weight_ms, 1e-6);
-    const double left = opts.budget_s - (seconds_since(start) - search_start);
-    const double share = left * weight / weight_left;
-    weight_left -= weight;
-    // Realistic buffers: the tensors the default build's run gave this kernel.
-    std::vector<Tensor> ins, ref;
-    for (const Value* v : grp.inputs) ins.push_back(v->is_constant() ? v->constant() : values.at(v));
-    for (const Value* v : grp.outputs) ref.push_back(values.at(v));
-    KernelSearch search(grp, ins, ref, opts, dflt, measurer);
-    const double kernel_deadline = seconds_since(start) + share;
-    kr = [&] {
-      KernelResult r = search.run(kernel_deadline, start, [&](int trials, double speedup) {
+  // Up to `slots` kernels are searched side by side, one batch each per round, the round's batches
+  // measured together (measure_all): a measurer that runs N requests at once (a cluster of N
+  // machines) gets N at once. With one slot (LocalMeasurer) this is the plain one-kernel-at-a-time
+  // search. A kernel's share is fixed when it starts: what is left of the budget, times the slots
+  // (they run concurrently), times its weight among the kernels not yet started, never more than
+  // what is left, so no kernel runs past the budget.
+  const int slots = std::max(1, measurer.parallelism());
+  struct Active {
+    size_t work = 0;
+    KernelResult kr;  // identity fields; the search fills the rest
+    std::string head;
+    std::unique_ptr<KernelSearch> search;
+  };
+  std::vector<KernelResult> results(work.size());
+  std::vector<Active> active;
+  size_t next_work = 0;
+  // Starts the next kernel that needs a search (reporting recorded ones on the way); false when
+  // none is left.
+  auto start_next = [&]() -> bool {
+    while (next_work < work.size()) {
+      const size_t i = next_work++;
+      const Work& w = work[i];
+      const FusionGroup& grp = ex->plan().groups[w.group];
+      KernelResult kr;
+      kr.signature = w.signature;
+      kr.name = ex->kernels()[w.group].name;
+      kr.ops = op_list(grp);
+      kr.emitter = grp.emitter;
+      kr.instances = w.instances;
+      const std::string head = cat("kernel ", i + 1, "/", work.size(), " ", kr.name);
+      if (const Record* r = recorded(w.signature)) {
+        kr.from_records = true;
+        kr.default_ms = r->default_ms;
+        kr.tuned_ms = r->tuned_ms;
+        kr.improved = r->improved;
+        kr.trials = r->trials;
+        if (r->improved) kr.changed = changed_fields(record_schedule(*r, target), dflt);
+        kr.note = "from the records";
+        say(head + ": recorded, skipped");
+        results[i] = std::move(kr);
+        continue;
+      }
+      const double weight = std::max(w.weight_ms, 1e-6);
+      const double left = opts.budget_s - (seconds_since(start) - search_start);
+      const double share = std::min(left, left * double(slots) * weight / weight_left);
+      weight_left -= weight;
+      // Realistic buffers: the tensors the default build's run gave this kernel.
+      std::vector<Tensor> ins, ref;
+      for (const Value* v : grp.inputs) ins.push_back(v->is_constant() ? v->constant() : values.at(v));
+      for (const Value* v : grp.outputs) ref.push_back(values.at(v));
+      auto tick = [say, head](int trials, double speedup) {
         char b[96];
         std::snprintf(b, sizeof b, ": %d trials, best x%.2f", trials, speedup);
         say(head + b);
-      });
-      r.signature = kr.signature;
-      r.name = kr.name;
-      r.ops = kr.ops;
-      r.emitter = kr.emitter;
-      r.instances = kr.instances;
-      return r;
-    }();
+      };
+      Active a;
+      a.work = i;
+      a.kr = std::move(kr);
+      a.head = head;
+      a.search = std::make_unique<KernelSearch>(grp, std::move(ins), std::move(ref), opts, dflt,
+                                                seconds_since(start) + share, start, tick);
+      active.push_back(std::move(a));
+      return true;
+    }
+    return false;
+  };
+  auto finish = [&](Active& a) {
+    KernelResult kr = a.search->result();
+    kr.signature = a.kr.signature;
+    kr.name = a.kr.name;
+    kr.ops = a.kr.ops;
+    kr.emitter = a.kr.emitter;
+    kr.instances = a.kr.instances;
     {
       char b[128];
       std::snprintf(b, sizeof b, ": done, %d trials, %.4g -> %.4g ms%s", kr.trials, kr.default_ms, kr.tuned_ms,
                     kr.improved ? "" : " (default kept)");
-      say(head + (kr.trials ? std::string(b) : ": " + kr.note));
+      say(a.head + (kr.trials ? std::string(b) : ": " + kr.note));
     }
     // A kernel searched to the end is recorded (improved or not, so the next run skips it); one
     // the budget cut before any trial is not, so the next run tunes it.
@@ -331,13 +422,39 @@ TuneReport tune_model(const Graph& g, const TensorMap& inputs, const TuneOptions
       rec.tuned_ms = kr.improved ? kr.tuned_ms : kr.default_ms;
       rec.trials = kr.trials;
       rec.date = iso_utc_now();
-      const loop::Schedule& s = kr.improved ? search.final_schedule() : dflt;
+      const loop::Schedule& s = kr.improved ? a.search->final_schedule() : dflt;
       for (const std::string& f : schedule_field_names()) rec.fields[f] = *get_field(s, f);
       upsert_record(records, rec);
       if (save) save(records);
     }
-    report.kernels.push_back(std::move(kr));
+    results[a.work] = std::move(kr);
+  };
+  for (;;) {
+    while (int(active.size()) < slots && start_next()) {
+    }
+    if (active.empty()) break;
+    // One batch from every active kernel; a kernel that is done leaves, and the next kernel takes
+    // its slot in this same round.
+    std::vector<MeasureRequest> reqs;
+    std::vector<size_t> owner;  // index into `active` of each request
+    for (size_t k = 0; k < active.size();) {
+      if (std::optional<MeasureRequest> q = active[k].search->next()) {
+        reqs.push_back(std::move(*q));
+        owner.push_back(k++);
+        continue;
+      }
+      finish(active[k]);
+      active.erase(active.begin() + std::ptrdiff_t(k));  // only later entries move: `owner` stays valid
+      start_next();
+    }
+    if (reqs.empty()) continue;
+    const auto t0 = Clock::now();
+    std::vector<MeasureResult> got = measurer.measure_all(reqs);
+    const double waited = seconds_since(t0);
+    KILN_CHECK(got.size() == reqs.size(), "measure_all returned ", got.size(), " results for ", reqs.size(), " requests");
+    for (size_t j = 0; j < got.size(); ++j) active[owner[j]].search->take(got[j], waited);
   }
+  report.kernels = std::move(results);
   report.search_s = seconds_since(start) - search_start;
   return report;
 }

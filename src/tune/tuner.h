@@ -7,9 +7,12 @@
 // interleaved, gives the times a record keeps.
 //
 // The budget is split over the kernels still to tune in proportion to their default time (times
-// their instance count), recomputed after each kernel so that what a converged kernel leaves goes
-// to the others; the heaviest kernels go first. A batch is only started when its predicted cost
-// (the last batch's, per candidate) fits the kernel's share.
+// their instance count), recomputed as each kernel starts so that what a converged kernel leaves
+// goes to the others; the heaviest kernels go first. A batch is only started when its predicted
+// cost (the last batch's, per candidate) fits the kernel's share. When the measurer runs N
+// requests at once (Measurer::parallelism, e.g. a Ray cluster of N machines), N kernels are
+// searched side by side and each round's batches go to Measurer::measure_all together; with
+// N = 1 (LocalMeasurer) the search is one kernel after the other.
 #pragma once
 #include <functional>
 #include <map>

@@ -263,5 +263,63 @@ TEST(TuneExecutable, EveryKernelUnderANonDefaultScheduleStaysWithinTheContract) 
   fs::remove_all(o.compile.cache_dir);
 }
 
+
+// Measures here, one request after the other, but says it runs `n` at once: what the tuner does
+// with a measurer of N workers (a Ray cluster), without the cluster.
+class WideMeasurer : public tune::Measurer {
+ public:
+  explicit WideMeasurer(int n) : n_(n) {}
+  tune::MeasureResult measure(const tune::MeasureRequest& r) override { return local_.measure(r); }
+  std::vector<tune::MeasureResult> measure_all(const std::vector<tune::MeasureRequest>& rs) override {
+    widest = std::max(widest, rs.size());
+    ++rounds;
+    return Measurer::measure_all(rs);
+  }
+  int parallelism() const override { return n_; }
+  size_t widest = 0;
+  int rounds = 0;
+
+ private:
+  int n_;
+  tune::LocalMeasurer local_;
+};
+
+// With parallelism N the tuner sends up to N kernels' batches in one measure_all, and still keeps
+// to the budget and records every kernel it searched; with 1 every call carries one batch (the
+// one-kernel-at-a-time search LocalMeasurer has always had).
+TEST(TuneSearch, AParallelMeasurerGetsSeveralKernelsBatchesPerRoundWithinTheBudget) {
+  const std::string cache = (fs::temp_directory_path() / ("kiln_tune_wide_" + std::to_string(::getpid()))).string();
+  for (int n : {1, 2}) {
+    auto g = two_matmuls("", 80);
+    const TensorMap inputs = testing::random_inputs(*g, 5, {}, false);
+    tune::TuneOptions to;
+    to.budget_s = 4;
+    to.build.threads = 1;
+    to.build.compile.cache_dir = cache;
+    to.protocol.samples = 3;
+    WideMeasurer m(n);
+    std::vector<tune::Record> records;
+    int saves = 0;
+    const tune::TuneReport rep =
+        tune::tune_model(*g, inputs, to, m, records, [&](const std::vector<tune::Record>&) { ++saves; });
+    EXPECT_EQ(m.widest, size_t(n)) << "parallelism " << n << ", " << m.rounds << " rounds";
+    ASSERT_EQ(rep.kernels.size(), 2u);
+    int searched = 0;
+    for (const auto& k : rep.kernels) searched += k.trials > 0;
+    // Two slots give both kernels the whole budget side by side; one slot splits it by weight, and
+    // the light kernel's share may be too small for a first batch.
+    EXPECT_GE(searched, n) << "parallelism " << n;
+    EXPECT_EQ(records.size(), size_t(searched));
+    EXPECT_EQ(saves, searched);
+    // The budget bounds the search; a batch is started only when its predicted cost fits, and a
+    // prediction can be short by about one batch.
+    EXPECT_LE(rep.search_s, to.budget_s + 3) << "parallelism " << n;
+    // Heaviest first, whatever order the searches finished in.
+    EXPECT_FALSE(rep.kernels[0].name.empty());
+    EXPECT_FALSE(rep.kernels[1].name.empty());
+  }
+  fs::remove_all(cache);
+}
+
 }  // namespace
 }  // namespace kiln

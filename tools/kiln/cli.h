@@ -80,6 +80,7 @@ int cmd_probe(const std::vector<std::string>& argv);
 int cmd_roofline(const std::vector<std::string>& argv);
 int cmd_tune(const std::vector<std::string>& argv);
 int cmd_calibrate(const std::vector<std::string>& argv);
+int cmd_tune_worker(const std::vector<std::string>& argv);
 
 // A one-line progress display for long steps (building kernels), shown only when stderr is a
 // terminal; the line is cleared by done() or when the object goes away.

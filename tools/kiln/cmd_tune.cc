@@ -12,6 +12,7 @@
 #include "analysis/kernel_timing.h"
 #include "cli.h"
 #include "tune/fusion_search.h"
+#include "tune/ray_measurer.h"
 #include "tune/records.h"
 #include "tune/schedule_fields.h"
 #include "tune/tuner.h"
@@ -99,6 +100,38 @@ void print_fusion_trials(const tune::FusionSearchReport& fr) {
               measured, apart);
 }
 
+// The Ray measurer's driver script: beside the kiln binary (CMake copies it into the build
+// folder), else in the source tree this kiln was built from.
+std::string ray_driver_path(const std::string& exe) {
+  std::error_code ec;
+  const std::filesystem::path beside = std::filesystem::path(exe).parent_path() / "ray_measure.py";
+  if (std::filesystem::is_regular_file(beside, ec)) return beside.string();
+  const std::filesystem::path in_tree = std::filesystem::path(KILN_SOURCE_DIR) / "tools" / "ray_measure.py";
+  if (std::filesystem::is_regular_file(in_tree, ec)) return in_tree.string();
+  user_error("the Ray measurer's driver ray_measure.py is neither beside ", exe, " nor in ", in_tree.parent_path().string());
+}
+
+// --measurer local (default) or ray (--ray-address HOST:PORT): which machines measure candidates.
+std::unique_ptr<tune::Measurer> make_measurer(const Args& a) {
+  const std::string kind = a.get("measurer", "local");
+  if (kind == "local") {
+    if (a.has("ray-address")) user_error("--ray-address needs --measurer ray");
+    return std::make_unique<tune::LocalMeasurer>();
+  }
+  if (kind != "ray") user_error("--measurer expects local or ray, got '", kind, "'");
+  if (!a.has("ray-address") || a.get("ray-address").empty())
+    user_error("--measurer ray needs --ray-address HOST:PORT (the head node of the cluster)");
+  std::error_code ec;
+  // The workers run this same binary: kiln is installed at the same path on every node.
+  const std::string exe = std::filesystem::canonical("/proc/self/exe", ec).string();
+  if (ec) user_error("cannot find the kiln binary's path (/proc/self/exe): ", ec.message());
+  tune::RayOptions ro;
+  ro.address = a.get("ray-address");
+  ro.kiln = exe;
+  ro.driver = ray_driver_path(exe);
+  return std::make_unique<tune::RayMeasurer>(ro);
+}
+
 int merge(const Args& a) {
   if (!a.has("output")) user_error("tune --merge needs -o FILE");
   std::vector<tune::Record> all;
@@ -143,7 +176,8 @@ void warn_tuned_fallbacks(const runtime::Executable& ex) {
 int cmd_tune(const std::vector<std::string>& argv_in) {
   const std::vector<std::string> argv = with_long_output(argv_in);
   auto valued = kModelValuedOptions;
-  valued.insert(valued.end(), {"budget", "threads", "records", "input", "target", "output", "samples"});
+  valued.insert(valued.end(), {"budget", "threads", "records", "input", "target", "output", "samples", "measurer",
+                                "ray-address"});
   auto flags = kModelFlags;
   flags.insert(flags.end(), {"merge", "no-cache", "strict-fp", "no-fusion-search"});
   Args a(argv, valued, flags);
@@ -168,6 +202,8 @@ int cmd_tune(const std::vector<std::string>& argv_in) {
   tune::RecordsFile rf = tune::read_records(path, nullptr);
   print_warnings(rf.warnings);
   std::vector<tune::Record> records = rf.records;
+  // So is the measurer: a cluster that cannot be reached is an error before the model is built.
+  std::unique_ptr<tune::Measurer> measurer = make_measurer(a);
 
   auto g = load_model(model, a, pipeline_options(a), /*lower=*/true);
   TensorMap inputs = analysis::fill_inputs(*g, analysis::read_input_specs(a.all("input")));
@@ -179,6 +215,9 @@ int cmd_tune(const std::vector<std::string>& argv_in) {
     std::fflush(stderr);
   };
   std::printf("tuning %s on %s, budget %.0f s, records %s\n", model.c_str(), machine.str().c_str(), budget, path.c_str());
+  if (a.get("measurer", "local") == "ray")
+    std::printf("measuring on the Ray cluster at %s: %d kernels at a time (kiln_measure units)\n",
+                a.get("ray-address").c_str(), measurer->parallelism());
   std::fflush(stdout);
 
   // Fusion decisions first (a share of the budget): they decide the kernels whose schedules are
@@ -220,10 +259,9 @@ int cmd_tune(const std::vector<std::string>& argv_in) {
   to.budget_s = std::max(1.0, budget - fusion_s);
   to.build = bo;
   to.progress = progress;
-  tune::LocalMeasurer measurer;
   tune::TuneReport rep;
   try {
-    rep = tune::tune_model(*g, inputs, to, measurer, records,
+    rep = tune::tune_model(*g, inputs, to, *measurer, records,
                            [&](const std::vector<tune::Record>& rs) { tune::write_records(path, rs); });
   } catch (const UserError& e) {
     throw UserError(model + ": " + e.what());

@@ -35,12 +35,13 @@ commands:
                                                  the kernels' source for one target; --nvrtc
                                                  compiles the CUDA source to PTX per architecture
   tune MODEL.onnx [--budget 10m|90s] [--threads N] [--records FILE] [--input NAME=FILE.npy]
-                 [--no-fusion-search] [--samples FILE]
+                 [--no-fusion-search] [--samples FILE] [--measurer local|ray --ray-address HOST:PORT]
                                                  measure close fusion decisions fused and apart,
                                                  search per-kernel schedules, record both; run,
                                                  bench, compile and explain then use matching
                                                  records (--records FILE, --no-records)
   tune --merge A.jsonl B.jsonl ... -o C.jsonl    combine records databases
+  tune-worker REQUEST RESULT                     one measurement job of tune --measurer ray (internal)
   calibrate [MODEL.onnx ...] [--threads N] [--runs N] [--samples FILE] [--json]
                                                  time every kernel, keep them as cost-model samples,
                                                  fit per-class factors (roofline, explain and
@@ -80,6 +81,7 @@ int main(int argc, char** argv) {
     if (cmd == "roofline") return kiln::cli::cmd_roofline(args);
     if (cmd == "tune") return kiln::cli::cmd_tune(args);
     if (cmd == "calibrate") return kiln::cli::cmd_calibrate(args);
+    if (cmd == "tune-worker") return kiln::cli::cmd_tune_worker(args);
     std::cerr << "kiln: error: unknown command '" << cmd << "' (see kiln help)\n";
     return 2;
   } catch (const kiln::UserError& e) {
