@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <set>
 #include <unordered_map>
 
@@ -56,6 +57,7 @@ class KernelSearch {
     default_code_ = best_.code;
     tried_ = {best_.code};
     space_ = search_space(grp_, dflt_, opts_.build.fusion.target);
+    rng_.seed(std::hash<std::string>{}(default_code_));
   }
 
   // The next batch, or nullopt when the search is done (result() and final_schedule() are set).
@@ -103,6 +105,7 @@ class KernelSearch {
         best_speedup_ *= t[0] / t[win];
         best_ = std::move(cands_[win - 1]);
         improved_in_pass_ = true;
+        evolve_left_ = kEvolveRounds;  // a new best: descent from it, then mutants of it again
       }
       cands_.clear();
       tick_(res_.trials, best_speedup_);
@@ -146,7 +149,7 @@ class KernelSearch {
   std::optional<MeasureRequest> next_search_batch() {
     for (;;) {
       if (dim_ == space_.size()) {
-        if (!improved_in_pass_) return std::nullopt;
+        if (!improved_in_pass_) return next_mutation_batch();
         improved_in_pass_ = false;
         dim_ = 0;
         continue;
@@ -173,6 +176,45 @@ class KernelSearch {
       pending_ = Pending::Search;
       return request(batch);
     }
+  }
+
+  // After coordinate descent has converged, a (1+lambda) evolution strategy: batches of
+  // kMutants random points that change two or three fields of the best at once (a pair of fields
+  // that only pay together is invisible to one-field moves, e.g. mr with nr, or kc with the
+  // reuse budget). A mutant that wins restarts the coordinate descent from it; the search stops
+  // after kEvolveRounds batches in a row without a win, or when the share is spent. The random
+  // numbers are seeded by the kernel's code, so a rerun on the same kernel tries the same points.
+  static constexpr int kMutants = 8, kEvolveRounds = 3;
+  std::optional<MeasureRequest> next_mutation_batch() {
+    if (evolve_left_ <= 0 || space_.size() < 2) return std::nullopt;
+    --evolve_left_;
+    cands_.clear();
+    for (int attempt = 0; attempt < kMutants * 8 && int(cands_.size()) < kMutants; ++attempt) {
+      loop::Schedule sch = best_.sched;
+      const size_t fields = 2 + rng_() % std::min<size_t>(2, space_.size() - 1);
+      std::set<size_t> picked;
+      while (picked.size() < fields) picked.insert(rng_() % space_.size());
+      for (size_t d : picked) {
+        const Dimension& dim = space_[d];
+        if (dim.values.empty()) continue;
+        set_field(sch, dim.field, dim.values[rng_() % dim.values.size()]);
+      }
+      if (!fits_registers(sch, opts_.build.fusion.target)) continue;
+      std::optional<Point> p = lower(sch);
+      if (!p || !tried_.insert(p->code).second) continue;
+      cands_.push_back(std::move(*p));
+    }
+    if (cands_.empty()) return std::nullopt;
+    if (predict_s(cands_.size() + 1) + predict_s(2) > left()) {
+      out_of_time_ = true;
+      cands_.clear();
+      return std::nullopt;
+    }
+    res_.mutants += int(cands_.size());
+    std::vector<Point*> batch = {&best_};
+    for (Point& c : cands_) batch.push_back(&c);
+    pending_ = Pending::Search;
+    return request(batch);
   }
 
   MeasureRequest request(const std::vector<Point*>& points) {
@@ -224,6 +266,8 @@ class KernelSearch {
   std::vector<Dimension> space_;
   size_t dim_ = 0;
   bool improved_in_pass_ = true;  // so that the first pass starts
+  int evolve_left_ = kEvolveRounds;
+  std::mt19937_64 rng_;
   bool out_of_time_ = false;
   std::vector<Point> cands_;      // the candidates of the batch in flight (after the incumbent)
   std::string error_;

@@ -2,8 +2,10 @@
 // coordinate descent over its search space (tune/search_space.h), starting from the default
 // schedule; every point the lowering accepts and whose generated C differs from the points already
 // tried is measured (tune/measurer.h) against the incumbent in the same batch, and taken when it
-// beats it by TuneOptions::min_gain. A kernel stops when a full pass over its fields improves
-// nothing or its share of the budget is spent; a final batch of the default and the best,
+// beats it by TuneOptions::min_gain. When a full pass over its fields improves nothing, a (1+8)
+// evolution strategy tries batches of random points that change two or three fields of the best at
+// once (a win restarts the descent from it); a kernel stops after three such batches without a win
+// or when its share of the budget is spent; a final batch of the default and the best,
 // interleaved, gives the times a record keeps.
 //
 // The budget is split over the kernels still to tune in proportion to their default time (times
@@ -43,6 +45,7 @@ struct KernelResult {
   int instances = 0;
   double default_ms = 0, tuned_ms = 0;        // per call, from the confirming batch (or the record)
   int trials = 0;
+  int mutants = 0;                            // of the trials: evolution-strategy points (several fields)
   bool improved = false;
   bool from_records = false;                  // already recorded: not searched again
   std::string note;                           // why it was not searched (budget spent, ...)

@@ -321,5 +321,44 @@ TEST(TuneSearch, AParallelMeasurerGetsSeveralKernelsBatchesPerRoundWithinTheBudg
   fs::remove_all(cache);
 }
 
+// A measurer that compiles nothing and times every candidate alike: no point ever wins, so each
+// kernel's coordinate descent converges after one pass, and the evolution strategy then tries its
+// batches of multi-field mutants (at most three in a row without a win) and stops early, well
+// inside the budget.
+class FlatMeasurer : public tune::Measurer {
+ public:
+  tune::MeasureResult measure(const tune::MeasureRequest& r) override {
+    tune::MeasureResult out;
+    for (size_t i = 0; i < r.kernels.size(); ++i) {
+      tune::Measurement m;
+      m.ok = true;
+      m.median_ms = 1.0;
+      out.candidates.push_back(m);
+    }
+    ++batches;
+    return out;
+  }
+  int batches = 0;
+};
+
+TEST(TuneSearch, MutantsFollowAConvergedDescentAndStopEarly) {
+  auto g = two_matmuls("", 80);
+  const TensorMap inputs = testing::random_inputs(*g, 5, {}, false);
+  tune::TuneOptions to;
+  to.budget_s = 600;
+  to.build.threads = 1;
+  FlatMeasurer m;
+  std::vector<tune::Record> records;
+  const tune::TuneReport rep = tune::tune_model(*g, inputs, to, m, records, [](const std::vector<tune::Record>&) {});
+  ASSERT_EQ(rep.kernels.size(), 2u);
+  for (const auto& k : rep.kernels) {
+    EXPECT_GT(k.mutants, 0) << k.name;
+    EXPECT_LE(k.mutants, 3 * 8) << k.name;  // three batches of eight without a win
+    EXPECT_GT(k.trials, k.mutants) << k.name;  // the descent's points came first
+    EXPECT_FALSE(k.improved) << k.name;
+  }
+  EXPECT_LT(rep.search_s, 60);  // stopped by convergence, not by the 600 s budget
+}
+
 }  // namespace
 }  // namespace kiln
