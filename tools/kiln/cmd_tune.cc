@@ -240,12 +240,13 @@ int cmd_tune(const std::vector<std::string>& argv_in) {
     if (tty) std::fprintf(stderr, "\r\033[K");
     for (const auto& r : tune::fusion_records(fr, machine, bo.fusion.target.name)) tune::upsert_record(records, r);
     tune::write_records(path, records);
-    bo.fusion.keep_apart[fr.graph] = fr.keep_apart;
+    if (fr.keep_apart.empty()) bo.fusion.keep_apart.erase(fr.graph);
+    else bo.fusion.keep_apart[fr.graph] = fr.keep_apart;
     fusion_s = fr.search_s;
     print_fusion_trials(fr);
     // How far the default plan is from the best plan found (default schedules both): the measure
     // of the partitioner's decisions on this model and machine.
-    if (bo.fusion.keep_apart != default_plan.fusion.keep_apart) {
+    if (kept_apart(bo, default_plan) > 0) {
       auto dex = runtime::Executable::build(g->clone(), default_plan);
       auto bex = runtime::Executable::build(g->clone(), bo);
       auto [dms, bms] = interleaved_medians(*dex, *bex, inputs, rounds_for(*dex, inputs));
@@ -271,7 +272,8 @@ int cmd_tune(const std::vector<std::string>& argv_in) {
   for (auto& s : rep.samples) s.model = std::filesystem::path(model).stem().string();
   add_cost_samples(a, rep.samples);
 
-  std::printf("%-44s %4s %6s %11s %11s %7s  %s\n", "kernel", "x", "trials", "default ms", "tuned ms", "speedup",
+  std::printf("%-44s %4s %6s %7s %11s %11s %7s  %s\n", "kernel", "x", "trials", "mutants", "default ms", "tuned ms",
+              "speedup",
               "schedule");
   int searched = 0, tuned = 0, skipped = 0;
   for (const auto& k : rep.kernels) {
@@ -280,11 +282,13 @@ int cmd_tune(const std::vector<std::string>& argv_in) {
     skipped += k.from_records;
     std::string name = k.name.size() > 44 ? k.name.substr(0, 41) + "..." : k.name;
     if (k.default_ms > 0)
-      std::printf("%-44s %4d %6d %11.4g %11.4g %6.2fx  %s%s\n", name.c_str(), k.instances, k.trials, k.default_ms,
+      std::printf("%-44s %4d %6d %7d %11.4g %11.4g %6.2fx  %s%s\n", name.c_str(), k.instances, k.trials, k.mutants,
+                  k.default_ms,
                   k.improved ? k.tuned_ms : k.default_ms, k.improved ? k.default_ms / k.tuned_ms : 1.0,
                   tune::describe_fields(k.changed).c_str(), k.from_records ? " (recorded)" : "");
     else
-      std::printf("%-44s %4d %6d %11s %11s %7s  %s\n", name.c_str(), k.instances, k.trials, "-", "-", "-", k.note.c_str());
+      std::printf("%-44s %4d %6d %7d %11s %11s %7s  %s\n", name.c_str(), k.instances, k.trials, k.mutants, "-", "-", "-",
+                  k.note.c_str());
   }
   std::printf("search: %.1f s of the %.0f s budget; %d kernels searched, %d from the records, %d with a tuned schedule\n",
               rep.search_s, budget, searched, skipped, tuned);
@@ -293,7 +297,7 @@ int cmd_tune(const std::vector<std::string>& argv_in) {
   // pairs and the schedules).
   runtime::BuildOptions tb = bo;
   tb.kernel_schedules = tune::kernel_schedules(records, machine, bo.fusion.target);
-  const bool plan_changed = bo.fusion.keep_apart != default_plan.fusion.keep_apart;
+  const bool plan_changed = kept_apart(bo, default_plan) > 0;
   if (tb.kernel_schedules.empty() && !plan_changed) {
     std::printf("whole model: no kernel has a tuned schedule and the plan is the default; the default is kept\n");
     return 0;
