@@ -93,16 +93,8 @@ std::string to_json(const MachineModel& m) {
 std::optional<MachineModel> from_json(const std::string& text) {
   auto obj = parse_flat_object(text);
   if (!obj) return std::nullopt;
-  auto number = [&](const char* k) -> std::optional<double> {
-    auto it = obj->find(k);
-    if (it == obj->end() || !std::holds_alternative<double>(it->second)) return std::nullopt;
-    return std::get<double>(it->second);
-  };
-  auto string = [&](const char* k) -> std::optional<std::string> {
-    auto it = obj->find(k);
-    if (it == obj->end() || !std::holds_alternative<std::string>(it->second)) return std::nullopt;
-    return std::get<std::string>(it->second);
-  };
+  auto number = [&](const char* k) { return flat_get<double>(*obj, k); };
+  auto string = [&](const char* k) { return flat_get<std::string>(*obj, k); };
   auto fmt = number("format");
   auto model = string("cpu_model"), isa = string("isa"), at = string("probed_at");
   auto quick = obj->find("quick");

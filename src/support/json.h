@@ -16,4 +16,12 @@ std::string json_quote(const std::string& s);
 using JsonScalar = std::variant<std::monostate, bool, double, std::string>;
 std::optional<std::map<std::string, JsonScalar>> parse_flat_object(const std::string& s);
 
+// Typed lookups in a parsed flat object: nullopt when the key is absent or holds another kind.
+template <class T>
+std::optional<T> flat_get(const std::map<std::string, JsonScalar>& obj, const std::string& key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || !std::holds_alternative<T>(it->second)) return std::nullopt;
+  return std::get<T>(it->second);
+}
+
 }  // namespace kiln

@@ -82,16 +82,8 @@ std::optional<Record> from_json_line(const std::string& line, std::string* why) 
   };
   auto obj = parse_flat_object(line);
   if (!obj) return fail("not a JSON object of strings and numbers");
-  auto num = [&](const char* k) -> std::optional<double> {
-    auto it = obj->find(k);
-    if (it == obj->end() || !std::holds_alternative<double>(it->second)) return std::nullopt;
-    return std::get<double>(it->second);
-  };
-  auto str = [&](const char* k) -> std::optional<std::string> {
-    auto it = obj->find(k);
-    if (it == obj->end() || !std::holds_alternative<std::string>(it->second)) return std::nullopt;
-    return std::get<std::string>(it->second);
-  };
+  auto num = [&](const char* k) { return flat_get<double>(*obj, k); };
+  auto str = [&](const char* k) { return flat_get<std::string>(*obj, k); };
   auto schema = num("schema");
   if (!schema) return fail("no \"schema\"");
   if (*schema != kRecordsSchema)
