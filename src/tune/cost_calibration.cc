@@ -20,12 +20,6 @@ namespace kiln::tune {
 
 namespace {
 
-std::string number(double v) {
-  char b[40];
-  std::snprintf(b, sizeof b, "%.6g", v);
-  return b;
-}
-
 std::string op_list(const FusionGroup& grp) {
   std::string r;
   for (const Node* n : grp.nodes) r += (r.empty() ? "" : ",") + n->op_type();
@@ -40,7 +34,7 @@ std::string sample_to_json_line(const CostSample& s) {
      << ", \"class\": " << json_quote(s.cost_class) << ", \"ops\": " << json_quote(s.ops)
      << ", \"model\": " << json_quote(s.model) << ", \"cpu\": " << json_quote(s.machine.cpu)
      << ", \"isa\": " << json_quote(s.machine.isa) << ", \"threads\": " << s.machine.threads
-     << ", \"flops\": " << number(s.flops) << ", \"bytes\": " << number(s.bytes) << ", \"ms\": " << number(s.ms)
+     << ", \"flops\": " << entry_number(s.flops) << ", \"bytes\": " << entry_number(s.bytes) << ", \"ms\": " << entry_number(s.ms)
      << ", \"date\": " << json_quote(s.date.empty() ? iso_utc_now() : s.date) << "}";
   return os.str();
 }
@@ -50,14 +44,10 @@ std::optional<CostSample> sample_from_json_line(const std::string& line, std::st
     if (why) *why = std::move(w);
     return std::nullopt;
   };
-  auto obj = parse_flat_object(line);
-  if (!obj) return fail("not a JSON object of strings and numbers");
+  auto obj = parse_entry(line, kSamplesSchema, why);
+  if (!obj) return std::nullopt;
   auto num = [&](const char* k) { return flat_get<double>(*obj, k); };
   auto str = [&](const char* k) { return flat_get<std::string>(*obj, k); };
-  auto schema = num("schema");
-  if (!schema) return fail("no \"schema\"");
-  if (*schema != kSamplesSchema)
-    return fail("schema " + number(*schema) + " (this kiln reads schema " + std::to_string(kSamplesSchema) + ")");
   auto sig = str("signature"), cls = str("class"), ops = str("ops"), model = str("model"), cpu = str("cpu"),
        isa = str("isa"), date = str("date");
   auto threads = num("threads"), flops = num("flops"), bytes = num("bytes"), ms = num("ms");

@@ -40,13 +40,13 @@ std::string isa_flags() {
   return r.empty() ? "scalar" : r;
 }
 
-std::string number(double v) {
+}  // namespace
+
+std::string entry_number(double v) {
   char b[40];
   std::snprintf(b, sizeof b, "%.6g", v);
   return b;
 }
-
-}  // namespace
 
 std::string MachineKey::str() const { return cpu + " (" + isa + ", " + std::to_string(threads) + " threads)"; }
 
@@ -64,8 +64,8 @@ std::string to_json_line(const Record& r) {
      << ", \"ops\": " << json_quote(r.ops) << ", \"emitter\": " << json_quote(r.emitter)
      << ", \"cpu\": " << json_quote(r.machine.cpu) << ", \"isa\": " << json_quote(r.machine.isa)
      << ", \"threads\": " << r.machine.threads << ", \"target\": " << json_quote(r.target)
-     << ", \"improved\": " << (r.improved ? "true" : "false") << ", \"default_ms\": " << number(r.default_ms)
-     << ", \"tuned_ms\": " << number(r.tuned_ms) << ", \"trials\": " << r.trials
+     << ", \"improved\": " << (r.improved ? "true" : "false") << ", \"default_ms\": " << entry_number(r.default_ms)
+     << ", \"tuned_ms\": " << entry_number(r.tuned_ms) << ", \"trials\": " << r.trials
      << ", \"date\": " << json_quote(r.date.empty() ? iso_utc_now() : r.date);
   if (r.is_fusion())
     os << ", \"graph\": " << json_quote(r.graph) << ", \"apart_a\": " << json_quote(r.apart_a)
@@ -75,19 +75,29 @@ std::string to_json_line(const Record& r) {
   return os.str();
 }
 
-std::optional<Record> from_json_line(const std::string& line, std::string* why) {
-  auto fail = [&](std::string w) -> std::optional<Record> {
+std::optional<std::map<std::string, JsonScalar>> parse_entry(const std::string& line, int schema, std::string* why) {
+  auto fail = [&](std::string w) -> std::optional<std::map<std::string, JsonScalar>> {
     if (why) *why = std::move(w);
     return std::nullopt;
   };
   auto obj = parse_flat_object(line);
   if (!obj) return fail("not a JSON object of strings and numbers");
+  auto got = flat_get<double>(*obj, "schema");
+  if (!got) return fail("no \"schema\"");
+  if (*got != schema)
+    return fail("schema " + entry_number(*got) + " (this kiln reads schema " + std::to_string(schema) + ")");
+  return obj;
+}
+
+std::optional<Record> from_json_line(const std::string& line, std::string* why) {
+  auto fail = [&](std::string w) -> std::optional<Record> {
+    if (why) *why = std::move(w);
+    return std::nullopt;
+  };
+  auto obj = parse_entry(line, kRecordsSchema, why);
+  if (!obj) return std::nullopt;
   auto num = [&](const char* k) { return flat_get<double>(*obj, k); };
   auto str = [&](const char* k) { return flat_get<std::string>(*obj, k); };
-  auto schema = num("schema");
-  if (!schema) return fail("no \"schema\"");
-  if (*schema != kRecordsSchema)
-    return fail("schema " + number(*schema) + " (this kiln reads schema " + std::to_string(kRecordsSchema) + ")");
   Record r;
   auto sig = str("signature"), ops = str("ops"), em = str("emitter"), cpu = str("cpu"), isa = str("isa"),
        target = str("target"), date = str("date");

@@ -28,6 +28,7 @@
 
 #include "fusion/target.h"
 #include "loop/schedule.h"
+#include "support/json.h"
 
 namespace kiln::tune {
 
@@ -81,6 +82,12 @@ RecordsFile read_records(const std::string& path, const MachineKey* machine);
 // Writes `records` to `path` atomically (a temporary beside it, renamed over); UserError when the
 // folder cannot be written.
 void write_records(const std::string& path, const std::vector<Record>& records);
+// One line of a JSON-lines database: the flat object, when it is one and carries "schema": `schema`;
+// nullopt with `why` set otherwise (not an object, no schema, another schema).
+std::optional<std::map<std::string, JsonScalar>> parse_entry(const std::string& line, int schema, std::string* why);
+// A number as the databases write it (%.6g: the times and counts they hold need no more).
+std::string entry_number(double v);
+
 // Writes `text` to `path` atomically (a temporary beside it, renamed over); UserError naming `what`
 // ("records", "cost samples") when the folder cannot be written.
 void write_text_atomically(const std::string& path, const std::string& text, const std::string& what);
