@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -109,7 +110,7 @@ void write_file_atomic(const std::string& path, const std::string& text) {
 }
 
 // The executable exec will run: `name` itself when it has a slash, else the first match on PATH.
-// Resolved before fork so that the child only calls async-signal-safe functions.
+// Resolved here, so that the spawn gets a path and a missing compiler is one clear error.
 std::string find_program(const std::string& name) {
   if (name.find('/') != std::string::npos) return name;
   const char* path = std::getenv("PATH");
@@ -127,31 +128,27 @@ std::string find_program(const std::string& name) {
 }
 
 // Runs argv (no shell) with stdout and stderr going to log_path; returns the exit status, or
-// 128 + signal number when it was killed.
+// 128 + signal number when it was killed. posix_spawn, not fork: glibc starts the child with
+// clone(CLONE_VM | CLONE_VFORK), which copies no address space, so a process that has mapped many
+// modules (kiln tune loads hundreds, each with its own per-thread scratch reservation) can still
+// start the compiler — fork() had to commit a copy of all of it and failed with ENOMEM.
 int run_process(const std::vector<std::string>& argv, const std::string& log_path) {
   const std::string program = find_program(argv[0]);
   std::vector<char*> av;
   for (const auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
   av.push_back(nullptr);
-  const std::string exec_failed = "kiln: cannot execute " + program + "\n";
 
   const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) user_error("cannot write ", log_path, ": ", std::strerror(errno));
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    const int err = errno;
-    ::close(fd);
-    user_error("cannot start the C compiler: ", std::strerror(err));
-  }
-  if (pid == 0) {  // child: async-signal-safe calls only (the parent may have other threads)
-    ::dup2(fd, STDOUT_FILENO);
-    ::dup2(fd, STDERR_FILENO);
-    ::execv(program.c_str(), av.data());
-    ssize_t ignored = ::write(STDERR_FILENO, exec_failed.data(), exec_failed.size());
-    (void)ignored;
-    ::_exit(127);
-  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fd, STDOUT_FILENO);  // dup2 clears O_CLOEXEC on the copy
+  posix_spawn_file_actions_adddup2(&actions, fd, STDERR_FILENO);
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, program.c_str(), &actions, nullptr, av.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
   ::close(fd);
+  if (rc != 0) user_error("cannot start the C compiler ", program, ": ", std::strerror(rc));
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) user_error("waiting for the C compiler failed: ", std::strerror(errno));
