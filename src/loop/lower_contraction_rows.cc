@@ -284,10 +284,10 @@ bool ContractionLowering::conv_in_place() const { return is_group_input(c_->inpu
 //  - Staged: a unit window of a computed input (a fused prologue such as a Concat): the input
 //    staged once per image straight into the panel's rows (stage_channel_phases with one phase
 //    and no border), the prologue evaluated once per element.
-//  - Planes: any other 1-D or 2-D conv: the input staged once per image into zero-padded phase
-//    planes (the implicit GEMM's staging, the prologue evaluated there once per element), then
-//    each panel row packed from them as contiguous runs, one phase-plane row per output row, with
-//    no bounds select or clamped index per element. The gather through offset tables
+//  - Planes: any other 1-D or 2-D conv: each input channel staged once per image into
+//    zero-padded phase planes (the implicit GEMM's staging, the prologue evaluated there once per
+//    element), then its panel rows packed from them as contiguous runs, one phase-plane row per
+//    output row, with no bounds select or clamped index per element. The gather through offset tables
 //    (Gathered, im2col_packer) loaded each element through a select and a clamped index: it was
 //    60% of the demo's last conv + ReLU + GlobalAveragePool (33 us at 1 thread, 13 us packed from
 //    the planes; the same conv alone as the implicit GEMM: 14 us).
@@ -371,16 +371,15 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const LoopVars& outer, c
   BufferPtr b = panels      ? weights.buffer
                 : pointwise ? L_.input_buffers_.at(c_->input(conv ? 0 : 1))
                             : std::make_shared<Buffer>(Buffer{"kiln_bpack", DType::Float32, {k * ld}, Scope::Local});
-  // The phase planes of one image (Planes), or for Staged the panel itself: a unit window's one
-  // phase of n positions per channel.
+  // The phase planes of one input channel (Planes), or for Staged the panel itself: a unit
+  // window's one phase of n positions per channel.
   PhasePlanes ph;
   if (phased) {
     ph = phase_geometry();
     KILN_CHECK(how == RowsConvB::Planes || ph.plane == n, "a unit window's staged plane is not the panel's row");
     ph.buffer = how == RowsConvB::Staged
                     ? b
-                    : std::make_shared<Buffer>(
-                          Buffer{"kiln_xph", DType::Float32, {c_->input(0)->shape()[1] * ph.slots * ph.plane}, Scope::Local});
+                    : std::make_shared<Buffer>(Buffer{"kiln_xph", DType::Float32, {ph.slots * ph.plane}, Scope::Local});
   }
   const Expr b_base = pointwise && (conv || batched) ? mul(var("kiln_tr_img"), int_imm(k * n)) : int_imm(0);
   // A's rows: a batched MatMul's A in place holds every batch's m rows one after the other.
@@ -438,25 +437,24 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const LoopVars& outer, c
   const bool big = rows * n * k >= sched_.parallel_min_work;
   const bool parallel = nb == 1 && mblocks > 1 && big;
   std::vector<Stmt> per_batch;
-  if (phased) {
-    // Image kiln_tr_img's channels into its phase planes: channel ci's slot sl at
-    // (ci * slots + sl) * plane (Staged: one slot of n positions, the panel's row ci).
-    const int64_t cin = c_->input(0)->shape()[1];
+  if (how == RowsConvB::Staged) {
+    // Image kiln_tr_img's channels straight into the panel: channel ci's n positions are row ci.
     const Expr ci = var("kiln_tr_sc");
-    per_batch.push_back(for_loop("kiln_tr_sc", int_imm(cin),
-                                 stage_channel_phases(ph, ph.buffer, var("kiln_tr_img"), ci, mul(ci, int_imm(ph.slots * ph.plane))),
+    per_batch.push_back(for_loop("kiln_tr_sc", int_imm(c_->input(0)->shape()[1]),
+                                 stage_channel_phases(ph, b, var("kiln_tr_img"), ci, mul(ci, int_imm(ld))),
                                  parallel ? ForKind::Parallel : ForKind::Serial));
-  }
-  if (how == RowsConvB::Planes) {
-    // Panel row kk = (ci, kernel position kp), in the reference's K order: output row y's wo
-    // positions are a contiguous run of phase row y of ci's plane for kp's phase, from its offset
-    // (phase_geometry); when a phase row is exactly an output row (or there is one row) the runs
-    // join into one.
+  } else if (how == RowsConvB::Planes) {
+    // Per input channel ci of image kiln_tr_img: its phase planes (slot sl at sl * plane), then
+    // its panel rows kk = ci * ks + kp (the reference's K order), each read from that channel's
+    // planes only — so one channel's planes at a time, hot in L1 while its ks rows are packed.
+    // Output row y's wo positions are a contiguous run of phase row y of kernel position kp's
+    // phase from its offset (phase_geometry); when a phase row is exactly an output row (or there
+    // is one row) the runs join into one.
     const nn::WindowGeometry pg = planar_geometry();
     const int64_t ks = pg.kernel[0] * pg.kernel[1], ho = pg.out[0], wo = pg.out[1], wq = ph.wq;
-    const Expr kk = var("kiln_tr_pk"), row = mul(kk, int_imm(ld)), src = var("kiln_tr_pb");
-    std::vector<Stmt> body = {
-        let("kiln_tr_pb", add(mul(div_floor(kk, int_imm(ks)), int_imm(ph.slots * ph.plane)), table_lookup(mod(kk, int_imm(ks)), ph.offset)))};
+    const Expr ci = var("kiln_tr_sc"), kp = var("kiln_tr_pq"), src = var("kiln_tr_pb");
+    const Expr row = mul(add(mul(ci, int_imm(ks)), kp), int_imm(ld));
+    std::vector<Stmt> body = {let("kiln_tr_pb", table_lookup(kp, ph.offset))};
     auto run = [&](const Expr& dst, const Expr& at, int64_t len) {
       return for_loop("kiln_tr_px", int_imm(len),
                       {store(b, add(dst, var("kiln_tr_px")), load(ph.buffer, add(at, var("kiln_tr_px"))))}, ForKind::Vectorized);
@@ -467,9 +465,10 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const LoopVars& outer, c
       const Expr y = var("kiln_tr_py");
       body.push_back(for_loop("kiln_tr_py", int_imm(ho), {run(add(row, mul(y, int_imm(wo))), add(src, mul(y, int_imm(wq))), wo)}));
     }
-    per_batch.push_back(for_loop("kiln_tr_pk", int_imm(k), std::move(body), parallel ? ForKind::Parallel : ForKind::Serial));
-  } else if (how == RowsConvB::Staged) {
-    // Staged into the panel above.
+    std::vector<Stmt> chan = stage_channel_phases(ph, ph.buffer, var("kiln_tr_img"), ci, int_imm(0));
+    chan.push_back(for_loop("kiln_tr_pq", int_imm(ks), std::move(body)));
+    per_batch.push_back(for_loop("kiln_tr_sc", int_imm(c_->input(0)->shape()[1]), {allocate(ph.buffer, std::move(chan))},
+                                 parallel ? ForKind::Parallel : ForKind::Serial));
   } else if (!conv && !pointwise) {
     // Batch kiln_tr_img's B: bpack[kk * ld + j], each element of its prologue evaluated once.
     std::vector<Expr> bi = matmul_index(b_batch_, false, var("kiln_tr_pk"), var("kiln_tr_pp"), batch_position(var("kiln_tr_img")));
@@ -511,7 +510,6 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const LoopVars& outer, c
   per_batch.push_back(
       for_loop("kiln_tr_blk", int_imm(mblocks), std::move(blk), parallel ? ForKind::Parallel : ForKind::Serial));
   if (!pointwise) per_batch = {allocate(b, std::move(per_batch))};
-  if (how == RowsConvB::Planes) per_batch = {allocate(ph.buffer, std::move(per_batch))};
   Stmt body = nb == 1 ? block(std::move(per_batch))
                       : for_loop("kiln_tr_img", int_imm(nb), std::move(per_batch), big ? ForKind::Parallel : ForKind::Serial);
   if (nb == 1) body = block({let("kiln_tr_img", int_imm(0)), body});
