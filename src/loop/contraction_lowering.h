@@ -19,6 +19,9 @@ namespace kiln::loop::detail {
 
 inline constexpr const char* kAcc = "acc";
 
+// Kernel position `kpos` (a loop expression) -> the constant table[kpos], as a chain of selects.
+Expr table_lookup(const Expr& kpos, const std::vector<int64_t>& table);
+
 class ContractionLowering {
  public:
   ContractionLowering(const FusionGroup& grp, const std::string& name, const Schedule& sched)
@@ -135,8 +138,10 @@ class ContractionLowering {
     std::vector<int64_t> offset;   // per kernel position: slot · plane + its offset within the phase plane
     Stmt fill;
   };
-  // The phase planes' geometry (no buffer, no fill).
+  // The phase planes' geometry (no buffer, no fill); a 1-D conv's as one row of a 2-D one
+  // (planar_geometry).
   PhasePlanes phase_geometry() const;
+  nn::WindowGeometry planar_geometry() const;
   // The loops that stage channel `ch` of image `n` into `buf` from `base`: ph.slots planes of
   // ph.hq × ph.wq, zero in the padding, the fused prologue evaluated once per element.
   std::vector<Stmt> stage_channel_phases(const PhasePlanes& ph, const BufferPtr& buf, const Expr& n, const Expr& ch,
@@ -165,12 +170,15 @@ class ContractionLowering {
 
   // A 1x1, stride-1, unpadded conv whose input is a plain buffer: B is the input image itself.
   bool conv_in_place() const;
+  // Where the tiled rows' conv gets its B panel (lower_contraction_rows.cc).
+  enum class RowsConvB { InPlace, Staged, Planes, Gathered, Generic };
+  RowsConvB rows_conv_b() const;
   // A 1x1, stride-1, unpadded conv (its input a plain buffer or computed in the kernel).
   bool unit_window() const;
   bool computed_by_members(const Value* v) const;
 
   // The row stride of the tiled rows' accumulator (and packed panel): n, or n rounded up to whole
-  // column tiles when the conv's im2col panel is packed through the offset tables.
+  // column tiles when the conv's im2col panel is gathered through the offset tables.
   int64_t rows_ld(int64_t n) const;
 
   // Rows per block of the tiled rows: every block reads all of B, so blocks are as large as the

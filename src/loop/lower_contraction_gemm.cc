@@ -325,16 +325,14 @@ GemmView ContractionLowering::conv_view() {
 // per call — not a gather per tile — stored in blocks of the tile's M block (128 positions × K) so
 // that a tile's K rows lie within a few pages (row-major over all positions, every k of a tile was
 // another page: ResNet's stem 1.8 -> 2.3 ms).
-namespace {
 
-// Kernel position `kpos` (a loop expression) → the constant table[kpos], as a chain of selects.
+// Kernel position `kpos` (a loop expression) -> the constant table[kpos] (contraction_lowering.h;
+// the tiled rows' panel packing looks up phase offsets with it too).
 Expr table_lookup(const Expr& kpos, const std::vector<int64_t>& table) {
   Expr r = int_imm(table.back());
   for (size_t i = table.size() - 1; i-- > 0;) r = select(binary(BinOp::Eq, kpos, int_imm(int64_t(i))), int_imm(table[i]), r);
   return r;
 }
-
-}  // namespace
 
 bool ContractionLowering::implicit_conv() const {
   if (c_->op_type() != "Conv" || group_ != 1 || geo_.rank() != 2) return false;
@@ -425,9 +423,9 @@ GemmView ContractionLowering::implicit_conv_view() {
 // r · sy + py (input row r · sy + py − pt); kernel position kpos reads slot slot_of[kpos] at offset
 // (⌊ky·dy / sy⌋, ⌊kx·dx / sx⌋). Only the phases some kernel position reads are staged.
 ContractionLowering::PhasePlanes ContractionLowering::phase_geometry() const {
-  KILN_CHECK(geo_.rank() == 2, "phase planes are 2-D; a ", geo_.rank(), "-D conv reached them");
-  const int64_t ho = geo_.out[0], wo = geo_.out[1], kh = geo_.kernel[0], kw = geo_.kernel[1];
-  const int64_t sy = geo_.stride[0], sx = geo_.stride[1], dy = geo_.dilation[0], dx = geo_.dilation[1];
+  const nn::WindowGeometry g = planar_geometry();
+  const int64_t ho = g.out[0], wo = g.out[1], kh = g.kernel[0], kw = g.kernel[1];
+  const int64_t sy = g.stride[0], sx = g.stride[1], dy = g.dilation[0], dx = g.dilation[1];
   const int64_t hp = (ho - 1) * sy + (kh - 1) * dy + 1, wp = (wo - 1) * sx + (kw - 1) * dx + 1;
   PhasePlanes r;
   r.hq = (hp + sy - 1) / sy;
@@ -448,6 +446,17 @@ ContractionLowering::PhasePlanes ContractionLowering::phase_geometry() const {
   return r;
 }
 
+// A 1-D conv as a 2-D one over a single row (a leading spatial dim of extent 1, kernel 1, stride 1,
+// no padding), so that the phase planes serve both; a 2-D conv's geometry as it is.
+nn::WindowGeometry ContractionLowering::planar_geometry() const {
+  KILN_CHECK(geo_.rank() == 1 || geo_.rank() == 2, "phase planes are 1-D or 2-D; a ", geo_.rank(), "-D conv reached them");
+  if (geo_.rank() == 2) return geo_;
+  nn::WindowGeometry g = geo_;
+  for (Shape* s : {&g.in, &g.kernel, &g.stride, &g.dilation, &g.out}) s->insert(s->begin(), 1);
+  for (Shape* s : {&g.pad_begin, &g.pad_end}) s->insert(s->begin(), 0);
+  return g;
+}
+
 // Each phase plane row is split into its zero border and the interior copied without a clamp or
 // a select, so that the copy vectorises (a stride-2 phase reads every other input element, which
 // GCC does with permutes; with a clamped index per element it was a gather: MobileNetV2's strided
@@ -456,8 +465,10 @@ std::vector<Stmt> ContractionLowering::stage_channel_phases(const PhasePlanes& p
                                                             const Expr& ch, const Expr& base) {
   const Value* x = c_->input(0);
   const Shape& xs = x->shape();
-  const int64_t h = geo_.in[0], wd = geo_.in[1], sy = geo_.stride[0], sx = geo_.stride[1];
-  const int64_t pt = geo_.pad_begin[0], pl = geo_.pad_begin[1];
+  const nn::WindowGeometry g = planar_geometry();
+  const int64_t h = g.in[0], wd = g.in[1], sy = g.stride[0], sx = g.stride[1];
+  const int64_t pt = g.pad_begin[0], pl = g.pad_begin[1];
+  const bool one_d = geo_.rank() == 1;
   // The phase rows (columns) r whose input row r·s + p − pad lies in [0, extent): [lo, hi).
   auto inside = [](int64_t s, int64_t p, int64_t pad, int64_t extent, int64_t count) {
     int64_t lo = 0;
@@ -491,7 +502,8 @@ std::vector<Stmt> ContractionLowering::stage_channel_phases(const PhasePlanes& p
         const Expr qq = add(q, int_imm(q0));
         const Expr y = sub(add(mul(r, int_imm(sy)), int_imm(py)), int_imm(pt));
         const Expr xx = sub(add(mul(qq, int_imm(sx)), int_imm(px)), int_imm(pl));
-        const Expr val = to_compute(L_.value_at(x, Index::from_dims(xs, {n, ch, y, xx})));
+        const Expr val = to_compute(L_.value_at(x, Index::from_dims(xs, one_d ? std::vector<Expr>{n, ch, xx}
+                                                                                : std::vector<Expr>{n, ch, y, xx})));
         body.push_back(for_loop("kiln_xx", int_imm(q1 - q0),
                                 {store(buf, add(plane, add(mul(r, int_imm(ph.wq)), qq)), val)}, ForKind::Vectorized));
       }

@@ -278,11 +278,35 @@ bool ContractionLowering::unit_window() const {
 
 bool ContractionLowering::conv_in_place() const { return is_group_input(c_->input(0)) && unit_window(); }
 
+// Where the tiled rows' conv gets its B panel (the im2col matrix [Cin x kernel positions, P] of
+// one image, P the output positions):
+//  - InPlace: a unit window (1x1, stride 1, unpadded) of a kernel input: the input image itself.
+//  - Staged: a unit window of a computed input (a fused prologue such as a Concat): the input
+//    staged once per image straight into the panel's rows (stage_channel_phases with one phase
+//    and no border), the prologue evaluated once per element.
+//  - Planes: any other 1-D or 2-D conv: each input channel staged once per image into
+//    zero-padded phase planes (the implicit GEMM's staging, the prologue evaluated there once per
+//    element), then its panel rows packed from them as contiguous runs, one phase-plane row per
+//    output row, with no bounds select or clamped index per element. The gather through offset tables
+//    (Gathered, im2col_packer) loaded each element through a select and a clamped index: it was
+//    60% of the demo's last conv + ReLU + GlobalAveragePool (33 us at 1 thread, 13 us packed from
+//    the planes; the same conv alone as the implicit GEMM: 14 us).
+//  - Gathered: a 3-D conv of a kernel input (the phase planes are 1-D or 2-D).
+//  - Generic: a 3-D conv of a computed input: every element through conv_input.
+ContractionLowering::RowsConvB ContractionLowering::rows_conv_b() const {
+  const bool input = is_group_input(c_->input(0)), planar = geo_.rank() == 1 || geo_.rank() == 2;
+  if (unit_window() && input) return RowsConvB::InPlace;
+  if (planar) return unit_window() ? RowsConvB::Staged : RowsConvB::Planes;
+  return input ? RowsConvB::Gathered : RowsConvB::Generic;
+}
+
 // The row stride of the tiled rows' accumulator (and packed panel): n, or n rounded up to whole
-// column tiles when the conv's im2col panel is packed through the offset tables.
+// column tiles when the conv's im2col panel is gathered through the offset tables, which pack
+// whole tiles. (Packed from the phase planes, P = 49 padded to 64 was no faster than the
+// micro-kernel's partial tile: ResNet-18's last 3x3 conv + GAP 1.40 against 1.37 ms.)
 int64_t ContractionLowering::rows_ld(int64_t n) const {
   const int64_t nr = sched_.contraction.nr;
-  const bool padded = c_->op_type() == "Conv" && !conv_in_place() && is_group_input(c_->input(0));
+  const bool padded = c_->op_type() == "Conv" && rows_conv_b() == RowsConvB::Gathered;
   return padded ? (n + nr - 1) / nr * nr : n;
 }
 
@@ -332,10 +356,14 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const LoopVars& outer, c
                                : L_.input_buffers_.at(c_->input(conv ? 1 : 0));
   // B: MatMul weights packed once into the micro-kernel's panels (pack_constant_b), else in place
   // (MatMul activations; a 1x1 conv's input image; a batched MatMul's B with the output's batch
-  // dims) or packed per batch: a conv's im2col panel, whose rows (and the accumulator rows) are
-  // padded to whole column tiles of zeros so that every micro-kernel call is a full tile, or a
-  // batched MatMul's B computed in the kernel (attention's K^T) or broadcast.
-  const bool pointwise = conv ? conv_in_place()
+  // dims) or packed per batch: a conv's im2col panel (gathered through the offset tables, its
+  // rows and the accumulator rows padded to whole column tiles of zeros, rows_ld), or a batched
+  // MatMul's B computed in the kernel (attention's K^T) or broadcast.
+  // A conv's B (rows_conv_b): in place, or per image staged into the panel, packed from phase
+  // planes staged per image, gathered, or packed element by element.
+  const RowsConvB how = conv ? rows_conv_b() : RowsConvB::Generic;
+  const bool phased = conv && (how == RowsConvB::Planes || how == RowsConvB::Staged);
+  const bool pointwise = conv ? how == RowsConvB::InPlace
                               : !batched || (is_group_input(c_->input(1)) && b_batch_ == batch_);
   GemmOperand weights;
   if (!conv && !batched) pack_constant_b(weights, c_->input(1), k, n);
@@ -343,6 +371,16 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const LoopVars& outer, c
   BufferPtr b = panels      ? weights.buffer
                 : pointwise ? L_.input_buffers_.at(c_->input(conv ? 0 : 1))
                             : std::make_shared<Buffer>(Buffer{"kiln_bpack", DType::Float32, {k * ld}, Scope::Local});
+  // The phase planes of one input channel (Planes), or for Staged the panel itself: a unit
+  // window's one phase of n positions per channel.
+  PhasePlanes ph;
+  if (phased) {
+    ph = phase_geometry();
+    KILN_CHECK(how == RowsConvB::Planes || ph.plane == n, "a unit window's staged plane is not the panel's row");
+    ph.buffer = how == RowsConvB::Staged
+                    ? b
+                    : std::make_shared<Buffer>(Buffer{"kiln_xph", DType::Float32, {ph.slots * ph.plane}, Scope::Local});
+  }
   const Expr b_base = pointwise && (conv || batched) ? mul(var("kiln_tr_img"), int_imm(k * n)) : int_imm(0);
   // A's rows: a batched MatMul's A in place holds every batch's m rows one after the other.
   const Expr a_first = batched && !a_packed ? add(mul(var("kiln_tr_img"), int_imm(m)), var("kiln_tr_first"))
@@ -399,7 +437,39 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const LoopVars& outer, c
   const bool big = rows * n * k >= sched_.parallel_min_work;
   const bool parallel = nb == 1 && mblocks > 1 && big;
   std::vector<Stmt> per_batch;
-  if (!conv && !pointwise) {
+  if (how == RowsConvB::Staged) {
+    // Image kiln_tr_img's channels straight into the panel: channel ci's n positions are row ci.
+    const Expr ci = var("kiln_tr_sc");
+    per_batch.push_back(for_loop("kiln_tr_sc", int_imm(c_->input(0)->shape()[1]),
+                                 stage_channel_phases(ph, b, var("kiln_tr_img"), ci, mul(ci, int_imm(ld))),
+                                 parallel ? ForKind::Parallel : ForKind::Serial));
+  } else if (how == RowsConvB::Planes) {
+    // Per input channel ci of image kiln_tr_img: its phase planes (slot sl at sl * plane), then
+    // its panel rows kk = ci * ks + kp (the reference's K order), each read from that channel's
+    // planes only — so one channel's planes at a time, hot in L1 while its ks rows are packed.
+    // Output row y's wo positions are a contiguous run of phase row y of kernel position kp's
+    // phase from its offset (phase_geometry); when a phase row is exactly an output row (or there
+    // is one row) the runs join into one.
+    const nn::WindowGeometry pg = planar_geometry();
+    const int64_t ks = pg.kernel[0] * pg.kernel[1], ho = pg.out[0], wo = pg.out[1], wq = ph.wq;
+    const Expr ci = var("kiln_tr_sc"), kp = var("kiln_tr_pq"), src = var("kiln_tr_pb");
+    const Expr row = mul(add(mul(ci, int_imm(ks)), kp), int_imm(ld));
+    std::vector<Stmt> body = {let("kiln_tr_pb", table_lookup(kp, ph.offset))};
+    auto run = [&](const Expr& dst, const Expr& at, int64_t len) {
+      return for_loop("kiln_tr_px", int_imm(len),
+                      {store(b, add(dst, var("kiln_tr_px")), load(ph.buffer, add(at, var("kiln_tr_px"))))}, ForKind::Vectorized);
+    };
+    if (wq == wo || ho == 1) {
+      body.push_back(run(row, src, n));
+    } else {
+      const Expr y = var("kiln_tr_py");
+      body.push_back(for_loop("kiln_tr_py", int_imm(ho), {run(add(row, mul(y, int_imm(wo))), add(src, mul(y, int_imm(wq))), wo)}));
+    }
+    std::vector<Stmt> chan = stage_channel_phases(ph, ph.buffer, var("kiln_tr_img"), ci, int_imm(0));
+    chan.push_back(for_loop("kiln_tr_pq", int_imm(ks), std::move(body)));
+    per_batch.push_back(for_loop("kiln_tr_sc", int_imm(c_->input(0)->shape()[1]), {allocate(ph.buffer, std::move(chan))},
+                                 parallel ? ForKind::Parallel : ForKind::Serial));
+  } else if (!conv && !pointwise) {
     // Batch kiln_tr_img's B: bpack[kk * ld + j], each element of its prologue evaluated once.
     std::vector<Expr> bi = matmul_index(b_batch_, false, var("kiln_tr_pk"), var("kiln_tr_pp"), batch_position(var("kiln_tr_img")));
     Expr x = to_compute(L_.value_at(c_->input(1), Index::from_dims(c_->input(1)->shape(), std::move(bi))));
@@ -445,7 +515,12 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const LoopVars& outer, c
   if (nb == 1) body = block({let("kiln_tr_img", int_imm(0)), body});
   return {comment(cat("tiled rows: ", nb, " x [", m, " x ", k, "] * [", k, " x ", n, "], ", mb,
                       " rows per block, micro-kernel ", mr, "x", nr, ", K block ", kc,
-                      panels ? ", B prepacked" : pointwise ? "" : ", B packed per batch", a_packed ? ", A packed per block" : "")),
+                      panels                      ? ", B prepacked"
+                      : pointwise                 ? ""
+                      : how == RowsConvB::Planes  ? ", B packed per batch from phase planes"
+                      : how == RowsConvB::Staged  ? ", B staged per image"
+                                                  : ", B packed per batch",
+                      a_packed ? ", A packed per block" : "")),
           body};
 }
 

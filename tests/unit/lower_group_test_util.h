@@ -452,7 +452,8 @@ class KernelBatch {
   // on its inputs and compares its outputs with the reference: element by element (compare_tensors),
   // or, with `contract`, within the numerics contract (1e-4 of the largest magnitude: sums that run
   // in another order than the reference's, such as the implicit conv's).
-  void check(const std::string& tag, bool contract = false) {
+  // With `bits`, element for element in the reference's bits (bit_exact; a strict build).
+  void check(const std::string& tag, bool contract = false, bool bits = false) {
     if (entries_.empty()) return;
     const auto dir = std::filesystem::temp_directory_path() / ("kiln_" + tag + "_" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir);
@@ -470,7 +471,10 @@ class KernelBatch {
       for (auto& t : got) args.push_back(t.raw());
       module->get(e.name)(args.data());
       for (size_t i = 0; i < got.size(); ++i)
-        EXPECT_EQ(contract ? within_max_magnitude(got[i], e.want[i]) : compare_tensors(got[i], e.want[i]), "")
+        EXPECT_EQ(contract ? within_max_magnitude(got[i], e.want[i])
+                  : bits   ? bit_exact(got[i], e.want[i])
+                           : compare_tensors(got[i], e.want[i]),
+                  "")
             << "output " << i;
     }
     module.reset();
