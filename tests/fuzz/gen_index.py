@@ -5,7 +5,8 @@ GatherND and a unary op, so their shape always fits), CumSum (any axis, exclusiv
 longer than the unrolled spellings take (kiln's scan and select emitters) come up too.
 
 Only orders every engine agrees on: reduction=none never writes one position twice (ONNX leaves
-the winner undefined), TopK is always sorted (sorted=0 leaves the order to the engine)."""
+the winner undefined), TopK is always sorted (sorted=0 leaves the order to the engine) and its rows
+have no ties (the order of equal values' indices differs between engines)."""
 import math
 
 import numpy as np
@@ -51,6 +52,16 @@ def fam_topk(b):
     attrs = {"axis": axis} if axis != -1 or b.chance(0.3) else {}
     if b.chance(0.4):
         attrs["largest"] = 0
+    # Ties make the Indices order engine-dependent: the spec puts the lower index first, ONNX
+    # Runtime does not always (seed 97194: two equal values, indices swapped). A ramp along the
+    # axis — far above rounding, far below the data's spread — leaves no tie in a row (a Relu's
+    # zeros included).
+    if n > 1:
+        ramp_shape = [1] * r
+        ramp_shape[axis % r] = n
+        eps = max(x.mag, 1.0) * 1e-3 / max(1.0, n / 16)
+        ramp = (np.arange(n, dtype=np.float32) * np.float32(eps)).reshape(ramp_shape)
+        x = b.op1("Add", [x, b.const(ramp, "ramp")], x.shape, x.mag + n * eps, x.lb)
     v, _ = b.node("TopK", [x, b.ints([k], "k")], [(tuple(out), ops.F32, x.mag, x.lb), (tuple(out), ops.I64, 0.0, 0.0)],
                   **attrs)
     return v
