@@ -11,6 +11,7 @@
 
 #include "analysis/kernel_timing.h"
 #include "cli.h"
+#include "ir/printer.h"
 #include "tune/fusion_search.h"
 #include "tune/ray_measurer.h"
 #include "tune/records.h"
@@ -69,11 +70,10 @@ int rounds_for(runtime::Executable& ex, const TensorMap& inputs) {
 // The share of the budget the fusion decisions may take before the schedules get the rest.
 constexpr double kFusionShare = 0.25;
 
-size_t kept_apart(const runtime::BuildOptions& tuned, const runtime::BuildOptions& dflt) {
-  size_t n = 0, d = 0;
-  for (const auto& [graph, pairs] : tuned.fusion.keep_apart) n += pairs.size();
-  for (const auto& [graph, pairs] : dflt.fusion.keep_apart) d += pairs.size();
-  return n - std::min(n, d);
+// The pairs of graph `graph` the tuned options keep apart (the records hold other models' too).
+size_t kept_apart(const runtime::BuildOptions& tuned, const std::string& graph) {
+  auto it = tuned.fusion.keep_apart.find(graph);
+  return it == tuned.fusion.keep_apart.end() ? 0 : it->second.size();
 }
 
 void print_fusion_trials(const tune::FusionSearchReport& fr) {
@@ -246,7 +246,7 @@ int cmd_tune(const std::vector<std::string>& argv_in) {
     print_fusion_trials(fr);
     // How far the default plan is from the best plan found (default schedules both): the measure
     // of the partitioner's decisions on this model and machine.
-    if (kept_apart(bo, default_plan) > 0) {
+    if (kept_apart(bo, fr.graph) > 0) {
       auto dex = runtime::Executable::build(g->clone(), default_plan);
       auto bex = runtime::Executable::build(g->clone(), bo);
       auto [dms, bms] = interleaved_medians(*dex, *bex, inputs, rounds_for(*dex, inputs));
@@ -297,7 +297,8 @@ int cmd_tune(const std::vector<std::string>& argv_in) {
   // pairs and the schedules).
   runtime::BuildOptions tb = bo;
   tb.kernel_schedules = tune::kernel_schedules(records, machine, bo.fusion.target);
-  const bool plan_changed = kept_apart(bo, default_plan) > 0;
+  const std::string graph = graph_fingerprint(*g);
+  const bool plan_changed = kept_apart(bo, graph) > 0;
   if (tb.kernel_schedules.empty() && !plan_changed) {
     std::printf("whole model: no kernel has a tuned schedule and the plan is the default; the default is kept\n");
     return 0;
@@ -313,7 +314,7 @@ int cmd_tune(const std::vector<std::string>& argv_in) {
   auto [dms, tms] = interleaved_medians(*dex, *tex, inputs, rounds);
   std::printf("whole model (%d threads, %d of %d kernels tuned, %zu fusion(s) kept apart, medians of %d interleaved "
               "runs): default %.3f ms, tuned %.3f ms (%.2fx)\n",
-              bo.threads, used, tex->plan().kernel_count(), kept_apart(bo, default_plan), rounds, dms, tms, dms / tms);
+              bo.threads, used, tex->plan().kernel_count(), kept_apart(bo, graph), rounds, dms, tms, dms / tms);
   return 0;
 }
 
