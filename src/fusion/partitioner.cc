@@ -36,8 +36,6 @@
 // thousands of nodes of real models. Deterministic: no hashing order or host detection involved.
 #include "fusion/partitioner.h"
 
-#include "ir/printer.h"
-
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -48,6 +46,7 @@
 #include "fusion/fusion_legality.h"
 #include "fusion/group_graph.h"
 #include "fusion/op_kind.h"
+#include "ir/printer.h"
 
 namespace kiln {
 
@@ -406,10 +405,18 @@ FusionPlan partition(const Graph& g, const FusionOptions& opts) {
   Ctx cx{gg, t, analysis, library, {}};
   if (!opts.keep_apart.empty())
     if (auto it = opts.keep_apart.find(graph_fingerprint(g)); it != opts.keep_apart.end()) {
+      // By name; a name two nodes share names neither (ONNX does not make names unique), so its
+      // pairs are ignored rather than applied to the wrong node.
       std::map<std::string, int> index;
-      for (int i = 0; i < gg.num_groups(); ++i) index.emplace(gg.nodes()[size_t(i)]->name(), i);
-      for (const auto& [x, y] : it->second)
-        if (index.count(x) && index.count(y)) cx.apart.push_back({index.at(x), index.at(y)});
+      for (int i = 0; i < gg.num_groups(); ++i) {
+        auto [pos, fresh] = index.emplace(gg.nodes()[size_t(i)]->name(), i);
+        if (!fresh) pos->second = -1;
+      }
+      for (const auto& [x, y] : it->second) {
+        auto ix = index.find(x), iy = index.find(y);
+        if (ix != index.end() && iy != index.end() && ix->second >= 0 && iy->second >= 0)
+          cx.apart.push_back({ix->second, iy->second});
+      }
     }
   // The unfused plan (for the before/after figures) is the state before any fusion.
   FusionPlan baseline = build_plan(cx);

@@ -91,9 +91,12 @@ FusionSearchReport search_fusions(const Graph& g, const TensorMap& inputs, const
   say("building the model under the default plan");
   bo.fusion.keep_apart[rep.graph] = apart;
   std::unique_ptr<runtime::Executable> cur = runtime::Executable::build(g.clone(), bo);
+  // A pair is recorded by node names, so only nodes whose name no other node has can be kept apart.
+  std::map<std::string, int> names;
+  for (const Node* n : g.nodes()) ++names[n->name()];
   std::vector<AcceptedFusion> close;
   for (const AcceptedFusion& f : cur->plan().accepted)
-    if (is_close(f, opts.close)) close.push_back(f);
+    if (is_close(f, opts.close) && names[f.a] == 1 && names[f.b] == 1) close.push_back(f);
   std::stable_sort(close.begin(), close.end(),
                    [](const AcceptedFusion& x, const AcceptedFusion& y) { return x.apart_us > y.apart_us; });
 

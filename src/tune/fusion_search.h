@@ -5,7 +5,8 @@
 //
 // A decision is the partitioner's log entry (FusionPlan::accepted): the two sides' first nodes and
 // the estimate apart and its benefit. Close: benefit < FusionSearchOptions::close × apart (views,
-// which ride along for a token benefit, are not decisions). Heaviest first (by the estimate
+// which ride along for a token benefit, are not decisions; nor are pairs whose nodes share a name
+// with another node, since records name them). Heaviest first (by the estimate
 // apart), each close decision is tried in turn on top of the ones already kept apart: the model is
 // built again with the pair in FusionOptions::keep_apart (the partitioner then re-plans around it,
 // which may change neighbouring kernels too), both builds are profiled in interleaved rounds, and

@@ -64,6 +64,15 @@ TEST(FusionLog, KeepApartPairsSplitTheirGraphOnly) {
     if (r.producer == "mm1" && r.consumer == "relu1")
       named = r.reason.find("kept apart: kiln tune measured 'mm1' and 'relu1'") != std::string::npos;
   EXPECT_TRUE(named);
+  // A name two nodes share names neither: its pairs do nothing (not the wrong node).
+  auto dup = ir("  %a: f32[64,128] = MatMul(%x1, %w1) name=\"mm\"\n"
+                "  %y1: f32[64,128] = Relu(%a) name=\"relu1\"\n"
+                "  %c: f32[64,128] = MatMul(%x2, %w2) name=\"mm\"\n"
+                "  %y2: f32[64,128] = Relu(%c) name=\"relu2\"\n",
+                "%x1: f32[64,128], %w1: f32[128,128], %x2: f32[64,128], %w2: f32[128,128]", "%y1, %y2");
+  FusionOptions d;
+  d.keep_apart[graph_fingerprint(*dup)] = {{"mm", "relu1"}};
+  EXPECT_EQ(partition(*dup, d).kernel_count(), 2);
   // The fingerprint follows the structure: another shape is another graph.
   auto h = ir("  %a: f32[32,128] = MatMul(%x, %w) name=\"mm1\"\n  %y: f32[32,128] = Relu(%a) name=\"relu1\"\n",
               "%x: f32[32,128], %w: f32[128,128]", "%y");
