@@ -15,22 +15,11 @@ Usage: test_calibrate_cli.py KILN MODELS_DIR
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 
-KILN, MODELS = sys.argv[1], sys.argv[2]
+from cli_check import MODELS, check, finish, kiln
+
 DEMO, MLP = os.path.join(MODELS, "demo.onnx"), os.path.join(MODELS, "mlp_ln.onnx")
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-
-
-def kiln(*args, env=None):
-    return subprocess.run([KILN, *args], capture_output=True, text=True, env=env)
 
 
 def one_error_line(r, what, needle):
@@ -108,7 +97,4 @@ ts = [json.loads(l) for l in open(tuned_samples)] if os.path.exists(tuned_sample
 check(len(ts) >= 1 and all(s["model"] == "demo" for s in ts), f"tune's samples: {ts}")
 
 shutil.rmtree(tmp, ignore_errors=True)
-if failures:
-    print("FAIL:\n  " + "\n  ".join(failures))
-    sys.exit(1)
-print("calibrate cli: ok")
+finish("test_calibrate_cli")

@@ -14,22 +14,11 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 
-KILN, MODELS = sys.argv[1], sys.argv[2]
+from cli_check import MODELS, check, finish, kiln
+
 DEMO = os.path.join(MODELS, "demo.onnx")
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-
-
-def kiln(*args):
-    return subprocess.run([KILN, *args], capture_output=True, text=True)
 
 
 def records(path):
@@ -91,7 +80,4 @@ if fusion:
     check(r.returncode == 0 and "kept apart (recorded)" in r.stdout, f"second tune: {r.stdout[:800]}")
 
 shutil.rmtree(tmp, ignore_errors=True)
-if failures:
-    print("FAIL:\n  " + "\n  ".join(failures))
-    sys.exit(1)
-print("fusion search cli: ok")
+finish("test_fusion_search_cli")

@@ -28,18 +28,14 @@ import sys
 import tempfile
 import time
 
-KILN, MODELS = sys.argv[1], sys.argv[2]
+from cli_check import KILN, MODELS, check, failures, finish
+from cli_check import kiln as run_kiln
+
 MODEL = os.path.join(MODELS, "demo.onnx")
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
 
 
 def kiln(*args, timeout=120):
-    return subprocess.run([KILN, *args], capture_output=True, text=True, timeout=timeout)
+    return run_kiln(*args, timeout=timeout)
 
 
 def free_port():
@@ -48,18 +44,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def finish():
-    for f in failures:
-        print("FAIL:", f)
-    print(f"test_ray_measurer: {len(failures)} failure(s)")
-    sys.exit(1 if failures else 0)
-
-
 try:
     import ray  # noqa: F401 - only whether it imports
 except ImportError as e:
     failures.append(f"ray is not installed for {sys.executable} ({e}); scripts/setup.sh installs it")
-    finish()
+    finish("test_ray_measurer")
 path_python = shutil.which("python3")
 if not path_python or os.path.realpath(path_python) != os.path.realpath(sys.executable):
     # kiln runs the driver with the python3 on PATH; if that is another interpreter, it may lack ray.
@@ -208,4 +197,4 @@ finally:
 
 leftover = set(glob.glob(KILN_RAY_DIRS)) - before
 check(not leftover, f"kiln left its Ray measurer folders behind: {sorted(leftover)}")
-finish()
+finish("test_ray_measurer")

@@ -15,22 +15,11 @@ import json
 import os
 import re
 import subprocess
-import sys
 import tempfile
 
-KILN, MODELS = sys.argv[1], sys.argv[2]
+from cli_check import MODELS, check, finish, kiln
+
 MODEL = os.path.join(MODELS, "demo.onnx")
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-
-
-def kiln(*args):
-    return subprocess.run([KILN, *args], capture_output=True, text=True)
-
 
 tmp = tempfile.mkdtemp(prefix="kiln_tune_test_")
 rec = os.path.join(tmp, "records.jsonl")
@@ -115,7 +104,4 @@ r = kiln("tune", MODEL, "--budget", "5s", "--records", unreadable)
 check(r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, f"unreadable records: {r.returncode} {r.stderr}")
 
 subprocess.run(["rm", "-rf", tmp])
-for f in failures:
-    print("FAIL:", f)
-print(f"test_tune_cli: {len(failures)} failure(s)")
-sys.exit(1 if failures else 0)
+finish("test_tune_cli")
