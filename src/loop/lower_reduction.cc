@@ -50,7 +50,9 @@
 // does not propagate a NaN after the first element); GlobalAveragePool sums in double.
 // ArgMax/ArgMin as reduction_select.cc (NaN greatest, ties to the first index unless
 // select_last_index). Run-time axes: those the declared shapes decide (runtime_params.h), checked
-// by the kernel's guard. Refused: bool Max/Min, empty rows, run-time axes the shapes leave open,
+// by the kernel's guard; where the shapes leave several sets open (ReduceSum of [3,2,2] to [3,2]),
+// the rows are a view [output dims..., row] of the input read through the chosen set's index
+// arithmetic (input_at), the reduction alone in its kernel. Refused: bool Max/Min, empty rows,
 // noop reductions (remove_identity makes them copies).
 #include <algorithm>
 #include <cmath>
@@ -139,7 +141,7 @@ void RowKernelBuilder::lower_reduction(const Node& r, RKind kind, int k, std::ve
     std::vector<std::pair<std::string, int64_t>> loops;
     const int p = passes_++;
     std::vector<Expr> d = pass_dims(p, loops);
-    Expr elem = L_.value_at(r.input(0), Index::from_dims(in_, d));
+    Expr elem = input_at(r, Index::from_dims(in_, d));
     Expr rowflat = int_imm(0);
     for (size_t i = 0; i < in_.size(); ++i)
       if (reduced_[i] && in_[i] != 1) rowflat = add(mul(rowflat, int_imm(in_[i])), d[i]);
@@ -184,7 +186,7 @@ void RowKernelBuilder::lower_reduction(const Node& r, RKind kind, int k, std::ve
     Expr j = int_imm(0);
     for (size_t i = 0; i < in_.size(); ++i)
       if (reduced_[i]) j = d[i];
-    Expr v = cast(K, L_.value_at(r.input(0), Index::from_dims(in_, d)));
+    Expr v = cast(K, input_at(r, Index::from_dims(in_, d)));
     Expr b = var(best, K);
     auto greater = [&](Expr x, Expr y) {
       Expr g = bin(BinOp::Gt, x, y);
@@ -310,6 +312,41 @@ BufferPtr RowKernelBuilder::stage_row(const Node& r, const Expr& elem) {
   return row;
 }
 
+Expr RowKernelBuilder::input_at(const Node& r, const Index& at) {
+  if (view_sets_.empty()) return L_.value_at(r.input(0), at);
+  // `at` is a position of the view [output dims..., row]: for each axis set, the output dims are
+  // the kept axes in order and the row position unravels over the reduced axes in order (the
+  // reference's row-major walk over them), giving one flat index into the input per set.
+  const std::vector<Expr>& d = *at.dims;
+  const Shape& x = view_input_;
+  std::vector<int64_t> stride(x.size(), 1);
+  for (size_t k = x.size(); k-- > 1;) stride[k - 1] = stride[k] * x[k];
+  // Size-1 axes hold position 0: the output's longer dims are the input's longer kept axes in order.
+  std::vector<Expr> kept;
+  for (size_t o = 0; o + 1 < at.shape.size(); ++o)
+    if (at.shape[o] != 1) kept.push_back(d[o]);
+  Expr flat;
+  for (size_t c = view_sets_.size(); c-- > 0;) {
+    const std::vector<bool>& red = view_sets_[c];
+    Expr f = int_imm(0), row = d.back();
+    size_t o = 0;
+    for (size_t k = 0; k < x.size(); ++k)
+      if (!red[k] && x[k] != 1) {
+        KILN_CHECK(o < kept.size(), "run-time axes view: more kept axes than output dims");
+        f = add(f, mul(kept[o++], int_imm(stride[k])));
+      }
+    KILN_CHECK(o == kept.size(), "run-time axes view: fewer kept axes than output dims");
+    int64_t inner = 1;
+    for (size_t k = x.size(); k-- > 0;) {
+      if (!red[k] || x[k] == 1) continue;
+      f = add(f, mul(mod(div_floor(row, int_imm(inner)), int_imm(x[k])), int_imm(stride[k])));
+      inner *= x[k];
+    }
+    flat = flat ? select(binary(BinOp::Eq, runtime_param(view_site_, "set", 0), int_imm(int64_t(c))), f, flat) : f;
+  }
+  return L_.value_at(r.input(0), Index::from_flat(x, flat));
+}
+
 Index RowKernelBuilder::row_point(const Expr& j) {
   std::vector<Expr> d = outer_dims_;
   int64_t stride = 1;
@@ -341,7 +378,7 @@ void RowKernelBuilder::lane_pass(const Node& r, const std::string& name, DType a
   auto lanes = std::make_shared<Buffer>(Buffer{"kiln_lanes" + ps, at, Shape{L}, Scope::Local});
   const Expr yes = int_imm(1, DType::Bool), no = int_imm(0, DType::Bool);
   const int64_t blocks = row_ / L, tail = row_ % L;
-  auto elem = [&](const Expr& j) { return L_.value_at(r.input(0), row_point(j)); };
+  auto elem = [&](const Expr& j) { return input_at(r, row_point(j)); };
   const Expr elem0 = elem(int_imm(0));
   const BufferPtr row = stage_row(r, elem0);
   costly_lanes_ = costly_lanes_ || expensive(elem0);
@@ -429,7 +466,27 @@ LoopKernel RowKernelBuilder::build(const std::string& name) {
         if (std::string why = runtime_params_refusal(*n); !why.empty()) refuse(why);
         if (std::find(grp_.inputs.begin(), grp_.inputs.end(), n->input(1)) == grp_.inputs.end())
           refuse(cat(name_of(n), " axes computed in the same kernel are not lowered"));
-        red = *runtime_reduced_axes(*n);
+        if (auto axes = runtime_reduced_axes(*n)) {
+          red = *axes;
+        } else {
+          // The data chooses between several axis sets: the rows are a view of the input (one row
+          // per output position, of the sets' common length) read through the chosen set's index
+          // arithmetic (input_at). Its rows are not the input's, so nothing else shares them.
+          if (grp_.nodes.size() != 1 || std::find(grp_.inputs.begin(), grp_.inputs.end(), n->input(0)) == grp_.inputs.end())
+            refuse(cat(name_of(n), " reads its input through run-time chosen axes and runs in a kernel of its own"));
+          view_sets_ = runtime_reduction_sets(*n);
+          view_site_ = L_.index_check_site(*n);
+          view_input_ = s;
+          Shape rows = n->output(0)->shape();
+          rows.push_back(shape_numel(s) / std::max<int64_t>(shape_numel(rows), 1));
+          red.assign(rows.size(), false);
+          red.back() = true;
+          if (in_.empty() && reduced.empty()) {
+            in_ = rows;
+            reduced = red;
+          }
+          continue;
+        }
       } else if (auto axes = constant_ints(*n, 1, "axes"); !axes || axes->empty()) {
         if (noop == 1) refuse(cat(n->op_type(), " with no axes is an identity (noop_with_empty_axes)"));
         red.assign(s.size(), true);

@@ -107,8 +107,16 @@ class RowKernelBuilder {
   // Makes `pos` the current position along the last dim of `shape` (outer_dims_ and the flat index).
   void set_last_position(const Shape& shape, Expr pos);
 
+  // The reduction's input at a position of in_ (which, for run-time chosen axes, is a view).
+  Expr input_at(const Node& r, const Index& at);
+
   const FusionGroup& grp_;
   Lowerer L_;
+  // Run-time chosen axes (runtime_params.h runtime_reduction_sets): the sets, the node's check
+  // site, and the input's real shape; in_ is then the view [output dims..., row].
+  std::vector<std::vector<bool>> view_sets_;
+  int64_t view_site_ = 0;
+  Shape view_input_;
   bool jam_ = false;
   int64_t sum_lanes_ = 0;         // Schedule::reduction_lanes, 0 when off
   bool reorder_sums_ = true;      // Schedule::reorder_sums

@@ -116,6 +116,23 @@ std::vector<std::pair<Expr, Expr>> pad_amounts(const Node& n, const ParamAt& at)
   const Shape& in = n.input(0)->shape();
   const Shape& out = n.output(0)->shape();
   const int64_t rank = rank_of(n);
+  std::vector<std::pair<Expr, Expr>> r(size_t(rank), {I(0), I(0)});
+  if (runtime(n, 3)) {
+    // Which axis entry i pads is data: axis k takes the entry that names it (the guard, pad_axes_ok,
+    // checks they are distinct and in range), or no padding.
+    const int64_t na = shape_numel(n.input(3)->shape());
+    for (int64_t k = 0; k < rank; ++k) {
+      auto clamped = [&](int64_t j) { return lo_hi(at(1, j), I(-in[size_t(k)] - 1), I(out[size_t(k)] + 1)); };
+      Expr b = I(0), e = I(0);
+      for (int64_t i = 0; i < na; ++i) {
+        Expr hit = eq(normalized(at(3, i), rank), I(k));
+        b = select(hit, clamped(i), b);
+        e = select(hit, clamped(na + i), e);
+      }
+      r[size_t(k)] = {b, e};
+    }
+    return r;
+  }
   std::vector<int64_t> axes;
   if (auto a = constant_ints(n, 3, "axes")) {
     for (int64_t ax : *a) axes.push_back(ax < 0 ? ax + rank : ax);
@@ -123,13 +140,23 @@ std::vector<std::pair<Expr, Expr>> pad_amounts(const Node& n, const ParamAt& at)
     for (int64_t k = 0; k < rank; ++k) axes.push_back(k);
   }
   const int64_t na = int64_t(axes.size());
-  std::vector<std::pair<Expr, Expr>> r(size_t(rank), {I(0), I(0)});
   for (int64_t i = 0; i < na; ++i) {
     const size_t k = size_t(axes[size_t(i)]);
     auto clamped = [&](int64_t j) { return lo_hi(at(1, j), I(-in[k] - 1), I(out[k] + 1)); };
     r[k] = {clamped(i), clamped(na + i)};
   }
   return r;
+}
+
+// Run-time Pad axes: each in [-rank, rank) and no axis named twice (the reference's checks).
+Expr pad_axes_ok(const Node& n, const ParamAt& at) {
+  const int64_t rank = rank_of(n), na = shape_numel(n.input(3)->shape());
+  Expr ok;
+  for (int64_t i = 0; i < na; ++i) {
+    ok = all(ok, all(le(I(-rank), at(3, i)), lt(at(3, i), I(rank))));
+    for (int64_t j = 0; j < i; ++j) ok = all(ok, ne(normalized(at(3, i), rank), normalized(at(3, j), rank)));
+  }
+  return ok;
 }
 
 // Pad: per axis the elements cropped before it, the padding before it and the kept length; then
@@ -139,7 +166,7 @@ Expr pad_prologue(const Node& n, const ParamAt& at, Prologue& p) {
   const Shape& out = n.output(0)->shape();
   const bool constant_mode = n.attr_string("mode", "constant") == "constant";
   const auto amounts = pad_amounts(n, at);
-  Expr ok;
+  Expr ok = runtime(n, 3) ? pad_axes_ok(n, at) : Expr();
   for (size_t k = 0; k < in.size(); ++k) {
     const auto& [begin, end] = amounts[k];
     Expr crop_lo = p.bind(cat("crop", k), binary(BinOp::Max, sub(I(0), begin), I(0)));
@@ -181,7 +208,19 @@ std::vector<std::vector<bool>> reduction_candidates(const Node& n) {
   return r;
 }
 
-Expr reduction_ok(const Node& n, const ParamAt& at) {
+// The candidates after dropping size-1 axes, which reduce nothing: distinct ones are the sets the
+// data really chooses between.
+std::vector<std::vector<bool>> distinct_candidates(const Node& n) {
+  const Shape& in = n.input(0)->shape();
+  std::vector<std::vector<bool>> r;
+  for (std::vector<bool> c : reduction_candidates(n)) {
+    for (size_t k = 0; k < in.size(); ++k) c[k] = c[k] && in[k] != 1;
+    if (std::find(r.begin(), r.end(), c) == r.end()) r.push_back(c);
+  }
+  return r;
+}
+
+Expr reduction_ok(const Node& n, const ParamAt& at, Prologue& p) {
   const int64_t rank = rank_of(n), cnt = shape_numel(n.input(1)->shape());
   Expr ok;
   std::vector<Expr> axes;
@@ -193,8 +232,7 @@ Expr reduction_ok(const Node& n, const ParamAt& at) {
   for (size_t i = 0; i < axes.size(); ++i)
     for (size_t j = i + 1; j < axes.size(); ++j) ok = all(ok, ne(axes[i], axes[j]));
   // Distinct, as many as a candidate has: the run-time set is a candidate when each axis is in it.
-  Expr one_of;
-  for (const std::vector<bool>& c : reduction_candidates(n)) {
+  auto in_set = [&](const std::vector<bool>& c) {
     Expr in_c;
     for (const Expr& a : axes) {
       Expr hit;
@@ -202,7 +240,24 @@ Expr reduction_ok(const Node& n, const ParamAt& at) {
         if (c[size_t(k)]) hit = any(hit, eq(a, I(k)));
       in_c = all(in_c, hit ? hit : int_imm(0, DType::Bool));
     }
-    one_of = any(one_of, in_c);
+    return in_c ? in_c : int_imm(1, DType::Bool);
+  };
+  Expr one_of;
+  for (const std::vector<bool>& c : reduction_candidates(n)) one_of = any(one_of, in_set(c));
+  // Where the shapes leave the axes open, which of the distinct sets the data chose: the nest
+  // reads its input through that set's view (runtime_reduction_view). Candidates equal up to
+  // size-1 axes are one set, so each of them selects its set's number.
+  const std::vector<std::vector<bool>> sets = distinct_candidates(n);
+  if (sets.size() > 1) {
+    const Shape& in = n.input(0)->shape();
+    Expr which = I(0);
+    for (const std::vector<bool>& c : reduction_candidates(n)) {
+      std::vector<bool> s = c;
+      for (size_t k = 0; k < in.size(); ++k) s[k] = s[k] && in[k] != 1;
+      const int64_t i = std::find(sets.begin(), sets.end(), s) - sets.begin();
+      which = select(in_set(c), I(i), which);
+    }
+    p.bind("set0", which);
   }
   return all(ok, one_of ? one_of : int_imm(0, DType::Bool));
 }
@@ -228,7 +283,8 @@ std::string runtime_params_refusal(const Node& n) {
     for (size_t i = 1; i < 5 && i < n.num_inputs(); ++i)
       if (n.input(i) && !int_vector(n.input(i), cnt)) return "Slice parameters are not int32/int64 vectors of one length";
   } else if (op == "Pad") {
-    if (runtime(n, 3)) return "Pad axes computed at run time are not lowered (which axes are padded would be data)";
+    if (runtime(n, 3) && !int_vector(n.input(3), shape_numel(n.input(3)->shape())))
+      return "Pad axes is not an int32/int64 vector";
     const std::string mode = n.attr_string("mode", "constant");
     if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap")
       return cat("Pad mode '", mode, "' is not supported");
@@ -236,9 +292,9 @@ std::string runtime_params_refusal(const Node& n) {
     if (!int_vector(n.input(1), 2 * na)) return "Pad pads is not an int32/int64 vector of two entries per axis";
   } else {
     if (!int_vector(n.input(1), shape_numel(n.input(1)->shape()))) return cat(op, " axes is not an int32/int64 vector");
-    if (!runtime_reduced_axes(n))
-      return cat(op, " axes are computed at run time and the declared output ", shape_str(n.output(0)->shape()),
-                 " leaves open which axes of ", shape_str(in), " it reduces");
+    if (reduction_candidates(n).empty())
+      return cat(op, " axes are computed at run time and no set of ", shape_numel(n.input(1)->shape()),
+                 " axes of ", shape_str(in), " gives the declared output ", shape_str(n.output(0)->shape()));
     return "";
   }
   if (in.empty()) return cat(op, " of a scalar with run-time parameters");
@@ -250,7 +306,7 @@ std::string runtime_params_refusal(const Node& n) {
 std::vector<Stmt> runtime_params_prologue(const Node& n, const ParamAt& at, int64_t site) {
   Prologue p{site, {}};
   Expr ok = n.op_type() == "Slice" ? slice_prologue(n, at, p) : n.op_type() == "Pad" ? pad_prologue(n, at, p)
-                                                                                     : reduction_ok(n, at);
+                                                                                     : reduction_ok(n, at, p);
   p.lets.push_back(let(name(site, "guard"), checked_index(select(ok, I(0), I(1)), 1, site)));
   return p.lets;
 }
@@ -264,15 +320,12 @@ std::string runtime_params_message(const Node& n) {
 Expr runtime_param(int64_t site, const std::string& what, size_t axis) { return named(site, cat(what, axis)); }
 
 std::optional<std::vector<bool>> runtime_reduced_axes(const Node& n) {
-  const Shape& in = n.input(0)->shape();
-  std::optional<std::vector<bool>> r;
-  for (std::vector<bool> c : reduction_candidates(n)) {
-    for (size_t k = 0; k < in.size(); ++k) c[k] = c[k] && in[k] != 1;  // a size-1 axis reduces nothing
-    if (r && *r != c) return std::nullopt;
-    r = c;
-  }
-  return r;
+  std::vector<std::vector<bool>> sets = distinct_candidates(n);
+  if (sets.size() != 1) return std::nullopt;
+  return sets[0];
 }
+
+std::vector<std::vector<bool>> runtime_reduction_sets(const Node& n) { return distinct_candidates(n); }
 
 // ---------------------------------------------------------------- in the nest
 

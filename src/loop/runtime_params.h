@@ -48,5 +48,11 @@ std::string runtime_params_message(const Node& n);
 // A Reduce* with run-time axes: the reduced axes (size-1 axes never count) when every axis set the
 // input and declared output shapes allow reduces the same axes; nullopt otherwise.
 std::optional<std::vector<bool>> runtime_reduced_axes(const Node& n);
+// Every distinct reduced-axes set the shapes allow (size-1 axes dropped). With more than one
+// (ReduceSum of [3,2,2] to [3,2]: axis 1 or axis 2), the prologue binds runtime_param(site, "set", 0)
+// to the number of the set the run-time axes name, and the row kernel reads its input through that
+// set's view: rows of the output's positions by the sets' common row length, each set's own index
+// arithmetic chosen by a select (lower_reduction.cc).
+std::vector<std::vector<bool>> runtime_reduction_sets(const Node& n);
 
 }  // namespace kiln::loop::detail

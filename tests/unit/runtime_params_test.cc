@@ -183,6 +183,44 @@ TEST(RuntimeParams, PadInEveryModeWithCropsAndTheGuard) {
   }
 }
 
+// Pad whose axes are data: which axis each pads entry applies to is read at run time. Every
+// spelling of each axis choice the declared shape allows matches the reference (interpreted and
+// compiled); axes out of range or named twice, and choices giving another shape, are the guard's.
+TEST(RuntimeParams, PadWithRunTimeAxes) {
+  for (const char* mode : {"constant", "reflect"}) {
+    SCOPED_TRACE(mode);
+    // [3,4,4] -> [3,6,4] or [3,4,6]: one axis padded by (1, 1), axis 1 or axis 2.
+    auto g = ir(std::string("  %y: f32[3,6,4] = Pad(%x, %pads, %v, %axes) {mode=\"") + mode + "\"} name=\"pd\"\n",
+                "%x: f32[3,4,4], %pads: i64[4], %v: f32[], %axes: i64[2]", "%y");
+    Lowered l = lower_only_kernel(*g);
+    const Tensor x = iota({3, 4, 4});
+    const Tensor v = Tensor::scalar<float>(-2.5f);
+    runtime::BuildOptions o;
+    auto ex = runtime::Executable::build(parse_graph(print_graph(*g)), o);
+    for (const auto& k : ex->kernels()) EXPECT_TRUE(k.generated) << k.name << ": " << k.reason;
+    struct Choice {
+      std::vector<int64_t> axes, pads;
+      bool fits;
+    };
+    for (const Choice& c : {Choice{{1, 2}, {1, 0, 1, 0}, true}, Choice{{2, 1}, {0, 1, 0, 1}, true},
+                            Choice{{-2, 0}, {2, 0, 0, 0}, true}, Choice{{0, -2}, {0, -1, 0, 3}, true},
+                            Choice{{2, 0}, {1, 0, 1, 0}, false}, Choice{{1, 1}, {1, 0, 1, 0}, false},
+                            Choice{{1, -2}, {1, 0, 1, 0}, false}, Choice{{1, 3}, {1, 0, 1, 0}, false},
+                            Choice{{-4, 1}, {0, 1, 0, 1}, false}}) {
+      TensorMap in{{"x", x}, {"pads", i64(c.pads)}, {"v", v}, {"axes", i64(c.axes)}};
+      const std::string what = "axes " + shape_str(c.axes) + " pads " + shape_str(c.pads);
+      if (c.fits) {
+        const Tensor want = run_reference(*g, in).at("y");
+        expect_same(interpret(l, in, g->find_value("y")), want, what);
+        expect_same(ex->run(in).at("y"), want, what + " compiled");
+      } else {
+        expect_guard_error([&] { interpret(l, in, g->find_value("y")); }, "node 'pd' (Pad): the run-time pads", what);
+        expect_guard_error([&] { ex->run(in); }, "node 'pd' (Pad): the run-time pads", what + " compiled");
+      }
+    }
+  }
+}
+
 TEST(RuntimeParams, ReductionsWithRunTimeAxesTheShapesDecide) {
   struct Case {
     const char* op;
@@ -208,12 +246,89 @@ TEST(RuntimeParams, ReductionsWithRunTimeAxesTheShapesDecide) {
     expect_guard_error([&] { interpret(l, {{"x", x}, {"axes", i64(c.bad)}}, g->find_value("y")); },
                        "node 'r' (" + std::string(c.op) + "): the run-time axes", "bad axes");
   }
-  // [3,2,2] -> [3,2] reduces axis 1 or axis 2: the shapes leave it open, and the group is refused
-  // with that reason (it runs as a library kernel, which explain and run name).
-  auto open = ir("  %y: f32[3,2] = ReduceSum(%x, %axes) {keepdims=0} name=\"r\"\n", "%x: f32[3,2,2], %axes: i64[1]", "%y");
-  FusionPlan plan = partition(*open, FusionOptions{});
+}
+
+// Shapes that leave the axes open: [3,2,2] -> [3,2] reduces axis 1 or axis 2, and which one is
+// data. The kernel reads its input through the chosen set's view (lower_reduction.cc input_at):
+// every axis spelling of every set the shapes allow must match the reference, interpreted and
+// compiled (default numerics within the contract, --strict-fp bit for bit, 1 and 2 threads), and
+// every other set is the node's guard error.
+TEST(RuntimeParams, ReductionsWithRunTimeAxesTheShapesLeaveOpen) {
+  struct Case {
+    const char* op;
+    const char* dtype;
+    Shape in;
+    const char* out;
+    std::vector<std::vector<int64_t>> axes, bad;
+  };
+  const std::vector<Case> cases = {
+      {"ReduceSum", "f32", {3, 2, 2}, "f32[3,2]", {{1}, {2}, {-1}, {-2}}, {{0}, {3}, {-4}}},
+      // Three sets of two axes: {0,1}, {1,2}, {2,3}, in either order and counted from either end.
+      {"ReduceMean", "f32", {2, 3, 2, 3}, "f32[2,3]", {{0, 1}, {1, 0}, {1, 2}, {-2, 1}, {2, 3}, {3, -2}},
+       {{0, 2}, {1, 3}, {0, 3}, {1, 1}}},
+      // A size-1 axis reduces nothing: {1,2} and {1,3} are the sets {2} and {3}.
+      {"ReduceMax", "f32", {3, 1, 4, 4}, "f32[3,4]", {{1, 2}, {3, 1}, {2, -3}}, {{0, 1}, {2, 3}}},
+      // Long rows (lane passes in default numerics) along a leading or trailing axis.
+      {"ReduceSum", "f32", {4, 64, 64}, "f32[4,64]", {{1}, {2}}, {{0}}},
+      {"ReduceProd", "i32", {2, 5, 5}, "i32[2,5]", {{1}, {2}}, {{0}}},
+  };
+  for (const Case& c : cases) {
+    const std::string body = std::string("  %y: ") + c.out + " = " + c.op + "(%x, %axes) {keepdims=0} name=\"r\"\n";
+    const std::string inputs = std::string("%x: ") + c.dtype + shape_str(c.in) + ", %axes: i64[" +
+                               std::to_string(c.axes[0].size()) + "]";
+    SCOPED_TRACE(body);
+    auto g = ir(body, inputs, "%y");
+    Lowered l = lower_only_kernel(*g);
+    Tensor x(std::string(c.dtype) == "i32" ? DType::Int32 : DType::Float32, c.in);
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      if (x.dtype() == DType::Int32) x.data<int32_t>()[i] = int32_t(i % 7) - 2;
+      else x.data<float>()[i] = float((i * 37) % 101) * 0.03125f - 1.5f;
+    }
+    std::vector<std::unique_ptr<runtime::Executable>> exes;
+    for (bool strict : {false, true})
+      for (int threads : {1, 2}) {
+        runtime::BuildOptions o;
+        o.threads = threads;
+        o.strict_fp = strict;
+        exes.push_back(runtime::Executable::build(parse_graph(print_graph(*g)), o));
+        for (const auto& k : exes.back()->kernels()) EXPECT_TRUE(k.generated) << k.name << ": " << k.reason;
+      }
+    for (const std::vector<int64_t>& axes : c.axes) {
+      TensorMap in{{"x", x}, {"axes", i64(axes)}};
+      const Tensor want = run_reference(*g, in).at("y");
+      const std::string what = "axes " + shape_str(axes);
+      const Tensor got = interpret(l, in, g->find_value("y"));
+      ASSERT_EQ(got.shape(), want.shape()) << what;
+      for (size_t e = 0; e < exes.size(); ++e) {
+        const Tensor y = exes[e]->run(in).at("y");
+        if (e >= 2 || x.dtype() == DType::Int32) {
+          expect_same(y, want, what + " compiled strict");
+          continue;
+        }
+        float mx = 0;
+        for (int64_t i = 0; i < want.numel(); ++i) mx = std::max(mx, std::abs(want.data<float>()[i]));
+        for (int64_t i = 0; i < want.numel(); ++i)
+          ASSERT_NEAR(y.data<float>()[i], want.data<float>()[i], 1e-4 * mx) << what << " compiled, element " << i;
+      }
+      if (x.dtype() == DType::Int32) {
+        expect_same(got, want, what + " interpreted");
+        continue;
+      }
+      for (int64_t i = 0; i < got.numel(); ++i)
+        EXPECT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-4 * (1 + std::abs(want.data<float>()[i]))) << what;
+    }
+    for (const std::vector<int64_t>& bad : c.bad) {
+      TensorMap in{{"x", x}, {"axes", i64(bad)}};
+      const std::string what = "bad axes " + shape_str(bad);
+      expect_guard_error([&] { interpret(l, in, g->find_value("y")); }, "node 'r' (" + std::string(c.op) + "): the run-time axes", what);
+      expect_guard_error([&] { exes[0]->run(in); }, "node 'r' (" + std::string(c.op) + "): the run-time axes", what);
+    }
+  }
+  // No set of the axes' count gives the declared shape: refused with that reason.
+  auto none = ir("  %y: f32[5] = ReduceSum(%x, %axes) {keepdims=0} name=\"r\"\n", "%x: f32[3,2,2], %axes: i64[1]", "%y");
+  FusionPlan plan = partition(*none, FusionOptions{});
   const FusionGroup& grp = only_group(plan);
-  EXPECT_NE(grp.library_reason.find("leaves open which axes of [3,2,2] it reduces"), std::string::npos)
+  EXPECT_NE(grp.library_reason.find("no set of 1 axes of [3,2,2] gives the declared output [5]"), std::string::npos)
       << grp.library_reason;
 }
 
