@@ -40,7 +40,7 @@ TIMEOUT_S = 120
 PERTURB = 2.0 ** -20
 COND_FACTOR = 2.0
 COND_RUNS = 2
-# Accumulation: every kernel within the contract on the reference's own inputs (`kiln run --check`)
+# Accumulation: every kernel within the contract on its own inputs (`kiln run --check`)
 # and the end-to-end difference within ACCUM_FACTOR times the tolerance is rounding that later
 # kernels amplified (a LayerNorm over two elements after a MatMul: each kernel 5e-7, the output
 # 1.2e-4). A wrong index or a clobbered buffer differs by O(1), far beyond that.

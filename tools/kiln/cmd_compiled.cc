@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <unordered_map>
 
 #include "cli.h"
 #include "runtime/executable.h"
@@ -77,7 +78,7 @@ runtime::BuildOptions build_options(const Args& a) {
 TensorMap run_compiled(std::unique_ptr<Graph> g, const Args& a, const TensorMap& inputs, bool check,
                        std::vector<std::string>* library) {
   Progress progress;
-  std::unique_ptr<Graph> ref_graph = check ? g->clone() : nullptr;
+  std::unique_ptr<Graph> ref_graph = check ? g->clone() : nullptr;  // the end-to-end reference
   auto ex = runtime::Executable::build(std::move(g), build_options(a), progress.callback());
   progress.done();
   if (library) {
@@ -88,34 +89,84 @@ TensorMap run_compiled(std::unique_ptr<Graph> g, const Args& a, const TensorMap&
   }
   if (!check) return ex->run(inputs);
 
-  // Reference values of every tensor, keyed by name (the compiled graph is a clone).
-  std::map<std::string, Tensor> ref;
-  for (auto& [v, t] : run_reference_values(*ref_graph, inputs)) ref[v->name()] = t;
-  std::vector<double> worst(ex->kernels().size(), 0.0);
-  TensorMap out = ex->run(inputs, [&](size_t k, const Value* v, const void* data) {
-    auto it = ref.find(v->name());
-    if (it != ref.end()) worst[k] = std::max(worst[k], relative_difference(it->second, data, ex->options().strict_fp));
+  // Each kernel is checked on the inputs it really read: the compiled values of the kernels before
+  // it (copied as the observer sees them; the arena reuses their memory), with its ops run by the
+  // reference kernels on those. That is the numerics contract's unit: comparing with the reference
+  // run end to end would also count the rounding the earlier kernels passed on, which a deep
+  // network amplifies past 1e-4 with every kernel within it (Inception-v3: 13 of 103 kernels "beyond"
+  // the tolerance end to end, none by itself). The end-to-end difference is reported beside it.
+  const Graph& eg = ex->graph();
+  std::unordered_map<const Value*, Tensor> compiled;
+  TensorMap out = ex->run(inputs, [&](size_t, const Value* v, const void* data) {
+    Tensor t(v->dtype(), v->shape());
+    std::memcpy(t.raw(), data, t.nbytes());
+    compiled[v] = std::move(t);
   });
+  const auto checked = check_inputs(eg, inputs);
+  for (size_t i = 0; i < checked.size(); ++i) compiled[eg.inputs()[i]] = *checked[i];
+  const bool bitwise = ex->options().strict_fp;
+  std::vector<double> worst(ex->plan().groups.size(), 0.0);
+  for (size_t gi = 0; gi < ex->plan().groups.size(); ++gi) {
+    const FusionGroup& grp = ex->plan().groups[gi];
+    std::unordered_map<const Value*, Tensor> local;
+    for (const Value* v : grp.inputs) {
+      if (v->is_constant()) {
+        local[v] = v->constant();
+        continue;
+      }
+      auto it = compiled.find(v);
+      KILN_CHECK(it != compiled.end(), "--check: kernel ", grp.name, " reads '", v->name(), "', which nothing wrote");
+      local[v] = it->second;
+    }
+    for (const Node* n : grp.nodes) {
+      std::vector<Tensor> args;
+      for (const Value* v : n->inputs()) args.push_back(v ? local.at(v) : Tensor());
+      std::vector<Tensor> outs = run_node(*n, args);
+      for (size_t i = 0; i < outs.size(); ++i)
+        if (n->output(i)) local[n->output(i)] = std::move(outs[i]);
+    }
+    for (const Value* v : grp.outputs) {
+      auto it = compiled.find(v);
+      if (it == compiled.end()) {
+        compiled[v] = local.at(v);  // a view the executable does not run as a kernel: exact
+        continue;
+      }
+      worst[gi] = std::max(worst[gi], relative_difference(local.at(v), it->second.raw(), bitwise));
+    }
+  }
+  // End to end: the outputs against the reference run of the whole graph.
+  double end_to_end = 0;
+  for (const auto& [name, t] : run_reference(*ref_graph, inputs))
+    end_to_end = std::max(end_to_end, relative_difference(t, out.at(name).raw(), bitwise));
   // The numerics contract for float32: relative error ≤ 1e-4 of the tensor's max magnitude; under
   // --strict-fp none at all (the reference's operations in its order give its bits).
-  const double kTolerance = ex->options().strict_fp ? 0.0 : 1e-4;
+  const double kTolerance = bitwise ? 0.0 : 1e-4;
   int bad = 0, generated = 0, kernels = 0;
   for (size_t k = 0; k < ex->kernels().size(); ++k) {
     const auto& info = ex->kernels()[k];
     if (!ex->plan().groups[info.group].counts_as_kernel()) continue;
     ++kernels;
     generated += info.generated;
-    bool ok = worst[k] <= kTolerance;
+    const double diff = worst[info.group];
+    bool ok = diff <= kTolerance;
     bad += !ok;
     if (library && ok) continue;  // test-onnx: only the kernels that differ
     char buf[64];
-    std::snprintf(buf, sizeof buf, "%.3g", worst[k]);
+    std::snprintf(buf, sizeof buf, "%.3g", diff);
     std::cerr << (ok ? "  ok   " : "  FAIL ") << info.name << " [" << (info.generated ? "generated" : "library")
               << "]: max rel diff " << buf << (info.generated ? "" : " (" + info.reason + ")") << "\n";
   }
-  if (!library)
+  // Under --strict-fp every kernel equal to the reference makes the whole run equal to it; a
+  // difference end to end then means a kernel was checked on other inputs than it ran on.
+  KILN_CHECK(!bitwise || bad != 0 || end_to_end == 0,
+             "--check --strict-fp: every kernel matches the reference, the outputs do not");
+  if (!library) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.3g", end_to_end);
     std::cerr << "check: " << kernels << " kernels (" << generated << " generated), " << bad
-              << " above the tolerance " << kTolerance << "\n";
+              << " above the tolerance " << kTolerance << " on their own inputs; outputs vs the reference run end to end: "
+              << "max rel diff " << buf << "\n";
+  }
   if (bad) user_error(bad, " kernel(s) differ from the reference executor beyond ", kTolerance);
   return out;
 }

@@ -97,7 +97,7 @@ class CEmitter final : public CStyleEmitter {
       os << pad << "  " << t << "* restrict " << name << " = (" << t << "*)kiln_scratch_push(sizeof(" << t << ") * " << n
          << ");\n";
     else
-      os << pad << "  " << t << " " << name << "[" << n << "];\n";
+      os << pad << "  " << t << " " << name << "[" << n << "] __attribute__((aligned(64)));\n";
     body(os, s.body, indent + 1);
     if (heap) os << pad << "  kiln_scratch_pop(" << name << ", sizeof(" << t << ") * " << n << ");\n";
     os << pad << "}\n";
