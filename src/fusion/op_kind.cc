@@ -39,7 +39,10 @@ const std::map<std::string, OpKind>& table() {
     add(OpKind::Opaque,
         {"ScatterElements", "ScatterND", "Einsum", "LRN", "Hardmax", "Softmax", "LogSoftmax",
          "LayerNormalization", "InstanceNormalization", "BatchNormalization", "MeanVarianceNormalization",
-         "Shape", "Size", "Constant"});
+         "Shape", "Size", "Constant",
+         // Unrolled into MatMuls and elementwise ops by decompose_recurrent; one it refuses runs
+         // as a library kernel.
+         "RNN", "GRU", "LSTM"});
     return m;
   }();
   return t;

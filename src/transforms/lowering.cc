@@ -5,6 +5,7 @@
 #include "transforms/decompose_activations.h"
 #include "transforms/decompose_lrn.h"
 #include "transforms/decompose_normalization.h"
+#include "transforms/decompose_recurrent.h"
 #include "transforms/decompose_resize.h"
 #include "transforms/decompose_softmax.h"
 #include "transforms/eliminate_common_subexpressions.h"
@@ -28,6 +29,9 @@ std::vector<std::unique_ptr<Pass>> lowering_pipeline() {
   p.push_back(std::make_unique<LowerConvTranspose>());
   // Before transpose_to_reshape, which turns the Transposes it emits around unit dims into views.
   p.push_back(std::make_unique<LowerEinsum>());
+  // Before decompose_activations and lower_gemm's neighbours: it emits MatMuls, Sigmoid/Tanh and
+  // the other activation ops, which the later passes lower like any model's.
+  p.push_back(std::make_unique<DecomposeRecurrent>());
   p.push_back(std::make_unique<DecomposeNormalization>());
   p.push_back(std::make_unique<DecomposeSoftmax>());
   p.push_back(std::make_unique<DecomposeActivations>());

@@ -452,3 +452,69 @@ def layernorm(b, x, axis):
 def fam_layernorm(b):
     x = b.pick(lambda v: v.rank >= 1 and v.shape[-1] > 1)
     return layernorm(b, x, -1 if b.chance(0.6) else b.randint(-x.rank, x.rank - 1))
+
+
+# ---------------------------------------------------------------- RNN / GRU / LSTM
+
+# Activations every engine implements for the recurrent ops, with alpha/beta where they take them.
+RECURRENT_ACTS = [("Sigmoid", None, None), ("Tanh", None, None), ("Relu", None, None), ("HardSigmoid", 0.3, 0.45),
+                  ("LeakyRelu", 0.2, None), ("Softsign", None, None), ("Affine", 0.5, 0.1), ("ScaledTanh", 0.8, 1.2)]
+
+
+def fam_recurrent(b):
+    """RNN, GRU or LSTM over a rank-3 value read as [seq, batch, input]: any direction, bias, initial states (inputs or constants), peepholes, clip, GRU's
+    linear_before_reset, LSTM's input_forget, custom activations, and (forward) constant
+    sequence_lens that stop some batch entries early."""
+    x = b.pick(lambda v: v.rank == 3 and v.shape[0] <= 24 and v.shape[1] <= 24 and 1 <= v.shape[2] <= 64)
+    x = ops.tame(b, x, 4.0)
+    op = b.choice(["RNN", "GRU", "LSTM"])
+    g = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
+    # layout 1 (batch first) is ONNX Runtime's "not supported" (the conformance tests
+    # gru/lstm/simple_rnn_batchwise cover it against the ONNX data instead).
+    layout = 0
+    t, n, i = (x.shape[1], x.shape[0], x.shape[2]) if layout else x.shape
+    direction = b.choice(["forward", "reverse", "bidirectional"], p=[0.5, 0.2, 0.3])
+    d = 2 if direction == "bidirectional" else 1
+    h = b.choice([1, 3, 5, 8, 16])
+    attrs = {"hidden_size": h}
+    if direction != "forward" or b.chance(0.2):
+        attrs["direction"] = direction
+    if layout:
+        attrs["layout"] = 1
+    ins = [x, b.weight((d, g * h, i), 1 / math.sqrt(i)), b.weight((d, g * h, h), 1 / math.sqrt(h))]
+    ins.append(b.weight((d, 2 * g * h), 0.3, "bias") if b.chance(0.6) else "")
+    lens = ""
+    if direction == "forward" and b.chance(0.3):
+        lens = b.const(np.array([b.randint(0, t) for _ in range(n)], dtype=np.int32), "lens")
+    ins.append(lens)
+    state = (n, d, h) if layout else (d, n, h)
+    for _ in range(2 if op == "LSTM" else 1):
+        ins.append(b.weight(state, 0.5, "state") if b.chance(0.4) else "")
+    if op == "LSTM":
+        ins.append(b.weight((d, 3 * h), 0.5, "peep") if b.chance(0.3) else "")
+        if b.chance(0.15):
+            attrs["input_forget"] = 1
+    if op == "GRU" and b.chance(0.5):
+        attrs["linear_before_reset"] = 1
+    if b.chance(0.2):
+        attrs["clip"] = float(b.choice([0.5, 1.5, 3.0]))
+    if b.chance(0.3):
+        per = {"RNN": 1, "GRU": 2, "LSTM": 3}[op]
+        acts = [RECURRENT_ACTS[b.randint(0, len(RECURRENT_ACTS) - 1)] for _ in range(per * d)]
+        attrs["activations"] = [a for a, _, _ in acts]
+        alphas = [a for _, a, _ in acts if a is not None]
+        betas = [bb for name, _, bb in acts if bb is not None]
+        if alphas:
+            attrs["activation_alpha"] = alphas
+        if betas:
+            attrs["activation_beta"] = betas
+    while ins and ins[-1] == "":
+        ins.pop()
+    y_shape = (n, t, d, h) if layout else (t, d, n, h)
+    # Unbounded activations (Relu, Affine) grow the state step by step: a loose magnitude bound.
+    mag = 1.0 if "activations" not in attrs else 4.0 ** min(t, 6)
+    outs = [(y_shape, F32, mag, -mag), (state, F32, mag, -mag)]
+    if op == "LSTM":
+        outs.append((state, F32, 10.0 * t, -10.0 * t))
+    vals = b.node(op, ins, outs, **attrs)
+    return vals[0] if b.chance(0.6) else vals[1]

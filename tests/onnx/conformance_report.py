@@ -27,7 +27,7 @@ GlobalAveragePool GlobalMaxPool ReduceSum ReduceMean ReduceMax ReduceMin ReduceP
 ReduceLogSum ReduceLogSumExp ReduceSumSquare ArgMax ArgMin Softmax LogSoftmax Hardmax Reshape Flatten
 Squeeze Unsqueeze Transpose Concat Split Slice Gather GatherElements GatherND Expand Tile Pad Shape
 Size ConstantOfShape Range Cast CastLike Identity Dropout Constant DepthToSpace SpaceToDepth Resize
-Upsample CumSum TopK Trilu EyeLike OneHot ScatterElements ScatterND Einsum
+Upsample CumSum TopK Trilu EyeLike OneHot ScatterElements ScatterND Einsum RNN GRU LSTM
 """.split())
 FOLDERS = ["node", "pytorch-converted", "pytorch-operator", "simple"]
 

@@ -33,6 +33,7 @@ void register_pool_ops(OpRegistry& r);    // MaxPool, AveragePool, GlobalAverage
 void register_norm_ops(OpRegistry& r);    // BatchNormalization, InstanceNormalization,
                                           // LayerNormalization, LRN, MeanVarianceNormalization
 void register_einsum_ops(OpRegistry& r);  // Einsum
+void register_recurrent_ops(OpRegistry& r);  // RNN, GRU, LSTM (nn_recurrent.cc)
 
 // The type a dot product is computed in for storage type T (T itself for float/double; the unsigned
 // type of the same width for integers, so overflow wraps instead of being undefined behaviour).

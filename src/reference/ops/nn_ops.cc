@@ -11,6 +11,7 @@ void register_nn_ops(OpRegistry& r) {
   nn::register_pool_ops(r);
   nn::register_norm_ops(r);
   nn::register_einsum_ops(r);
+  nn::register_recurrent_ops(r);
 }
 
 }  // namespace kiln
