@@ -155,6 +155,62 @@ def vit_small():
     return m
 
 
+class RnnEncoder(nn.Module):
+    """Recurrent layers as PyTorch exports them: a 2-layer LSTM and a bidirectional GRU
+    (linear_before_reset=1, initial states through Expand), then a linear head on the last step."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(32, 48, num_layers=2, batch_first=True)
+        self.gru = nn.GRU(48, 40, batch_first=True, bidirectional=True)
+        self.fc = nn.Linear(80, 10)
+
+    def forward(self, x):
+        h, _ = self.lstm(x)
+        g, _ = self.gru(h)
+        return self.fc(g[:, -1])
+
+
+class AudioEncoder(nn.Module):
+    """A wav2vec-style front end: strided Conv1d feature extractor with GroupNorm and GELU, then a
+    pre-norm transformer layer over the 399 frames of 8000 samples (heads of 24: the shapes whose
+    attention kernel once crashed, runtime_regression_test.cc)."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.Sequential(nn.Conv1d(1, 64, 10, stride=5), nn.GroupNorm(64, 64), nn.GELU(),
+                                   nn.Conv1d(64, 64, 3, stride=2), nn.GELU(), nn.Conv1d(64, 64, 2, stride=2), nn.GELU())
+        self.proj = nn.Linear(64, 96)
+        self.layer = nn.TransformerEncoderLayer(96, 4, 192, activation="gelu", batch_first=True, norm_first=True)
+
+    def forward(self, x):
+        return self.layer(self.proj(self.convs(x).transpose(1, 2)))
+
+
+class UNetSmall(nn.Module):
+    """A small U-Net: InstanceNorm, GroupNorm and BatchNorm, strided and dilated convs, ConvTranspose,
+    bilinear Upsample, skip Concats, PixelShuffle, and ELU/Hardswish/LeakyReLU/ReLU6/SiLU."""
+
+    def __init__(self):
+        super().__init__()
+        c = 16
+        self.e1 = nn.Sequential(nn.Conv2d(3, c, 3, padding=1), nn.InstanceNorm2d(c, affine=True), nn.LeakyReLU(0.1))
+        self.e2 = nn.Sequential(nn.Conv2d(c, 2 * c, 3, stride=2, padding=1), nn.GroupNorm(4, 2 * c), nn.SiLU())
+        self.e3 = nn.Sequential(nn.Conv2d(2 * c, 4 * c, 3, stride=2, padding=1), nn.BatchNorm2d(4 * c), nn.ReLU6())
+        self.up1 = nn.ConvTranspose2d(4 * c, 2 * c, 2, stride=2)
+        self.d1 = nn.Sequential(nn.Conv2d(4 * c, 2 * c, 3, padding=2, dilation=2), nn.ELU())
+        self.up2 = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+        self.d2 = nn.Sequential(nn.Conv2d(3 * c, c, 3, padding=1), nn.Hardswish())
+        self.ps = nn.Sequential(nn.Conv2d(c, 12, 1), nn.PixelShuffle(2))
+
+    def forward(self, x):
+        a = self.e1(x)
+        b = self.e2(a)
+        d = self.d1(torch.cat([self.up1(self.e3(b)), b], 1))
+        e = self.d2(torch.cat([self.up2(d), a], 1))
+        return torch.sigmoid(self.ps(e))
+
+
 IMG = (1, 3, 224, 224)
 tv = torchvision.models
 # name -> (seed, constructor, input shape, description), as in make_models.MODELS
@@ -179,6 +235,9 @@ EXTRA_MODELS = {
     "gpt": (212, Gpt, (1, 128, 384), "hand-written GPT-2 decoder: 3 blocks, d 384, 6 heads, causal mask"),
     "swin_t": (213, lambda: tv.swin_t(weights=None), IMG, "torchvision swin_t (shifted windows)"),
     "mnasnet0_5": (214, lambda: tv.mnasnet0_5(weights=None), IMG, "torchvision mnasnet0_5"),
+    "rnn_encoder": (215, RnnEncoder, (1, 20, 32), "2-layer LSTM + bidirectional GRU + linear head, 20 steps"),
+    "audio_encoder": (216, AudioEncoder, (1, 1, 8000), "Conv1d feature extractor + transformer layer, 399 frames"),
+    "unet_small": (217, UNetSmall, (1, 3, 64, 64), "small U-Net: norms, ConvTranspose, Upsample, PixelShuffle"),
 }
 
 
