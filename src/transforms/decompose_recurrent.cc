@@ -58,6 +58,11 @@ class Unroller {
     return rw_.emit("Clip", {x, scalar(tag + "_lo", -s_.clip), scalar(tag + "_hi", s_.clip)}, x->type(), tag);
   }
   static DType dt_of(const Value* v) { return v->dtype(); }
+  static std::vector<double> sum(const Tensor& a, const Tensor& b) {
+    std::vector<double> x = tensor_to_doubles(a), y = tensor_to_doubles(b);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
+    return x;
+  }
   static Tensor slice_constant(const Tensor& t, int64_t axis, int64_t b, int64_t e);
   static Tensor transpose_constant(const Tensor& t, const std::vector<int64_t>& perm);
 
@@ -158,7 +163,10 @@ void Unroller::run() {
         Value* zero = rw_.constant(dn + "_zero", tensor_from_doubles(std::vector<double>(size_t(H), 0.0), {H}, dt_));
         rb = concat({slice(rb, 0, 0, 2 * H, dn + "_rbzr"), zero}, 0, dn + "_rbx");
       }
-      xb = add(wb, rb, dn + "_bias");
+      // Constant biases are summed here, at compile time.
+      xb = wb->is_constant() && rb->is_constant()
+               ? rw_.constant(dn + "_bias", tensor_from_doubles(sum(wb->constant(), rb->constant()), {G * H}, dt_))
+               : add(wb, rb, dn + "_bias");
     }
     Value* xw = matmul(x, wt, dn + "_xw");  // [T, N, G*H]: every step's input part at once
     if (xb) xw = add(xw, xb, dn + "_xwb");
@@ -234,7 +242,7 @@ void Unroller::run() {
       h = hn;
       if (cn) c = cn;
     }
-    ys.push_back(reshape(concat(y, 0, dn + "_y"), {T, 1, N, H}, dn + "_y4"));
+    ys.push_back(concat(y, 0, dn + "_y"));  // [T, N, H]
     if (lens3) {
       // An entry of length 0 ends in zero states (the reference kernel's rule, ONNX Runtime's).
       Value* ran = rw_.emit("Less", {rw_.constant(dn + "_none", Tensor::from_vector<int32_t>({0}, {}).cast(lens->dtype())), lens3},
@@ -249,9 +257,14 @@ void Unroller::run() {
   // Y [T, D, N, H] (layout 1: [N, T, D, H]); Y_h, Y_c [D, N, H] (layout 1: [N, D, H]).
   auto used = [&](size_t i) { return i < rw_.num_outputs() && rw_.output(i) && is_used(rw_.graph(), rw_.output(i)); };
   if (used(0)) {
-    if (s_.batch_first) transpose(concat(ys, 1, "y"), {2, 0, 1, 3}, "y_batch_major", rw_.output(0));
-    else if (D == 1) reshape(ys[0], {T, D, N, H}, "y", rw_.output(0));
-    else concat(ys, 1, "y", rw_.output(0));
+    if (D == 1 && !s_.batch_first) {
+      reshape(ys[0], {T, 1, N, H}, "y", rw_.output(0));
+    } else {
+      std::vector<Value*> y4;
+      for (int64_t d = 0; d < D; ++d) y4.push_back(reshape(ys[size_t(d)], {T, 1, N, H}, "d" + std::to_string(d) + "_y4"));
+      if (s_.batch_first) transpose(concat(y4, 1, "y"), {2, 0, 1, 3}, "y_batch_major", rw_.output(0));
+      else concat(y4, 1, "y", rw_.output(0));
+    }
   }
   auto state_out = [&](const std::vector<Value*>& st, size_t i, const std::string& tag) {
     if (!used(i)) return;

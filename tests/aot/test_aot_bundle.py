@@ -9,7 +9,7 @@ with the PyTorch output (relative 1e-4 of the max magnitude); checks the runner 
 On demo also: raw input files, bad inputs and bad weights files are refused with a message, a
 recompile replaces a previous bundle, a non-empty foreign directory is refused untouched. A small
 generated model checks views and unusual outputs (the input itself, a constant, a name with '/'),
-and one with a library kernel (a ReduceSum of run-time axes the shapes do not decide) must fail with one line and write nothing. A Gather with
+and one with a library kernel (an LSTM run backwards over sequence_lens that are data) must fail with one line and write nothing. A Gather with
 run-time indices must refuse an index out of range with the node's name (KILN_MODEL_ERR_INDEX).
 """
 import os
@@ -178,21 +178,27 @@ def demo_checks(work, bundle, build, runner, expected):
 def library_kernel_check(work):
     import onnx
     from onnx import TensorProto, helper
-    # A ReduceSum whose axes are data and whose declared shapes leave open which axis of [3, 2, 2]
-    # it reduces (1 or 2): a library kernel.
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 2, 2])
-    axes = helper.make_tensor_value_info("axes", TensorProto.INT64, [1])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])
-    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-             helper.make_node("ReduceSum", ["r", "axes"], ["y"], name="reducesum", keepdims=0)]
-    graph = helper.make_graph(nodes, "opaque", [x, axes], [y])
-    path = os.path.join(work, "reducesum.onnx")
+    # An LSTM run backwards over sequence_lens that are data (each entry would start from its own
+    # length; decompose_recurrent refuses it): a library kernel.
+    import numpy as np
+    from onnx import numpy_helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 1, 3])
+    lens = helper.make_tensor_value_info("lens", TensorProto.INT32, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 1, 1, 2])
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((1, 8, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal((1, 8, 2)).astype(np.float32), "r")]
+    nodes = [helper.make_node("Relu", ["x"], ["rx"], name="relu"),
+             helper.make_node("LSTM", ["rx", "w", "r", "", "lens"], ["y"], name="reverselstm", hidden_size=2,
+                              direction="reverse")]
+    graph = helper.make_graph(nodes, "opaque", [x, lens], [y], inits)
+    path = os.path.join(work, "reverselstm.onnx")
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), path)
     parent = os.path.join(work, "lib")
     os.mkdir(parent)
     r, _ = compile_model(path, os.path.join(parent, "bundle"))
     lines = r.stderr.strip().splitlines()
-    check(r.returncode == 1 and len(lines) == 1 and "library kernel" in r.stderr and "reducesum" in r.stderr,
+    check(r.returncode == 1 and len(lines) == 1 and "library kernel" in r.stderr and "reverselstm" in r.stderr,
           f"library kernel: rc {r.returncode}, stderr {r.stderr.strip()!r}")
     check(os.listdir(parent) == [], f"library kernel: left {os.listdir(parent)}")
     print("ok   library kernel refused: " + (lines[0] if lines else ""))

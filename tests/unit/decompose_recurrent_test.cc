@@ -1,8 +1,7 @@
 // RNN, GRU and LSTM: decompose_recurrent's unrolled ops against the reference kernels
 // (nn_recurrent.cc) over every attribute the ops have — direction, layout, clip, activations with
 // alpha/beta, GRU's linear_before_reset, LSTM's peepholes and input_forget, initial states,
-// sequence_lens as data, weights as constants or inputs — then the same graphs compiled (JIT) at
-// default and strict numerics, and the refusals that leave the op to a library kernel.
+// sequence_lens as data, weights as constants or inputs — then a quarter of the graphs compiled (JIT), and the refusals that leave the op to a library kernel.
 #include "lowering_test_util.h"
 #include "lower_group_test_util.h"
 #include "runtime/executable.h"
@@ -153,12 +152,13 @@ TEST(DecomposeRecurrent, MatchesTheReferenceKernelOnEveryAttribute) {
   }
 }
 
-// The decomposed graphs compiled: every kernel generated, outputs within the contract (default) or
-// the reference's bits of the lowered graph (--strict-fp).
+// The decomposed graphs compiled (a quarter of the cases, default and --strict-fp in turn): every
+// kernel generated, outputs within 1e-4 of the reference kernel's.
 TEST(DecomposeRecurrent, CompiledMatchesTheReference) {
   std::mt19937 rng(6);
   std::vector<Case> some = cases();
-  for (size_t i = 0; i < some.size(); i += 3) {
+  for (size_t i = 0; i < some.size(); i += 4) {  // a quarter of the cases, alternating numerics
+    const bool strict = (i / 4) % 2 == 1;
     const Case& c = some[i];
     const std::string text = graph_of(c, rng);
     SCOPED_TRACE(text);
@@ -176,7 +176,7 @@ TEST(DecomposeRecurrent, CompiledMatchesTheReference) {
     }
     const TensorMap want = run_reference(*g, in);
     run_lowering(*g);
-    for (bool strict : {false, true}) {
+    {
       runtime::BuildOptions o;
       o.strict_fp = strict;
       o.threads = 2;
