@@ -8,22 +8,25 @@
 // prices a kernel by its FLOPs and bytes, which no schedule changes; it sees every schedule of a
 // kernel alike and cannot rank them.
 //
-// Features (schedule_features; feature_names lists them): the schedule fields the search space
-// varies, on a log2 scale and, for cache budgets, relative to the target's L1/L2 (the micro-kernel
-// tile mr × nr/vw, its register use, kc and whether the packed kc × nr and mr × kc panels fit L1,
-// the A-reuse, rows, stencil and chain budgets over L2, the channel-rows thresholds, unroll), the
-// squares of the main ones (so that an optimum inside a range is a quadratic the linear fit can
-// represent), and what the lowering made of the schedule: whether the nest runs a parallel loop,
-// that loop's extent and the imbalance of its split over the threads (ceil(E/T)·T/E − 1), serial
-// execution × log2 FLOPs (a big kernel left serial loses), the number of loops and micro-kernel
-// calls (code size). A point's features are taken relative to its kernel's default schedule's
-// (x = φ(s) − φ(default)), so the default is the origin.
+// Features: schedule_features gives the raw φ(kernel, schedule): the schedule fields the search
+// space varies, on a log2 scale and, for cache budgets, relative to the target's L1/L2 (the
+// micro-kernel tile mr × nr/vw, its register use, kc and whether the packed kc × nr and mr × kc
+// panels fit L1, the A-reuse, rows, stencil and chain budgets over L2, the channel-rows
+// thresholds, unroll), and what the lowering made of the schedule: whether the nest runs a
+// parallel loop, that loop's extent and the imbalance of its split over the threads
+// (ceil(E/T)·T/E − 1), serial execution × log2 FLOPs (a big kernel left serial loses), the number
+// of loops and micro-kernel calls (code size). The model reads relative_features: φ(s) − φ(default)
+// — the default is the origin — and the squares of the main differences (mr, nr, kc, the L2
+// budgets, unroll), so that an optimum inside a field's range is a bowl the linear fit can
+// represent; centred on the default (hand-tuned, usually near the optimum) the bowl needs small
+// coefficients, which the ridge penalty leaves alone.
 //
 // Fit (ScheduleModel::fit): ridge regression of y = ln(time / default time) on x, without an
 // intercept (the default predicts exactly 0), columns scaled to unit weighted RMS, samples
 // weighted (the kernel being searched 1, other kernels' and records' samples less: their
-// responses to a field resemble this kernel's but are not the same), solved by Cholesky. Small,
-// exact and dependency-free; the sample counts are tens to hundreds.
+// responses to a field resemble this kernel's but are not the same), solved by Cholesky, the
+// penalty chosen by closed-form leave-one-out error. Small, exact and dependency-free; the sample
+// counts are tens to hundreds.
 #pragma once
 #include <cstdint>
 #include <random>
@@ -42,12 +45,14 @@ struct KernelTraits {
   double bytes = 0;
 };
 
-const std::vector<std::string>& feature_names();
-
-// φ(kernel, schedule) on `t` with `threads` threads; `lowered` is the kernel's nest under `s`
-// (nullptr: the nest features are 0). One value per feature_names() entry.
+// The raw φ(kernel, schedule) on `t` with `threads` threads; `lowered` is the kernel's nest under
+// `s` (nullptr: the nest features are 0).
 std::vector<double> schedule_features(const KernelTraits& k, const loop::Schedule& s, const loop::LoopKernel* lowered,
                                       const Target& t, int threads);
+// What the model reads: `raw` relative to its kernel's default's, with the squared differences.
+std::vector<double> relative_features(const std::vector<double>& raw, const std::vector<double>& raw_default);
+// The names of relative_features' values, in order.
+const std::vector<std::string>& feature_names();
 
 class ScheduleModel {
  public:
@@ -66,6 +71,7 @@ class ScheduleModel {
   // Predicted ln(time / default time) of a point with features x (0 before a fit).
   double predict(const std::vector<double>& x) const;
   const std::vector<double>& weights() const { return beta_; }
+  double lambda_share() const { return lambda_share_; }  // the penalty the last fit chose, per unit weight
 
  private:
   struct Sample {
@@ -76,6 +82,7 @@ class ScheduleModel {
   std::vector<Sample> samples_;
   std::vector<double> beta_;  // per feature, in the features' own units
   bool fitted_ = false;
+  double lambda_share_ = 0;
 };
 
 // The filter's choice among `predicted` (ln time ratios, lower is faster): the `keep - explore`

@@ -40,7 +40,7 @@ struct Point {
   loop::Schedule sched;
   loop::LoopKernel kernel;
   std::string code;                  // the generated C under a fixed name: equal code, equal nest
-  std::vector<double> features;      // tune::schedule_features (not yet relative to the default)
+  std::vector<double> features;      // tune::schedule_features (raw: not yet relative to the default)
 };
 
 // `s` lowered for `grp` (nullopt: the lowering refuses it), its code and features.
@@ -57,11 +57,6 @@ std::optional<Point> lower_point(const FusionGroup& grp, loop::Schedule s, const
   return p;
 }
 
-std::vector<double> minus(const std::vector<double>& a, const std::vector<double>& b) {
-  std::vector<double> r(a.size());
-  for (size_t i = 0; i < a.size(); ++i) r[i] = a[i] - b[i];
-  return r;
-}
 
 // One kernel's coordinate descent, as a sequence of batches: next() gives the batch to measure (or
 // nothing when the search is over), take() its result. The caller decides when batches are
@@ -130,7 +125,7 @@ class KernelSearch {
       if (model_)
         for (size_t i = 1; i < t.size(); ++i)
           if (t[i] > 0)
-            model_->add(minus(cands_[i - 1].features, default_features_), std::log(t[i] / t[0] / best_speedup_),
+            model_->add(relative_features(cands_[i - 1].features, default_features_), std::log(t[i] / t[0] / best_speedup_),
                         kernel_);
       size_t win = 0;
       for (size_t i = 1; i < t.size(); ++i)
@@ -184,7 +179,7 @@ class KernelSearch {
       return;
     }
     std::vector<double> predicted;
-    for (const Point& p : cands_) predicted.push_back(model_->predict(minus(p.features, default_features_)));
+    for (const Point& p : cands_) predicted.push_back(model_->predict(relative_features(p.features, default_features_)));
     std::vector<Point> kept;
     size_t next = 0;
     for (size_t i : pick_candidates(predicted, keep, explore, rng_)) {
@@ -242,7 +237,7 @@ class KernelSearch {
   //
   // With the filter, a batch's mutants are the model's pick among kOversample times as many.
   static constexpr int kMutants = 8, kEvolveRounds = 3, kOversample = 6, kExploreMutants = 2;
-  static constexpr size_t kDescentKeep = 4;
+  static constexpr size_t kDescentKeep = 3;
   std::optional<MeasureRequest> next_mutation_batch() {
     if (evolve_left_ <= 0 || space_.size() < 2) return std::nullopt;
     --evolve_left_;
@@ -494,7 +489,7 @@ TuneReport tune_model(const Graph& g, const TensorMap& inputs, const TuneOptions
         if (opts.filter && r->improved && r->default_ms > 0 && r->tuned_ms > 0) {
           std::optional<Point> d = lower_point(grp, dflt, opts, resolved),
                                b = lower_point(grp, record_schedule(*r, target), opts, resolved);
-          if (d && b) model.add(minus(b->features, d->features), std::log(r->tuned_ms / r->default_ms), int(i));
+          if (d && b) model.add(relative_features(b->features, d->features), std::log(r->tuned_ms / r->default_ms), int(i));
         }
         say(head + ": recorded, skipped");
         results[i] = std::move(kr);

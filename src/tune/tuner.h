@@ -18,8 +18,8 @@
 //
 // The schedule model (tune/schedule_model.h) filters the candidates: fitted on every point this
 // tune has measured (and the records of this model's kernels from earlier tunes), it ranks a
-// batch's proposed points before they are compiled; a descent batch of more than four new values
-// measures the model's best three and one random other, a mutant batch is chosen from six times
+// batch's proposed points before they are compiled; a descent batch of more than three new values
+// measures the model's best two and one random other, a mutant batch is chosen from six times
 // as many proposed mutants (the best six and two random ones). Points not measured may be proposed
 // again later. Until the model has ScheduleModel::kMinSamples samples every proposed point is
 // measured, as with TuneOptions::filter off.
