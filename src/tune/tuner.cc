@@ -167,16 +167,17 @@ class KernelSearch {
   // The filter: when the model has enough samples to fit, keeps `keep` of cands_ — the model's
   // best `keep - explore` and `explore` random others (a wrong model still lets the search see
   // points it would not pick) — and hands the others' code back to tried_, so that a later pass
-  // or mutant batch may propose them again. Counts the proposed points either way.
-  void filter(size_t keep, size_t explore) {
-    res_.proposed += int(cands_.size());
+  // or mutant batch may propose them again. Returns how many were proposed (counted in
+  // KernelResult::proposed when the batch is sent).
+  size_t filter(size_t keep, size_t explore) {
+    const size_t proposed = cands_.size();
     if (!model_ || cands_.size() <= keep || !model_->fit(kernel_)) {
       // No fit (a singular system; not seen): the first `keep`, as proposed.
       while (cands_.size() > keep) {
         tried_.erase(cands_.back().code);
         cands_.pop_back();
       }
-      return;
+      return proposed;
     }
     std::vector<double> predicted;
     for (const Point& p : cands_) predicted.push_back(model_->predict(relative_features(p.features, default_features_)));
@@ -189,6 +190,7 @@ class KernelSearch {
     }
     for (; next < cands_.size(); ++next) tried_.erase(cands_[next].code);
     cands_ = std::move(kept);
+    return proposed;
   }
   bool model_ready() const { return model_ && model_->size() >= ScheduleModel::kMinSamples; }
 
@@ -215,12 +217,13 @@ class KernelSearch {
         cands_.push_back(std::move(*p));
       }
       if (cands_.empty()) continue;
-      filter(model_ready() ? kDescentKeep : cands_.size(), 1);
+      const size_t proposed = filter(model_ready() ? kDescentKeep : cands_.size(), 1);
       if (predict_s(cands_.size() + 1) + predict_s(2) > left()) {
         out_of_time_ = true;
         cands_.clear();
         return std::nullopt;
       }
+      res_.proposed += int(proposed);
       std::vector<Point*> batch = {&best_};
       for (Point& c : cands_) batch.push_back(&c);
       pending_ = Pending::Search;
@@ -238,6 +241,7 @@ class KernelSearch {
   // With the filter, a batch's mutants are the model's pick among kOversample times as many.
   static constexpr int kMutants = 8, kEvolveRounds = 3, kOversample = 6, kExploreMutants = 2;
   static constexpr size_t kDescentKeep = 3;
+  static constexpr size_t kMinPerSource = 4;  // candidates per compiled source (request())
   std::optional<MeasureRequest> next_mutation_batch() {
     if (evolve_left_ <= 0 || space_.size() < 2) return std::nullopt;
     --evolve_left_;
@@ -259,12 +263,13 @@ class KernelSearch {
       cands_.push_back(std::move(*p));
     }
     if (cands_.empty()) return std::nullopt;
-    filter(kMutants, kExploreMutants);
+    const size_t proposed = filter(kMutants, kExploreMutants);
     if (predict_s(cands_.size() + 1) + predict_s(2) > left()) {
       out_of_time_ = true;
       cands_.clear();
       return std::nullopt;
     }
+    res_.proposed += int(proposed);
     res_.mutants += int(cands_.size());
     std::vector<Point*> batch = {&best_};
     for (Point& c : cands_) batch.push_back(&c);
@@ -287,9 +292,11 @@ class KernelSearch {
     ++batches_;
     batch_size_ = points.size();
     // Up to compile_jobs sources of consecutive candidates, each a whole translation unit (its own
-    // prelude and micro-kernels), compiled side by side: the prelude is compiled once per source,
-    // the candidates once in all.
-    const size_t parts = std::clamp<size_t>(size_t(std::max(1, opts_.compile_jobs)), 1, ks.size());
+    // prelude and micro-kernels), compiled side by side. Each source repeats that head — about
+    // half the compile of a 3-candidate MobileNetV2 batch (bench/tune_compile_split.py) — so a
+    // source gets at least kMinPerSource candidates: small batches stay one source.
+    const size_t parts = std::clamp<size_t>(size_t(std::max(1, opts_.compile_jobs)), 1,
+                                            std::max<size_t>(1, ks.size() / kMinPerSource));
     for (size_t p = 0; p < parts; ++p) {
       const std::vector<loop::LoopKernel> part(ks.begin() + std::ptrdiff_t(p * ks.size() / parts),
                                                ks.begin() + std::ptrdiff_t((p + 1) * ks.size() / parts));

@@ -470,7 +470,9 @@ class LawMeasurer : public tune::Measurer {
   tune::MeasureResult measure(const tune::MeasureRequest& r) override {
     tune::MeasureResult out;
     if (r.kernels[0].rfind("tune_c0_", 0) == 0) measured.emplace_back();
-    const size_t want_sources = std::min<size_t>(size_t(jobs), r.kernels.size());
+    // compile_jobs sources, at least four candidates each (a source repeats the prelude)
+    const size_t want_sources = std::clamp<size_t>(r.kernels.size() / 4, 1, size_t(jobs));
+    if (r.sources.size() > 1) ++split_batches;
     if (r.sources.size() != want_sources) bad_split = cat(r.sources.size(), " sources for ", r.kernels.size(), " kernels");
     for (const std::string& name : r.kernels) {
       int defined = 0;
@@ -494,6 +496,7 @@ class LawMeasurer : public tune::Measurer {
   std::map<std::string, loop::Schedule> schedules;
   std::vector<std::vector<double>> measured;  // per kernel searched, in order
   std::string bad_split;
+  int split_batches = 0;
 };
 
 // The filter's promise: on the same kernels and the same (deterministic) times, the search with
@@ -521,6 +524,7 @@ TEST(TuneSearch, TheModelFilterReachesTheSameResultWithFewerMeasurements) {
     reports[filter] = tune::tune_model(*g, inputs, to, m, records, [](const std::vector<tune::Record>&) {});
     measured[filter] = m.measured;
     EXPECT_EQ(m.bad_split, "") << "filter " << filter;
+    EXPECT_GT(m.split_batches, 0) << "no batch was large enough to split";
   }
   const tune::TuneReport &off = reports[false], &on = reports[true];
   ASSERT_EQ(off.kernels.size(), 2u);
