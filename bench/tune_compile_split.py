@@ -3,14 +3,14 @@
 
 kiln tune splits each batch of candidates into --compile-jobs C sources (each a whole translation
 unit: prelude, micro-kernels, its share of the candidates) compiled side by side
-(docs/tuning.md "Parallel compile"). This script runs a short `kiln tune --compile-jobs 2` with
-TMPDIR pointed at a private folder, copies the batch sources LocalMeasurer writes there while it
-runs, pairs the two halves of each batch, rebuilds the batch's one-source form (the first half,
-then the second half's kernels: the halves must share their prelude and micro-kernels, other pairs
-are skipped), and times, interleaved, the one source with one compiler process against the two
-halves with two processes at once.
+(docs/tuning.md "Parallel compile"). This script runs a short `kiln tune --compile-jobs 1` with
+TMPDIR pointed at a private folder, copies the one-source batches LocalMeasurer writes there while
+it runs, splits the largest in two halves (each the whole head, then half the candidates: the
+head holds the micro-kernels of every tile of the batch, a little more than kiln's own split
+emits, so the split is if anything priced high), and times, interleaved, the one source with one
+compiler process against the two halves with two processes at once.
 
-    python3 bench/tune_compile_split.py build/kiln MODEL.onnx [--batches 8] [--reps 3]
+    python3 bench/tune_compile_split.py build/kiln MODEL.onnx [--batches 6] [--reps 3] [--budget 60s]
 """
 import argparse
 import glob
@@ -48,9 +48,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("kiln")
     ap.add_argument("model")
-    ap.add_argument("--batches", type=int, default=8)
+    ap.add_argument("--batches", type=int, default=6)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--budget", default="30s")
+    ap.add_argument("--budget", default="60s")
+    ap.add_argument("--min-candidates", type=int, default=8)
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="kiln-split-")
     try:
@@ -59,7 +60,7 @@ def main():
         os.makedirs(saved)
         env = dict(os.environ, TMPDIR=tmp)
         cmd = [a.kiln, "tune", a.model, "--budget", a.budget, "--threads", "1", "--no-fusion-search", "--no-filter",
-               "--compile-jobs", "2", "--records", os.path.join(work, "r.jsonl"), "--samples",
+               "--compile-jobs", "1", "--records", os.path.join(work, "r.jsonl"), "--samples",
                os.path.join(work, "s.jsonl")]
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         while proc.poll() is None:
@@ -75,52 +76,48 @@ def main():
         for f in glob.glob(os.path.join(saved, "*.c")):
             with open(f) as fh:
                 t = fh.read()
-            if kernels_of(t):
+            if len(kernels_of(t)) >= a.min_candidates:
                 texts[f] = t
-        # The halves of one batch: tune_cB_0..k-1 and tune_cB_k..n-1 with the same head. Batch
-        # numbers restart per kernel, so a half may have several partners; take the first.
-        firsts = {f: kernels_of(t) for f, t in texts.items()}
-        pairs, used = [], set()
-        for f, ks in firsts.items():
-            if not ks[0].endswith("_0") or f in used:
-                continue
-            b, last = ks[-1].rsplit("_", 1)
-            want = f"{b}_{int(last) + 1}"
-            head = head_and_kernels(texts[f])[0]
-            for g, gs in firsts.items():
-                if g not in used and g != f and gs[0] == want and head_and_kernels(texts[g])[0] == head:
-                    pairs.append((f, g))
-                    used.update({f, g})
-                    break
-        # The largest batches first (a mutant batch is the incumbent and eight points): small ones
-        # are dominated by the part each half repeats.
-        pairs.sort(key=lambda p: -(len(firsts[p[0]]) + len(firsts[p[1]])))
-        pairs = pairs[: a.batches]
-        if not pairs:
-            sys.exit("no batch split in two halves with a shared head was captured; try a longer --budget")
-        print(f"{len(pairs)} batches, {a.reps} reps each, interleaved; cc {' '.join(FLAGS)}")
+        if not texts:
+            sys.exit(f"no batch of {a.min_candidates}+ candidates was captured; try a longer --budget")
+        # The largest batches first.
+        batches = sorted(texts, key=lambda f: -len(kernels_of(texts[f])))[: a.batches]
+        print(f"{len(batches)} batches, {a.reps} reps each, interleaved; cc {' '.join(FLAGS)}")
         one_total = two_total = 0.0
-        for n, (f, g) in enumerate(pairs):
-            whole = os.path.join(work, f"whole{n}.c")
-            with open(whole, "w") as fh:
-                fh.write(texts[f] + head_and_kernels(texts[g])[1])
-            head = os.path.join(work, f"head{n}.c")
-            with open(head, "w") as fh:  # what each half repeats: the prelude and micro-kernels
-                fh.write(head_and_kernels(texts[f])[0])
-            one, two, rep = [], [], []
+        alone_total = [0.0]
+        for n, f in enumerate(batches):
+            head, body = head_and_kernels(texts[f])
+            parts = body.split("/* kernel tune_c")[1:]
+            half = (len(parts) + 1) // 2
+            paths = []
+            for k, chunk in enumerate([parts[:half], parts[half:]]):
+                paths.append(os.path.join(work, f"b{n}_{k}.c"))
+                with open(paths[-1], "w") as fh:
+                    fh.write(head + "".join("/* kernel tune_c" + p for p in chunk))
+            hp = os.path.join(work, f"head{n}.c")
+            with open(hp, "w") as fh:  # what each half repeats: the prelude and micro-kernels
+                fh.write(head)
+            one, two, rep, h0, h1 = [], [], [], [], []
             for _ in range(a.reps):
-                one.append(compile_many([whole], work))
-                two.append(compile_many([f, g], work))
-                rep.append(compile_many([head], work))
-            one.sort()
-            two.sort()
-            rep.sort()
-            o, t = one[len(one) // 2], two[len(two) // 2]
+                one.append(compile_many([f], work))
+                two.append(compile_many(paths, work))
+                rep.append(compile_many([hp], work))
+                h0.append(compile_many(paths[:1], work))
+                h1.append(compile_many(paths[1:], work))
+            med = lambda v: sorted(v)[len(v) // 2]
+            o, t = med(one), med(two)
             one_total += o
             two_total += t
-            print(f"batch {n}: {len(firsts[f]) + len(firsts[g])} candidates, one source {o:.2f} s, "
-                  f"two sources at once {t:.2f} s ({o / t:.2f}x); the repeated head alone {rep[len(rep) // 2]:.2f} s")
-        print(f"total: one source {one_total:.2f} s, two at once {two_total:.2f} s ({one_total / two_total:.2f}x)")
+            # The halves one at a time: their work; on two idle cores the split's wall time would be
+            # the longer half's.
+            alone_total[0] += max(med(h0), med(h1))
+            print(f"batch {n}: {len(parts)} candidates, one source {o:.2f} s, two halves at once {t:.2f} s "
+                  f"({o / t:.2f}x); halves alone {med(h0):.2f} + {med(h1):.2f} s; the repeated head alone "
+                  f"{med(rep):.2f} s")
+        print(f"total: one source {one_total:.2f} s, two halves at once {two_total:.2f} s "
+              f"({one_total / two_total:.2f}x); the longer half alone {alone_total[0]:.2f} s "
+              f"({one_total / alone_total[0]:.2f}x: the split on two idle cores); load average "
+              f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

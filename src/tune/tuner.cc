@@ -57,7 +57,6 @@ std::optional<Point> lower_point(const FusionGroup& grp, loop::Schedule s, const
   return p;
 }
 
-
 // One kernel's coordinate descent, as a sequence of batches: next() gives the batch to measure (or
 // nothing when the search is over), take() its result. The caller decides when batches are
 // measured, so that several kernels' batches can go to the measurer together (measure_all).
@@ -125,8 +124,8 @@ class KernelSearch {
       if (model_)
         for (size_t i = 1; i < t.size(); ++i)
           if (t[i] > 0)
-            model_->add(relative_features(cands_[i - 1].features, default_features_), std::log(t[i] / t[0] / best_speedup_),
-                        kernel_);
+            model_->add(relative_features(cands_[i - 1].features, default_features_),
+                        std::log(t[i] / t[0] / best_speedup_), kernel_);
       size_t win = 0;
       for (size_t i = 1; i < t.size(); ++i)
         if (t[i] > 0 && t[i] < t[win]) win = i;
@@ -180,7 +179,8 @@ class KernelSearch {
       return proposed;
     }
     std::vector<double> predicted;
-    for (const Point& p : cands_) predicted.push_back(model_->predict(relative_features(p.features, default_features_)));
+    for (const Point& p : cands_)
+      predicted.push_back(model_->predict(relative_features(p.features, default_features_)));
     std::vector<Point> kept;
     size_t next = 0;
     for (size_t i : pick_candidates(predicted, keep, explore, rng_)) {

@@ -435,7 +435,8 @@ TEST(TuneModel, LearnsWhichFieldDecidesTheTimeAndRanksHeldOutPoints) {
     }
     EXPECT_GT(concordance(predicted, truth, 0.05), 0.9) << law.field << " seed " << seed;
     const size_t first = size_t(std::min_element(predicted.begin(), predicted.end()) - predicted.begin());
-    EXPECT_LT(truth[first] - *std::min_element(truth.begin(), truth.end()), std::log(1.05)) << law.field << " seed " << seed;
+    EXPECT_LT(truth[first] - *std::min_element(truth.begin(), truth.end()), std::log(1.05))
+        << law.field << " seed " << seed;
   }
 }
 
@@ -473,7 +474,8 @@ class LawMeasurer : public tune::Measurer {
     // compile_jobs sources, at least four candidates each (a source repeats the prelude)
     const size_t want_sources = std::clamp<size_t>(r.kernels.size() / 4, 1, size_t(jobs));
     if (r.sources.size() > 1) ++split_batches;
-    if (r.sources.size() != want_sources) bad_split = cat(r.sources.size(), " sources for ", r.kernels.size(), " kernels");
+    if (r.sources.size() != want_sources)
+      bad_split = cat(r.sources.size(), " sources for ", r.kernels.size(), " kernels");
     for (const std::string& name : r.kernels) {
       int defined = 0;
       for (const std::string& src : r.sources) defined += src.find("void " + name + "(") != std::string::npos;

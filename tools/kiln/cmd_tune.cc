@@ -199,6 +199,7 @@ int cmd_tune(const std::vector<std::string>& argv_in) {
   if (a.positional().size() != 1) user_error("tune expects one MODEL.onnx (see kiln help)");
   const std::string model = a.positional()[0];
   const double budget = tune::parse_budget(a.get("budget", "10m"));
+  const int jobs = compile_jobs(a);  // checked before any work, like the budget
   std::string why;
   const std::string path = records_path(a, &why);
   if (path.empty()) user_error("no private cache folder for the records (", why, "); give --records FILE");
@@ -272,7 +273,7 @@ int cmd_tune(const std::vector<std::string>& argv_in) {
   to.build = bo;
   to.progress = progress;
   to.filter = !a.has("no-filter");
-  to.compile_jobs = compile_jobs(a);
+  to.compile_jobs = jobs;
   tune::TuneReport rep;
   try {
     rep = tune::tune_model(*g, inputs, to, *measurer, records,
@@ -308,9 +309,9 @@ int cmd_tune(const std::vector<std::string>& argv_in) {
       std::printf("%-44s %4d %6d %8d %7d %11s %11s %7s  %s\n", name.c_str(), k.instances, k.trials, k.proposed,
                   k.mutants, "-", "-", "-", k.note.c_str());
   }
-  std::printf("search: %.1f s of the %.0f s budget (%.1f s compiling); %d kernels searched, %d from the records, %d with "
-              "a tuned schedule\n",
-              rep.search_s, budget, rep.compile_s, searched, skipped, tuned);
+  std::printf("search: %.1f s of the %.0f s budget; %d kernels searched, %d from the records, %d with a tuned "
+              "schedule; %.1f s compiling\n",
+              rep.search_s, budget, searched, skipped, tuned, rep.compile_s);
   std::printf("candidates: %d measured of %d proposed (%s; %zu model samples)\n", trials, proposed,
               to.filter ? "schedule model filter" : "--no-filter: every proposed point measured", rep.model_samples);
 
