@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include <fstream>
 #include <sstream>
 #include <string_view>
+#include <thread>
 
 #include "runtime/jit_cache.h"
 #include "support/error.h"
@@ -247,8 +249,44 @@ std::unique_ptr<JitModule> JitModule::build(const std::string& source, const Com
   return m;
 }
 
+std::vector<std::unique_ptr<JitModule>> JitModule::build_all(const std::vector<std::string>& sources,
+                                                             const CompileOptions& opts, int jobs) {
+  std::vector<std::unique_ptr<JitModule>> out(sources.size());
+  if (jobs <= 0) jobs = int(std::max(1u, std::thread::hardware_concurrency()));
+  const size_t workers = std::min(sources.size(), size_t(jobs));
+  if (workers <= 1) {
+    for (size_t i = 0; i < sources.size(); ++i) out[i] = build(sources[i], opts);
+    return out;
+  }
+  // Threads, each running build() (which spawns the compiler and waits for it): build is safe to
+  // run concurrently — distinct sources have distinct cache names, temporaries are unique per
+  // thread, the stale-file sweep runs once per folder. Each thread takes the next source.
+  std::atomic<size_t> next{0};
+  std::vector<std::exception_ptr> errors(sources.size());
+  std::vector<std::thread> pool;
+  for (size_t w = 0; w < workers; ++w)
+    pool.emplace_back([&] {
+      for (size_t i; (i = next++) < sources.size();) {
+        try {
+          out[i] = build(sources[i], opts);
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      }
+    });
+  for (std::thread& t : pool) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  return out;
+}
+
 JitModule::~JitModule() {
   if (handle_) ::dlclose(handle_);
+}
+
+KernelFn JitModule::find(const std::string& name) const {
+  ::dlerror();  // clear a stale error
+  return handle_ ? reinterpret_cast<KernelFn>(::dlsym(handle_, name.c_str())) : nullptr;
 }
 
 KernelFn JitModule::get(const std::string& name) const {

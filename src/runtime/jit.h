@@ -24,11 +24,19 @@ class JitModule {
   // compiler's first error line and the full log; a compiler that cannot be found or started is
   // a UserError.
   static std::unique_ptr<JitModule> build(const std::string& source, const CompileOptions& opts = {});
+  // Several translation units, each compiled into its own object by its own compiler process, up
+  // to `jobs` processes at once (0: one per hardware thread), then each loaded; module i is
+  // sources[i]'s. The tuner splits a batch of candidates this way so that the machine's cores
+  // share its compile. The first failure by source order is thrown (the same one-line error as
+  // build), after every compiler process has ended.
+  static std::vector<std::unique_ptr<JitModule>> build_all(const std::vector<std::string>& sources,
+                                                           const CompileOptions& opts = {}, int jobs = 0);
   JitModule() = default;
   JitModule(const JitModule&) = delete;  // owns a dlopen handle
   JitModule& operator=(const JitModule&) = delete;
   ~JitModule();
   KernelFn get(const std::string& name) const;  // UserError when missing
+  KernelFn find(const std::string& name) const;  // nullptr when missing
   const std::string& library_path() const { return path_; }
   bool from_cache() const { return cached_; }
 

@@ -20,7 +20,8 @@ static_assert(std::endian::native == std::endian::little, "measure_wire assumes 
 
 namespace {
 
-constexpr std::string_view kRequestMagic("KILNMRQ\x01", 8);
+// Requests are version 2: version 1 carried one source; 2 carries a list (MeasureRequest::sources).
+constexpr std::string_view kRequestMagic("KILNMRQ\x02", 8);
 constexpr std::string_view kResultMagic("KILNMRS\x01", 8);
 constexpr size_t kChecksumBytes = 8;
 
@@ -211,7 +212,7 @@ std::string serialize_request(const MeasureRequest& req) {
   Writer w(kRequestMagic);
   w.u64(table.tensors().size());
   for (const Tensor& t : table.tensors()) w.tensor(t);
-  w.str(req.source);
+  w.strs(req.sources);
   w.strs(req.kernels);
   w.u64(args.size());
   for (const auto& list : args) {
@@ -241,7 +242,7 @@ MeasureRequest parse_request(std::string_view bytes, const std::string& what) {
     return table[size_t(i)];
   };
   MeasureRequest req;
-  req.source = r.str();
+  req.sources = r.strs();
   req.kernels = r.strs();
   req.arguments.resize(r.count(8));
   for (auto& list : req.arguments) {

@@ -1,8 +1,8 @@
 // MeasureRequest and MeasureResult as bytes, for measuring on another process or machine (the Ray
 // measurer, tune/ray_measurer.h; `kiln tune-worker`).
 //
-// Format (version 1), little-endian, all of it kiln's own:
-//   magic      8 bytes: "KILNMRQ\x01" (request) or "KILNMRS\x01" (result)
+// Format (requests version 2, results version 1), little-endian, all of it kiln's own:
+//   magic      8 bytes: "KILNMRQ\x02" (request) or "KILNMRS\x01" (result)
 //   body       the fields below, in order
 //   checksum   u64: 64-bit FNV-1a of magic + body (a flipped bit anywhere is an error, not a
 //              silently different input)
@@ -10,7 +10,7 @@
 // u64 count + elements. A request's tensors are stored once in a table (dtype u8, rank u32, dims
 // i64..., u64 byte count, raw bytes) and referred to by index: a batch's candidates mostly read the
 // same packed inputs, and the table keeps a request the size of its distinct tensors.
-//   request: tensor table; source; kernels; per candidate a list of argument indices; reference
+//   request: tensor table; sources (a list: version 1 had one string); kernels; per candidate a list of argument indices; reference
 //            indices; tolerance f64; threads i32; compiler; flags; protocol (warmup i32, samples
 //            i32, min_sample_ms f64, max_calls_per_sample i32)
 //   result:  candidates (ok u8, error, median_ms, max_rel_diff, samples); compile_s; run_s; machine

@@ -60,7 +60,7 @@ std::string measuring_machine() {
   return m.cpu + "|" + m.isa;
 }
 
-LocalMeasurer::LocalMeasurer() {
+LocalMeasurer::LocalMeasurer(int compile_jobs) : compile_jobs_(compile_jobs) {
   std::error_code ec;
   fs::path tmp = fs::temp_directory_path(ec);
   if (ec) tmp = "/tmp";
@@ -85,11 +85,22 @@ MeasureResult LocalMeasurer::measure(const MeasureRequest& req) {
   co.cache_dir = dir_;
   co.use_cache = false;
   const auto t0 = Clock::now();
-  auto module = runtime::JitModule::build(req.source, co);
+  const std::vector<std::unique_ptr<runtime::JitModule>> modules =
+      runtime::JitModule::build_all(req.sources, co, compile_jobs_);
   res.compile_s = ms_since(t0) / 1e3;
   const auto t1 = Clock::now();
-  auto set_threads = reinterpret_cast<void (*)(int)>(reinterpret_cast<void*>(module->get("kiln_set_num_threads")));
-  set_threads(std::max(1, req.threads));
+  // Every object has its own copy of the prelude's thread count.
+  for (const auto& module : modules) {
+    auto set_threads = reinterpret_cast<void (*)(int)>(reinterpret_cast<void*>(module->get("kiln_set_num_threads")));
+    set_threads(std::max(1, req.threads));
+  }
+  // A candidate's function is in whichever object defines it (each module's lookup sees its own
+  // object only: RTLD_LOCAL).
+  auto find_kernel = [&](const std::string& name) -> runtime::KernelFn {
+    for (const auto& module : modules)
+      if (runtime::KernelFn fn = module->find(name)) return fn;
+    user_error("kernel ", name, " is in none of the request's ", modules.size(), " sources");
+  };
 
   struct Slot {
     runtime::KernelFn fn = nullptr;
@@ -102,7 +113,7 @@ MeasureResult LocalMeasurer::measure(const MeasureRequest& req) {
   for (size_t c = 0; c < slots.size(); ++c) {
     Slot& s = slots[c];
     Measurement& m = res.candidates[c];
-    s.fn = module->get(req.kernels[c]);
+    s.fn = find_kernel(req.kernels[c]);
     // Arguments are the request's tensors (a kernel never writes its inputs); outputs are fresh,
     // filled with NaN so that an element the kernel fails to write is caught by the check.
     for (const Tensor& t : req.arguments[c]) s.args.push_back(const_cast<void*>(t.raw()));

@@ -28,7 +28,10 @@ struct TimingProtocol {
 };
 
 struct MeasureRequest {
-  std::string source;                          // one C translation unit holding every candidate
+  // C translation units, each complete (prelude and all) and compiled into its own object by its
+  // own compiler process, in parallel: together they define every candidate. The tuner splits a
+  // batch into up to TuneOptions::compile_jobs of them so that the cores share the compile.
+  std::vector<std::string> sources;
   std::vector<std::string> kernels;            // candidate i's function name in `source`
   std::vector<std::vector<Tensor>> arguments;  // candidate i's inputs, as its kernel reads them (packed)
   std::vector<Tensor> reference;               // expected outputs (the default schedule's); their types
@@ -50,7 +53,7 @@ struct Measurement {
 
 struct MeasureResult {
   std::vector<Measurement> candidates;  // per request kernel
-  double compile_s = 0, run_s = 0;
+  double compile_s = 0, run_s = 0;  // compile_s: wall time of all sources' compiles
   // The machine that measured: its CPU model and ISA extensions ("cpu|isa", as in a record's key).
   // Records are keyed by the machine that runs kiln tune; a remote measurer checks this matches.
   std::string machine;
@@ -72,15 +75,17 @@ class Measurer {
 };
 
 // Measures on this machine. Objects go to a private temporary folder (removed with the measurer),
-// not the JIT cache: candidates are throwaway code.
+// not the JIT cache: candidates are throwaway code. A request's sources are compiled by up to
+// `compile_jobs` compiler processes at once (0: one per hardware thread).
 class LocalMeasurer : public Measurer {
  public:
-  LocalMeasurer();
+  explicit LocalMeasurer(int compile_jobs = 0);
   ~LocalMeasurer() override;
   MeasureResult measure(const MeasureRequest& req) override;
 
  private:
   std::string dir_;
+  int compile_jobs_ = 0;
 };
 
 // This machine as MeasureResult::machine names it.

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <thread>
 #include <unordered_map>
 
 #include "analysis/kernel_timing.h"
@@ -15,6 +16,7 @@
 #include "support/error.h"
 #include "tune/kernel_signature.h"
 #include "tune/schedule_fields.h"
+#include "tune/schedule_model.h"
 #include "tune/search_space.h"
 #include "support/clock.h"
 
@@ -37,23 +39,42 @@ struct Work {
 struct Point {
   loop::Schedule sched;
   loop::LoopKernel kernel;
-  std::string code;  // the generated C under a fixed name: equal code, equal nest
+  std::string code;                  // the generated C under a fixed name: equal code, equal nest
+  std::vector<double> features;      // tune::schedule_features (raw: not yet relative to the default)
 };
+
+// `s` lowered for `grp` (nullopt: the lowering refuses it), its code and features.
+std::optional<Point> lower_point(const FusionGroup& grp, loop::Schedule s, const TuneOptions& opts,
+                                 const runtime::BuildOptions& resolved) {
+  if (opts.build.strict_fp) s.set_strict_numerics();
+  loop::LoweredGroup lg = loop::lower_group(grp, "tune_probe", s);
+  if (!lg.kernel) return std::nullopt;
+  if (s.default_transforms) loop::apply_default_schedule(*lg.kernel, s);
+  Point p{s, std::move(*lg.kernel), "", {}};
+  p.code = codegen::emit_c({p.kernel}, resolved.emit);
+  p.features = schedule_features({grp.cost.flops, double(grp.cost.bytes_read + grp.cost.bytes_written)}, s, &p.kernel,
+                                 opts.build.fusion.target, opts.build.threads);
+  return p;
+}
 
 // One kernel's coordinate descent, as a sequence of batches: next() gives the batch to measure (or
 // nothing when the search is over), take() its result. The caller decides when batches are
 // measured, so that several kernels' batches can go to the measurer together (measure_all).
 class KernelSearch {
  public:
-  using Tick = std::function<void(int, double)>;
+  using Tick = std::function<void(int, int, double)>;  // trials, proposed, best speed-up so far
+  // `model` (shared by the tune's kernels; nullptr: no filter) learns from this search's batches,
+  // filed under `kernel`.
   KernelSearch(const FusionGroup& grp, std::vector<Tensor> inputs, std::vector<Tensor> reference,
                const TuneOptions& opts, const loop::Schedule& dflt, double deadline_s, Clock::time_point start,
-               Tick tick)
+               Tick tick, ScheduleModel* model, int kernel)
       : grp_(grp), inputs_(std::move(inputs)), reference_(std::move(reference)), opts_(opts), dflt_(dflt),
-        resolved_(runtime::with_numerics(opts.build)), deadline_s_(deadline_s), start_(start), tick_(std::move(tick)) {
+        resolved_(runtime::with_numerics(opts.build)), deadline_s_(deadline_s), start_(start), tick_(std::move(tick)),
+        model_(model), kernel_(kernel) {
     std::optional<Point> d = lower(dflt_);
     KILN_CHECK(d, "kernel ", grp_.name, " was planned under the default schedule, but its lowering refuses it");
     best_ = std::move(*d);
+    default_features_ = best_.features;
     default_code_ = best_.code;
     tried_ = {best_.code};
     space_ = search_space(grp_, dflt_, opts_.build.fusion.target);
@@ -98,6 +119,13 @@ class KernelSearch {
         dim_ = space_.size();
         return;
       }
+      // The model's samples: each candidate's time relative to the default, through the incumbent
+      // measured beside it (whose ratio to the default the search has tracked).
+      if (model_)
+        for (size_t i = 1; i < t.size(); ++i)
+          if (t[i] > 0)
+            model_->add(relative_features(cands_[i - 1].features, default_features_),
+                        std::log(t[i] / t[0] / best_speedup_), kernel_);
       size_t win = 0;
       for (size_t i = 1; i < t.size(); ++i)
         if (t[i] > 0 && t[i] < t[win]) win = i;
@@ -108,7 +136,7 @@ class KernelSearch {
         evolve_left_ = kEvolveRounds;  // a new best: descent from it, then mutants of it again
       }
       cands_.clear();
-      tick_(res_.trials, best_speedup_);
+      tick_(res_.trials, res_.proposed, best_speedup_);
       return;
     }
     res_.default_ms = t[0];
@@ -133,15 +161,38 @@ class KernelSearch {
   double predict_s(size_t n) const { return per_candidate_s_ > 0 ? per_candidate_s_ * double(n) + 0.2 : 1.0 + 0.3 * n; }
 
   // The point for `s`, or nullopt when the lowering refuses it.
-  std::optional<Point> lower(loop::Schedule s) const {
-    if (opts_.build.strict_fp) s.set_strict_numerics();
-    loop::LoweredGroup lg = loop::lower_group(grp_, "tune_probe", s);
-    if (!lg.kernel) return std::nullopt;
-    if (s.default_transforms) loop::apply_default_schedule(*lg.kernel, s);
-    Point p{s, std::move(*lg.kernel), ""};
-    p.code = codegen::emit_c({p.kernel}, resolved_.emit);
-    return p;
+  std::optional<Point> lower(const loop::Schedule& s) const { return lower_point(grp_, s, opts_, resolved_); }
+
+  // The filter: when the model has enough samples to fit, keeps `keep` of cands_ — the model's
+  // best `keep - explore` and `explore` random others (a wrong model still lets the search see
+  // points it would not pick) — and hands the others' code back to tried_, so that a later pass
+  // or mutant batch may propose them again. Returns how many were proposed (counted in
+  // KernelResult::proposed when the batch is sent).
+  size_t filter(size_t keep, size_t explore) {
+    const size_t proposed = cands_.size();
+    if (!model_ || cands_.size() <= keep || !model_->fit(kernel_)) {
+      // No fit (a singular system; not seen): the first `keep`, as proposed.
+      while (cands_.size() > keep) {
+        tried_.erase(cands_.back().code);
+        cands_.pop_back();
+      }
+      return proposed;
+    }
+    std::vector<double> predicted;
+    for (const Point& p : cands_)
+      predicted.push_back(model_->predict(relative_features(p.features, default_features_)));
+    std::vector<Point> kept;
+    size_t next = 0;
+    for (size_t i : pick_candidates(predicted, keep, explore, rng_)) {
+      for (; next < i; ++next) tried_.erase(cands_[next].code);
+      kept.push_back(std::move(cands_[i]));
+      next = i + 1;
+    }
+    for (; next < cands_.size(); ++next) tried_.erase(cands_[next].code);
+    cands_ = std::move(kept);
+    return proposed;
   }
+  bool model_ready() const { return model_ && model_->size() >= ScheduleModel::kMinSamples; }
 
   // One batch per field: the incumbent and every new legal, distinct value of the field. Passes
   // over the fields repeat until one improves nothing; a batch starts only when its predicted cost
@@ -166,11 +217,13 @@ class KernelSearch {
         cands_.push_back(std::move(*p));
       }
       if (cands_.empty()) continue;
+      const size_t proposed = filter(model_ready() ? kDescentKeep : cands_.size(), 1);
       if (predict_s(cands_.size() + 1) + predict_s(2) > left()) {
         out_of_time_ = true;
         cands_.clear();
         return std::nullopt;
       }
+      res_.proposed += int(proposed);
       std::vector<Point*> batch = {&best_};
       for (Point& c : cands_) batch.push_back(&c);
       pending_ = Pending::Search;
@@ -184,12 +237,17 @@ class KernelSearch {
   // reuse budget). A mutant that wins restarts the coordinate descent from it; the search stops
   // after kEvolveRounds batches in a row without a win, or when the share is spent. The random
   // numbers are seeded by the kernel's code, so a rerun on the same kernel tries the same points.
-  static constexpr int kMutants = 8, kEvolveRounds = 3;
+  //
+  // With the filter, a batch's mutants are the model's pick among kOversample times as many.
+  static constexpr int kMutants = 8, kEvolveRounds = 3, kOversample = 6, kExploreMutants = 2;
+  static constexpr size_t kDescentKeep = 3;
+  static constexpr size_t kMinPerSource = 4;  // candidates per compiled source (request())
   std::optional<MeasureRequest> next_mutation_batch() {
     if (evolve_left_ <= 0 || space_.size() < 2) return std::nullopt;
     --evolve_left_;
     cands_.clear();
-    for (int attempt = 0; attempt < kMutants * 8 && int(cands_.size()) < kMutants; ++attempt) {
+    const int want = model_ready() ? kMutants * kOversample : kMutants;
+    for (int attempt = 0; attempt < want * 8 && int(cands_.size()) < want; ++attempt) {
       loop::Schedule sch = best_.sched;
       const size_t fields = 2 + rng_() % std::min<size_t>(2, space_.size() - 1);
       std::set<size_t> picked;
@@ -205,11 +263,13 @@ class KernelSearch {
       cands_.push_back(std::move(*p));
     }
     if (cands_.empty()) return std::nullopt;
+    const size_t proposed = filter(kMutants, kExploreMutants);
     if (predict_s(cands_.size() + 1) + predict_s(2) > left()) {
       out_of_time_ = true;
       cands_.clear();
       return std::nullopt;
     }
+    res_.proposed += int(proposed);
     res_.mutants += int(cands_.size());
     std::vector<Point*> batch = {&best_};
     for (Point& c : cands_) batch.push_back(&c);
@@ -220,16 +280,29 @@ class KernelSearch {
   MeasureRequest request(const std::vector<Point*>& points) {
     MeasureRequest req;
     std::vector<loop::LoopKernel> ks;
+    std::vector<loop::Schedule> scheds;
     for (size_t i = 0; i < points.size(); ++i) {
       loop::LoopKernel k = points[i]->kernel;
       k.name = "tune_c" + std::to_string(batches_) + "_" + std::to_string(i);
       req.kernels.push_back(k.name);
       req.arguments.push_back(loop::kernel_arguments(k, inputs_));
       ks.push_back(std::move(k));
+      scheds.push_back(points[i]->sched);
     }
     ++batches_;
     batch_size_ = points.size();
-    req.source = codegen::emit_c(ks, resolved_.emit);
+    // Up to compile_jobs sources of consecutive candidates, each a whole translation unit (its own
+    // prelude and micro-kernels), compiled side by side. Each source repeats that head — about
+    // half the compile of a 3-candidate MobileNetV2 batch (bench/tune_compile_split.py) — so a
+    // source gets at least kMinPerSource candidates: small batches stay one source.
+    const size_t parts = std::clamp<size_t>(size_t(std::max(1, opts_.compile_jobs)), 1,
+                                            std::max<size_t>(1, ks.size() / kMinPerSource));
+    for (size_t p = 0; p < parts; ++p) {
+      const std::vector<loop::LoopKernel> part(ks.begin() + std::ptrdiff_t(p * ks.size() / parts),
+                                               ks.begin() + std::ptrdiff_t((p + 1) * ks.size() / parts));
+      req.sources.push_back(codegen::emit_c(part, resolved_.emit));
+    }
+    if (opts_.on_batch) opts_.on_batch(req.kernels, scheds);
     req.reference = reference_;
     req.threads = opts_.build.threads;
     req.compile = resolved_.compile;
@@ -276,6 +349,9 @@ class KernelSearch {
   int batches_ = 0;
   size_t batch_size_ = 0;
   double per_candidate_s_ = 0;
+  ScheduleModel* model_;
+  const int kernel_;
+  std::vector<double> default_features_;
 };
 
 std::string op_list(const FusionGroup& grp) {
@@ -325,6 +401,7 @@ TuneReport tune_model(const Graph& g, const TensorMap& inputs, const TuneOptions
   TuneOptions opts = opts_in;
   opts.build.kernel_schedules.clear();  // the search starts from the default of every kernel
   if (opts.build.threads <= 0) opts.build.threads = current_machine(0).threads;
+  if (opts.compile_jobs <= 0) opts.compile_jobs = int(std::max(1u, std::thread::hardware_concurrency()));
   auto say = [&](const std::string& m) {
     if (opts.progress) opts.progress(m);
   };
@@ -380,6 +457,9 @@ TuneReport tune_model(const Graph& g, const TensorMap& inputs, const TuneOptions
   // (they run concurrently), times its weight among the kernels not yet started, never more than
   // what is left, so no kernel runs past the budget.
   const int slots = std::max(1, measurer.parallelism());
+  // The schedule model every kernel's search feeds and filters with (TuneOptions::filter).
+  ScheduleModel model;
+  const runtime::BuildOptions resolved = runtime::with_numerics(opts.build);
   struct Active {
     size_t work = 0;
     KernelResult kr;  // identity fields; the search fills the rest
@@ -411,6 +491,13 @@ TuneReport tune_model(const Graph& g, const TensorMap& inputs, const TuneOptions
         kr.trials = r->trials;
         if (r->improved) kr.changed = changed_fields(record_schedule(*r, target), dflt);
         kr.note = "from the records";
+        // An earlier tune's result teaches the model too: its best point against the default
+        // (a record keeps only those two).
+        if (opts.filter && r->improved && r->default_ms > 0 && r->tuned_ms > 0) {
+          std::optional<Point> d = lower_point(grp, dflt, opts, resolved),
+                               b = lower_point(grp, record_schedule(*r, target), opts, resolved);
+          if (d && b) model.add(relative_features(b->features, d->features), std::log(r->tuned_ms / r->default_ms), int(i));
+        }
         say(head + ": recorded, skipped");
         results[i] = std::move(kr);
         continue;
@@ -423,9 +510,9 @@ TuneReport tune_model(const Graph& g, const TensorMap& inputs, const TuneOptions
       std::vector<Tensor> ins, ref;
       for (const Value* v : grp.inputs) ins.push_back(v->is_constant() ? v->constant() : values.at(v));
       for (const Value* v : grp.outputs) ref.push_back(values.at(v));
-      auto tick = [say, head](int trials, double speedup) {
+      auto tick = [say, head](int trials, int proposed, double speedup) {
         char b[96];
-        std::snprintf(b, sizeof b, ": %d trials, best x%.2f", trials, speedup);
+        std::snprintf(b, sizeof b, ": %d of %d proposed measured, best x%.2f", trials, proposed, speedup);
         say(head + b);
       };
       Active a;
@@ -433,7 +520,8 @@ TuneReport tune_model(const Graph& g, const TensorMap& inputs, const TuneOptions
       a.kr = std::move(kr);
       a.head = head;
       a.search = std::make_unique<KernelSearch>(grp, std::move(ins), std::move(ref), opts, dflt,
-                                                seconds_since(start) + share, start, tick);
+                                                seconds_since(start) + share, start, tick,
+                                                opts.filter ? &model : nullptr, int(i));
       active.push_back(std::move(a));
       return true;
     }
@@ -448,8 +536,8 @@ TuneReport tune_model(const Graph& g, const TensorMap& inputs, const TuneOptions
     kr.instances = a.kr.instances;
     {
       char b[128];
-      std::snprintf(b, sizeof b, ": done, %d trials, %.4g -> %.4g ms%s", kr.trials, kr.default_ms, kr.tuned_ms,
-                    kr.improved ? "" : " (default kept)");
+      std::snprintf(b, sizeof b, ": done, %d of %d proposed measured, %.4g -> %.4g ms%s", kr.trials, kr.proposed,
+                    kr.default_ms, kr.tuned_ms, kr.improved ? "" : " (default kept)");
       say(a.head + (kr.trials ? std::string(b) : ": " + kr.note));
     }
     // A kernel searched to the end is recorded (improved or not, so the next run skips it); one
@@ -496,10 +584,14 @@ TuneReport tune_model(const Graph& g, const TensorMap& inputs, const TuneOptions
     std::vector<MeasureResult> got = measurer.measure_all(reqs);
     const double waited = seconds_since(t0);
     KILN_CHECK(got.size() == reqs.size(), "measure_all returned ", got.size(), " results for ", reqs.size(), " requests");
-    for (size_t j = 0; j < got.size(); ++j) active[owner[j]].search->take(got[j], waited);
+    for (size_t j = 0; j < got.size(); ++j) {
+      report.compile_s += got[j].compile_s;
+      active[owner[j]].search->take(got[j], waited);
+    }
   }
   report.kernels = std::move(results);
   report.search_s = seconds_since(start) - search_start;
+  report.model_samples = model.size();
   return report;
 }
 

@@ -15,6 +15,14 @@
 // requests at once (Measurer::parallelism, e.g. a Ray cluster of N machines), N kernels are
 // searched side by side and each round's batches go to Measurer::measure_all together; with
 // N = 1 (LocalMeasurer) the search is one kernel after the other.
+//
+// The schedule model (tune/schedule_model.h) filters the candidates: fitted on every point this
+// tune has measured (and the records of this model's kernels from earlier tunes), it ranks a
+// batch's proposed points before they are compiled; a descent batch of more than three new values
+// measures the model's best two and one random other, a mutant batch is chosen from six times
+// as many proposed mutants (the best six and two random ones). Points not measured may be proposed
+// again later. Until the model has ScheduleModel::kMinSamples samples every proposed point is
+// measured, as with TuneOptions::filter off.
 #pragma once
 #include <functional>
 #include <map>
@@ -38,13 +46,21 @@ struct TuneOptions {
   TimingProtocol protocol;
   double min_gain = 0.03;       // a candidate must beat the incumbent by this fraction (noise)
   std::function<void(const std::string&)> progress;  // one line per step, for a progress display
+  bool filter = true;           // rank candidates with the schedule model, measure its best (above)
+  // A batch's candidates are split over this many C sources, compiled by as many compiler
+  // processes at once (runtime::JitModule::build_all); 0: one per hardware thread.
+  int compile_jobs = 0;
+  // Each batch as it is sent: its candidates' kernel names in the request and their schedules.
+  // A log; and how a test's fake measurer knows the schedule of what it "times".
+  std::function<void(const std::vector<std::string>& kernels, const std::vector<loop::Schedule>& schedules)> on_batch;
 };
 
 struct KernelResult {
   std::string signature, name, ops, emitter;  // name: the first instance's kernel name
   int instances = 0;
   double default_ms = 0, tuned_ms = 0;        // per call, from the confirming batch (or the record)
-  int trials = 0;
+  int trials = 0;                             // points measured (the incumbents of the batches not counted)
+  int proposed = 0;                           // points proposed (lowered, distinct); trials of them measured
   int mutants = 0;                            // of the trials: evolution-strategy points (several fields)
   bool improved = false;
   bool from_records = false;                  // already recorded: not searched again
@@ -55,6 +71,8 @@ struct KernelResult {
 struct TuneReport {
   std::vector<KernelResult> kernels;  // distinct kernels, heaviest first
   double search_s = 0;                // wall time of the search (what the budget limits)
+  double compile_s = 0;               // of which the measurer compiled (summed over batches)
+  size_t model_samples = 0;           // the schedule model's samples at the end
   MachineKey machine;
   // The default build's kernels as cost-model samples (tune/cost_calibration.h; `model` left empty
   // for the caller): the profile the budget was weighted by, kept to calibrate the cost model.

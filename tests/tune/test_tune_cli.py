@@ -6,8 +6,10 @@
 - a corrupted line and a foreign machine's record are ignored with one warning line each;
 - a deliberately non-default record set (every recorded kernel: mr 3, nr 48, kc 64, serial) stays
   within the tolerance of the reference (`kiln run --check`), and `kiln explain` lists the kernels;
-- --no-records turns the records off; --merge combines two files; a bad --budget and an
-  unreadable records file are one error line and a non-zero exit, leaving no file behind.
+- the summary says how many candidates were measured of those proposed (the schedule model's
+  filter measures at most what was proposed);
+- --no-records turns the records off; --merge combines two files; a bad --budget or --compile-jobs
+  and an unreadable records file are one error line and a non-zero exit, leaving no file behind.
 
 Usage: test_tune_cli.py KILN MODELS_DIR
 """
@@ -36,6 +38,8 @@ if m:
     check(float(m.group(1)) <= 5 + 4, f"search took {m.group(1)} s of a 5 s budget")
     check(int(m.group(2)) >= 1, "no kernel searched in 5 s")
 check("whole model" in r.stdout, f"no whole-model line: {r.stdout}")
+mc = re.search(r"candidates: (\d+) measured of (\d+) proposed \(schedule model filter", r.stdout)
+check(mc is not None and 1 <= int(mc.group(1)) <= int(mc.group(2)), f"no or a wrong candidates line: {r.stdout}")
 lines = open(rec).read().splitlines() if os.path.exists(rec) else []
 check(len(lines) >= 1, "no records written")
 records = [json.loads(l) for l in lines]
@@ -98,6 +102,12 @@ for budget in ("10x", "0", "-3s", "", "1m30"):
     check(r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "--budget" in r.stderr,
           f"--budget {budget!r}: rc {r.returncode}, {r.stderr.strip()}")
     check(not os.path.exists(bad), f"--budget {budget!r} wrote a records file")
+for jobs in ("0", "x", "-1"):
+    bad = os.path.join(tmp, "bad.jsonl")
+    r = kiln("tune", MODEL, "--compile-jobs", jobs, "--records", bad)
+    check(r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "--compile-jobs" in r.stderr,
+          f"--compile-jobs {jobs!r}: rc {r.returncode}, {r.stderr.strip()}")
+    check(not os.path.exists(bad), f"--compile-jobs {jobs!r} wrote a records file")
 unreadable = os.path.join(tmp, "dir.jsonl")
 os.mkdir(unreadable)
 r = kiln("tune", MODEL, "--budget", "5s", "--records", unreadable)

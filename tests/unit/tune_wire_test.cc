@@ -37,9 +37,10 @@ const std::vector<DType> kAllDtypes = {DType::Float32, DType::Float64, DType::Fl
 
 tune::MeasureRequest sample_request() {
   tune::MeasureRequest r;
-  r.source = "void k0(void* const* a) {}\n/* a NUL: */";
-  r.source += std::string(1, '\0');
-  r.source += "\xff\x01 and the rest\n";
+  std::string first = "void k0(void* const* a) {}\n/* a NUL: */";
+  first += std::string(1, '\0');
+  first += "\xff\x01 and the rest\n";
+  r.sources = {first, "", "void k1(void* const* a) {}\n"};
   r.kernels = {"k0", "k1", "k_empty"};
   std::vector<Tensor> every;
   unsigned seed = 1;
@@ -70,7 +71,7 @@ void expect_same_tensors(const std::vector<Tensor>& a, const std::vector<Tensor>
 TEST(MeasureWire, RequestRoundTripsEveryField) {
   const tune::MeasureRequest r = sample_request();
   const tune::MeasureRequest q = tune::parse_request(tune::serialize_request(r), "request.bin");
-  EXPECT_EQ(q.source, r.source);
+  EXPECT_EQ(q.sources, r.sources);
   EXPECT_EQ(q.kernels, r.kernels);
   ASSERT_EQ(q.arguments.size(), r.arguments.size());
   for (size_t c = 0; c < r.arguments.size(); ++c) expect_same_tensors(q.arguments[c], r.arguments[c]);
@@ -160,9 +161,9 @@ TEST(MeasureWire, EveryTruncationAndEveryFlippedByteIsAClearError) {
   // A result is not a request, and another version is named as such.
   EXPECT_NE(error_of([&] { tune::parse_request(tune::serialize_result({}), "f"); }).find("no kiln header"),
             std::string::npos);
-  std::string v2 = bytes;
-  v2[7] = 2;
-  EXPECT_NE(error_of([&] { tune::parse_request(v2, "f"); }).find("format version 2, this kiln reads version 1"),
+  std::string v1 = bytes;
+  v1[7] = 1;  // the one-source requests of earlier kilns
+  EXPECT_NE(error_of([&] { tune::parse_request(v1, "f"); }).find("format version 1, this kiln reads version 2"),
             std::string::npos);
   const std::string res = tune::serialize_result({{{true, "", 1, 0, {1}}}, 0, 0, "cpu|isa"});
   for (size_t n = 0; n < res.size(); ++n)
@@ -187,7 +188,7 @@ std::string u64le(uint64_t v) {
 }
 
 TEST(MeasureWire, CraftedBodiesWithAGoodChecksumAreRefusedBeforeAllocating) {
-  const std::string magic("KILNMRQ\x01", 8);
+  const std::string magic("KILNMRQ\x02", 8);
   // A table claiming 2^60 tensors; a tensor claiming a huge shape; an unknown dtype; a bad index.
   const std::vector<std::pair<std::string, std::string>> cases = {
       {magic + u64le(uint64_t(1) << 60), "exceeds the file"},
@@ -207,7 +208,7 @@ TEST(MeasureWire, CraftedBodiesWithAGoodChecksumAreRefusedBeforeAllocating) {
   r.compile.compiler = "cc";
   std::string b = tune::serialize_request(r);
   b.resize(b.size() - 8);
-  // The table (count 1 + the tensor: 1 + 4 + 8 + 8 + 8 bytes), the source (8), the kernels
+  // The table (count 1 + the tensor: 1 + 4 + 8 + 8 + 8 bytes), the sources (8: an empty list), the kernels
   // (8 + 8 + 1), the argument lists (8), the first list's count (8): its index comes next.
   const size_t at = 8 + 8 + 29 + 8 + 17 + 8 + 8;
   b.replace(at, 8, u64le(5));
@@ -231,15 +232,16 @@ TEST(MeasureWire, FilesAreWrittenWholeAndReadBack) {
   fs::remove_all(dir);
 }
 
-// A request measured after a trip through bytes: the serialised form is all a worker needs.
+// A request measured after a trip through bytes: the serialised form is all a worker needs. Its
+// two candidates are in two sources, compiled by two compiler processes and found in either object.
 TEST(MeasureWire, ARequestMeasuresTheSameAfterTheTrip) {
   tune::MeasureRequest r;
-  r.source =
-            "void kiln_set_num_threads(int n) { (void)n; }\n"
-      "void twice(void* const* a) { const float* x = a[0]; float* y = a[1];\n"
-      "  for (int i = 0; i < 64; ++i) y[i] = 2 * x[i]; }\n"
-      "void wrong(void* const* a) { const float* x = a[0]; float* y = a[1];\n"
-      "  for (int i = 0; i < 64; ++i) y[i] = 3 * x[i]; }\n";
+  r.sources = {"void kiln_set_num_threads(int n) { (void)n; }\n"
+               "void twice(void* const* a) { const float* x = a[0]; float* y = a[1];\n"
+               "  for (int i = 0; i < 64; ++i) y[i] = 2 * x[i]; }\n",
+               "void kiln_set_num_threads(int n) { (void)n; }\n"
+               "void wrong(void* const* a) { const float* x = a[0]; float* y = a[1];\n"
+               "  for (int i = 0; i < 64; ++i) y[i] = 3 * x[i]; }\n"};
   Tensor x(DType::Float32, {64}), y(DType::Float32, {64});
   for (int i = 0; i < 64; ++i) {
     x.data<float>()[i] = float(i) - 20.5f;
@@ -250,7 +252,7 @@ TEST(MeasureWire, ARequestMeasuresTheSameAfterTheTrip) {
   r.reference = {y};
   r.protocol.samples = 3;
   const tune::MeasureRequest q = tune::parse_request(tune::serialize_request(r), "r");
-  tune::LocalMeasurer local;
+  tune::LocalMeasurer local(2);
   const tune::MeasureResult res = tune::parse_result(tune::serialize_result(local.measure(q)), "res");
   ASSERT_EQ(res.candidates.size(), 2u);
   EXPECT_TRUE(res.candidates[0].ok) << res.candidates[0].error;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -112,11 +113,21 @@ std::string ray_driver_path(const std::string& exe) {
 }
 
 // --measurer local (default) or ray (--ray-address HOST:PORT): which machines measure candidates.
+// --compile-jobs N: compiler processes per batch (0 or absent: one per hardware thread).
+int compile_jobs(const Args& a) {
+  if (!a.has("compile-jobs")) return 0;
+  const std::string v = a.get("compile-jobs");
+  char* end = nullptr;
+  const long n = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end || n < 1 || n > 1024) user_error("--compile-jobs expects a count from 1 to 1024, got '", v, "'");
+  return int(n);
+}
+
 std::unique_ptr<tune::Measurer> make_measurer(const Args& a) {
   const std::string kind = a.get("measurer", "local");
   if (kind == "local") {
     if (a.has("ray-address")) user_error("--ray-address needs --measurer ray");
-    return std::make_unique<tune::LocalMeasurer>();
+    return std::make_unique<tune::LocalMeasurer>(compile_jobs(a));
   }
   if (kind != "ray") user_error("--measurer expects local or ray, got '", kind, "'");
   if (!a.has("ray-address") || a.get("ray-address").empty())
@@ -177,9 +188,9 @@ int cmd_tune(const std::vector<std::string>& argv_in) {
   const std::vector<std::string> argv = with_long_output(argv_in);
   auto valued = kModelValuedOptions;
   valued.insert(valued.end(), {"budget", "threads", "records", "input", "target", "output", "samples", "measurer",
-                                "ray-address"});
+                                "ray-address", "compile-jobs"});
   auto flags = kModelFlags;
-  flags.insert(flags.end(), {"merge", "no-cache", "strict-fp", "no-fusion-search"});
+  flags.insert(flags.end(), {"merge", "no-cache", "strict-fp", "no-fusion-search", "no-filter"});
   Args a(argv, valued, flags);
   if (a.has("merge")) {
     if (a.positional().size() < 2) user_error("tune --merge expects two or more records files and -o FILE");
@@ -188,6 +199,7 @@ int cmd_tune(const std::vector<std::string>& argv_in) {
   if (a.positional().size() != 1) user_error("tune expects one MODEL.onnx (see kiln help)");
   const std::string model = a.positional()[0];
   const double budget = tune::parse_budget(a.get("budget", "10m"));
+  const int jobs = compile_jobs(a);  // checked before any work, like the budget
   std::string why;
   const std::string path = records_path(a, &why);
   if (path.empty()) user_error("no private cache folder for the records (", why, "); give --records FILE");
@@ -260,6 +272,8 @@ int cmd_tune(const std::vector<std::string>& argv_in) {
   to.budget_s = std::max(1.0, budget - fusion_s);
   to.build = bo;
   to.progress = progress;
+  to.filter = !a.has("no-filter");
+  to.compile_jobs = jobs;
   tune::TuneReport rep;
   try {
     rep = tune::tune_model(*g, inputs, to, *measurer, records,
@@ -272,26 +286,34 @@ int cmd_tune(const std::vector<std::string>& argv_in) {
   for (auto& s : rep.samples) s.model = std::filesystem::path(model).stem().string();
   add_cost_samples(a, rep.samples);
 
-  std::printf("%-44s %4s %6s %7s %11s %11s %7s  %s\n", "kernel", "x", "trials", "mutants", "default ms", "tuned ms",
-              "speedup",
-              "schedule");
-  int searched = 0, tuned = 0, skipped = 0;
+  // trials: points measured; proposed: points the search proposed (with the filter, the schedule
+  // model picked the measured ones among them); mutants: of the trials, evolution-strategy points.
+  std::printf("%-44s %4s %6s %8s %7s %11s %11s %7s  %s\n", "kernel", "x", "trials", "proposed", "mutants", "default ms",
+              "tuned ms", "speedup", "schedule");
+  int searched = 0, tuned = 0, skipped = 0, trials = 0, proposed = 0;
   for (const auto& k : rep.kernels) {
     searched += !k.from_records && k.trials > 0;
     tuned += k.improved;
     skipped += k.from_records;
+    if (!k.from_records) {
+      trials += k.trials;
+      proposed += k.proposed;
+    }
     std::string name = k.name.size() > 44 ? k.name.substr(0, 41) + "..." : k.name;
     if (k.default_ms > 0)
-      std::printf("%-44s %4d %6d %7d %11.4g %11.4g %6.2fx  %s%s\n", name.c_str(), k.instances, k.trials, k.mutants,
-                  k.default_ms,
-                  k.improved ? k.tuned_ms : k.default_ms, k.improved ? k.default_ms / k.tuned_ms : 1.0,
-                  tune::describe_fields(k.changed).c_str(), k.from_records ? " (recorded)" : "");
+      std::printf("%-44s %4d %6d %8d %7d %11.4g %11.4g %6.2fx  %s%s\n", name.c_str(), k.instances, k.trials,
+                  k.proposed, k.mutants, k.default_ms, k.improved ? k.tuned_ms : k.default_ms,
+                  k.improved ? k.default_ms / k.tuned_ms : 1.0, tune::describe_fields(k.changed).c_str(),
+                  k.from_records ? " (recorded)" : "");
     else
-      std::printf("%-44s %4d %6d %7d %11s %11s %7s  %s\n", name.c_str(), k.instances, k.trials, k.mutants, "-", "-", "-",
-                  k.note.c_str());
+      std::printf("%-44s %4d %6d %8d %7d %11s %11s %7s  %s\n", name.c_str(), k.instances, k.trials, k.proposed,
+                  k.mutants, "-", "-", "-", k.note.c_str());
   }
-  std::printf("search: %.1f s of the %.0f s budget; %d kernels searched, %d from the records, %d with a tuned schedule\n",
-              rep.search_s, budget, searched, skipped, tuned);
+  std::printf("search: %.1f s of the %.0f s budget; %d kernels searched, %d from the records, %d with a tuned "
+              "schedule; %.1f s compiling\n",
+              rep.search_s, budget, searched, skipped, tuned, rep.compile_s);
+  std::printf("candidates: %d measured of %d proposed (%s; %zu model samples)\n", trials, proposed,
+              to.filter ? "schedule model filter" : "--no-filter: every proposed point measured", rep.model_samples);
 
   // The whole model, default vs tuned (every matching record, this run's included: the kept-apart
   // pairs and the schedules).

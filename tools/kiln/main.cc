@@ -36,6 +36,7 @@ commands:
                                                  compiles the CUDA source to PTX per architecture
   tune MODEL.onnx [--budget 10m|90s] [--threads N] [--records FILE] [--input NAME=FILE.npy]
                  [--no-fusion-search] [--samples FILE] [--measurer local|ray --ray-address HOST:PORT]
+                 [--no-filter] [--compile-jobs N]
                                                  measure close fusion decisions fused and apart,
                                                  search per-kernel schedules, record both; run,
                                                  bench, compile and explain then use matching
