@@ -16,6 +16,7 @@
 #include "transforms/lower_einsum.h"
 #include "transforms/lower_gemm.h"
 #include "transforms/transpose_to_reshape.h"
+#include "transforms/trim_conv_taps.h"
 
 namespace kiln {
 
@@ -27,6 +28,8 @@ std::vector<std::unique_ptr<Pass>> lowering_pipeline() {
   p.push_back(std::make_unique<LowerGemm>());
   // Before fusion: the Conv it becomes is a contraction the loop lowering generates.
   p.push_back(std::make_unique<LowerConvTranspose>());
+  // After lower_conv_transpose, whose Convs pad the zero-inserted input too.
+  p.push_back(std::make_unique<TrimConvTaps>());
   // Before transpose_to_reshape, which turns the Transposes it emits around unit dims into views.
   p.push_back(std::make_unique<LowerEinsum>());
   // Before decompose_activations and lower_gemm's neighbours: it emits MatMuls, Sigmoid/Tanh and
