@@ -615,20 +615,22 @@ void ContractionLowering::conv_weights_and_stores(GemmView& g, const Value* w, c
   };
 }
 
-// Replaces kernel input `w` (a constant) by its packing in `layout` (LoopKernel::packed_inputs).
+// Replaces kernel input `w` (a constant) by its packing in `layout` (pack_kernel_input).
 BufferPtr ContractionLowering::pack_constant_weights(const Value* w, const PanelLayout& layout) {
-  const BufferPtr old = L_.input_buffers_.at(w);
-  auto it = std::find(k_.inputs.begin(), k_.inputs.end(), old);
-  KILN_CHECK(it != k_.inputs.end(), "packed weights are not a kernel input");
-  for (const PackedInput& p : k_.packed_inputs)
-    if (p.input == size_t(it - k_.inputs.begin())) {  // packed already (a second nest of the kernel)
+  return L_.input_buffers_[w] = pack_kernel_input(k_, L_.input_buffers_.at(w), layout);
+}
+
+BufferPtr pack_kernel_input(LoopKernel& k, const BufferPtr& input, const PanelLayout& layout) {
+  auto it = std::find(k.inputs.begin(), k.inputs.end(), input);
+  KILN_CHECK(it != k.inputs.end(), "packed weights are not a kernel input");
+  for (const PackedInput& p : k.packed_inputs)
+    if (p.input == size_t(it - k.inputs.begin())) {  // packed already (a second nest of the kernel)
       KILN_CHECK(p.layout == layout, "weights packed in two layouts");
-      return old;
+      return input;
     }
-  auto packed = std::make_shared<Buffer>(Buffer{old->name, DType::Float32, {layout.packed_numel()}, Scope::Global});
+  auto packed = std::make_shared<Buffer>(Buffer{input->name, DType::Float32, {layout.packed_numel()}, Scope::Global});
   *it = packed;
-  L_.input_buffers_[w] = packed;
-  k_.packed_inputs.push_back({size_t(it - k_.inputs.begin()), layout, {}});
+  k.packed_inputs.push_back({size_t(it - k.inputs.begin()), layout, {}});
   return packed;
 }
 
