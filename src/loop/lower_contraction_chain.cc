@@ -275,11 +275,7 @@ class RowPipeline {
       for (const Value* v : grp_.inputs)
         if (input_buf_.count(v) && input_buf_.at(v) == st.b_buf) w = v;
       if (!w || !w->is_constant() || w->dtype() != DType::Float32 || shape_numel(w->shape()) != st.k * st.n) continue;
-      bool shared = false;
-      for (const Node* n : grp_.nodes)
-        for (size_t i = 0; i < n->num_inputs(); ++i)
-          if (n->input(i) == w && !(n == st.c && i == 1)) shared = true;
-      if (shared) continue;
+      if (!only_right_operand(grp_, st.c, w)) continue;
       st.b_buf = input_buf_[w] = pack_kernel_input(k_, st.b_buf, PanelLayout::row_major(1, st.k, st.n, nr));
       st.b_stride = nr;
       st.panel = true;
@@ -391,7 +387,11 @@ class RowPipeline {
       p.acc = st.acc;
       p.ld = p.n = st.n;
       p.k = st.k;
-      p.kc = std::clamp<int64_t>(sched_.contraction.kc, 1, std::max<int64_t>(st.k, 1));
+      // One K block: the chain's stages read all of K per call as before. (Blocks of the
+      // schedule's kc, as the tiled rows take them, measured 0.95 of the time on BERT's FFN
+      // (K = 1024) but 1.17-1.24 on two of ConvNeXt's MLP stages (K = 384, 768), 1 thread, noisy;
+      // left to a measured decision.)
+      p.kc = std::max<int64_t>(st.k, 1);
       p.mr = mr_;
       p.nr = nr;
       p.prefix = cat("kiln_tr", s, "_");
@@ -475,8 +475,6 @@ class RowPipeline {
     Stage& st = stages_[s];
     const ContractionRows& plan = *st.plan;
     const Expr row0 = mul(var(t), int_imm(st.n));
-    Expr base = int_imm(0);
-    for (size_t d = 0; d < st.out.size(); ++d) base = add(mul(base, int_imm(st.out[d])), d < plan.r0 ? outer_[d] : int_imm(0));
     std::unordered_map<const Value*, BufferTarget> targets;
     for (const Value* v : plan.passes.inputs) {
       auto si = std::find(plan.staged.begin(), plan.staged.end(), v);
@@ -485,19 +483,18 @@ class RowPipeline {
       else refuse(cat("the row passes read '", v->name(), "', not a kernel input (not lowered to loops yet)"));
     }
     for (const Value* v : plan.passes.outputs) {
-      if (output_buf_.count(v)) {
-        targets[v] = BufferTarget{output_buf_.at(v), nullptr};
-      } else {
-        KILN_CHECK(v == st.next, "row pass output '", v->name(), "' has no buffer");
-        targets[v] = BufferTarget{st.row_out, sub(row0, base)};
-      }
+      KILN_CHECK(output_buf_.count(v) || v == st.next, "row pass output '", v->name(), "' has no buffer");
+      targets[v] = output_buf_.count(v) ? BufferTarget{output_buf_.at(v), nullptr} : BufferTarget{st.row_out, row0};
     }
     // (contraction_row_passes renames the passes' own loops away from the targets' offsets: a
     // tail loop kiln_t<pass> of pass 1 once captured kiln_t1, stage 1's row loop.)
     std::vector<Stmt> passes = contraction_row_passes(plan, plan.shape, targets, outer_, cat(name_, "_rows", s), sched_);
     std::vector<Stmt> r = {scoped(std::move(passes))};
     if (st.next && pass_output(st, st.next) && output_buf_.count(st.next)) {
-      // `next` is a group output too: the passes stored it there; the next stage reads it back.
+      // `next` is a group output too: the passes stored it there (its row from flat offset
+      // `base`); the next stage reads it back.
+      Expr base = int_imm(0);
+      for (size_t d = 0; d < st.out.size(); ++d) base = add(mul(base, int_imm(st.out[d])), d < plan.r0 ? outer_[d] : int_imm(0));
       const std::string j = cat("kiln_c", s);
       r.push_back(for_loop(j, int_imm(st.n),
                            {store(st.row_out, add(row0, var(j)), load(output_buf_.at(st.next), add(base, var(j))))}));

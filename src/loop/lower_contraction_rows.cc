@@ -184,19 +184,17 @@ std::vector<Stmt> contraction_row_passes(const ContractionRows& plan, const Shap
   BufferMap map;
   std::set<std::string> avoid;
   for (const Expr& e : outer) collect_vars(e, avoid);
-  auto target = [&](const Buffer* b, const Value* v, bool staged) {
+  // A local buffer holds rows (a staged row, a chain's next rows): indexed within the row.
+  auto target = [&](const Buffer* b, const Value* v) {
     auto it = targets.find(v);
     KILN_CHECK(it != targets.end(), "row pass value '", v->name(), "' has no buffer");
     BufferTarget t = it->second;
-    if (staged) t.base = base;
+    if (t.to->scope == Scope::Local) t.base = base;
     if (t.offset) collect_vars(t.offset, avoid);
     map[b] = t;
   };
-  for (size_t i = 0; i < rk.inputs.size(); ++i) {
-    const Value* v = plan.passes.inputs[i];
-    target(rk.inputs[i].get(), v, std::find(plan.staged.begin(), plan.staged.end(), v) != plan.staged.end());
-  }
-  for (size_t i = 0; i < rk.outputs.size(); ++i) target(rk.outputs[i].get(), plan.passes.outputs[i], false);
+  for (size_t i = 0; i < rk.inputs.size(); ++i) target(rk.inputs[i].get(), plan.passes.inputs[i]);
+  for (size_t i = 0; i < rk.outputs.size(); ++i) target(rk.outputs[i].get(), plan.passes.outputs[i]);
   // The row kernel's outer loops are `i<d>` over the non-unit dims before the row axes, the same
   // variables the contraction kernel's outer loops use; peel them.
   std::vector<Stmt> body = rk.body->kind == StmtKind::Block ? rk.body->body : std::vector<Stmt>{rk.body};

@@ -105,11 +105,6 @@ struct GemmView {
 // The tiled nest (statements of the kernel body). Lets are numbered from next_let.
 std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& next_let);
 
-// Replaces input `input` of kernel k (a constant's buffer) by its packing in `layout`
-// (LoopKernel::packed_inputs: packed once when the executable is built) and returns the packed
-// buffer; an input packed already (by another nest of the kernel) is returned as it is.
-BufferPtr pack_kernel_input(LoopKernel& k, const BufferPtr& input, const PanelLayout& layout);
-
 // The product of a row tile (docs/codegen.md, "Anchored emitters"): `rows` rows of A times B into
 // a local accumulator acc[r · ld + j] (zeroed by the caller), through the micro-kernel —
 //
