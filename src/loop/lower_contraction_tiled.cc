@@ -476,7 +476,7 @@ std::vector<Stmt> row_tile_product(const RowTileProduct& p) {
   const bool fixed = p.rows->kind == ExprKind::IntImm;
   auto panel = [&](Expr cols, Expr j0) {
     const int64_t blocks = (p.k + p.kc - 1) / p.kc;
-    std::vector<Stmt> kblock = {let(kcn, blocks == 1 ? int_imm(p.k) : binary(BinOp::Min, int_imm(p.kc), sub(int_imm(p.k), k0)))};
+    std::vector<Stmt> kblock = {let(kcn, blocks == 1 ? int_imm(p.k) : minimum(int_imm(p.kc), sub(int_imm(p.k), k0)))};
     if (fixed) {
       const int64_t rows = p.rows->int_value;
       if (rows / mr > 0) kblock.push_back(for_loop(rt, int_imm(rows / mr), {mk(int_imm(mr), cols, j0, r0)}));
@@ -484,7 +484,7 @@ std::vector<Stmt> row_tile_product(const RowTileProduct& p) {
     } else {
       const Expr full = div_floor(p.rows, int_imm(mr)), rest = mul(full, int_imm(mr));
       kblock.push_back(for_loop(rt, full, {mk(int_imm(mr), cols, j0, r0)}));
-      kblock.push_back(if_then(binary(BinOp::Lt, rest, p.rows), {mk(sub(p.rows, rest), cols, j0, rest)}));
+      kblock.push_back(if_then(lt(rest, p.rows), {mk(sub(p.rows, rest), cols, j0, rest)}));
     }
     return for_loop(kb, int_imm(blocks), std::move(kblock));
   };
