@@ -388,9 +388,9 @@ class RowPipeline {
       p.ld = p.n = st.n;
       p.k = st.k;
       // One K block: the chain's stages read all of K per call as before. (Blocks of the
-      // schedule's kc, as the tiled rows take them, measured 0.95 of the time on BERT's FFN
-      // (K = 1024) but 1.17-1.24 on two of ConvNeXt's MLP stages (K = 384, 768), 1 thread, noisy;
-      // left to a measured decision.)
+      // schedule's kc, as the tiled rows take them, measured 0.94-1.04 of the time on the
+      // chains of BERT, ConvNeXt-T, Swin-T and mlp_ln, K = 384-1024, 1 thread: no gain;
+      // docs/codegen.md, "Anchored emitters".)
       p.kc = std::max<int64_t>(st.k, 1);
       p.mr = mr_;
       p.nr = nr;
