@@ -37,8 +37,8 @@
 #include <unordered_map>
 
 #include "fusion/op_kind.h"
-#include "kernels/microkernel.h"
 #include "loop/affine.h"
+#include "loop/lower_contraction_tiled.h"
 #include "loop/lower_internal.h"
 #include "loop/rebind_buffers.h"
 #include "support/error.h"
@@ -275,18 +275,8 @@ class RowPipeline {
       for (const Value* v : grp_.inputs)
         if (input_buf_.count(v) && input_buf_.at(v) == st.b_buf) w = v;
       if (!w || !w->is_constant() || w->dtype() != DType::Float32 || shape_numel(w->shape()) != st.k * st.n) continue;
-      bool shared = false;
-      for (const Node* n : grp_.nodes)
-        for (size_t i = 0; i < n->num_inputs(); ++i)
-          if (n->input(i) == w && !(n == st.c && i == 1)) shared = true;
-      auto it = std::find(k_.inputs.begin(), k_.inputs.end(), st.b_buf);
-      if (shared || it == k_.inputs.end()) continue;
-      const PanelLayout layout = PanelLayout::row_major(1, st.k, st.n, nr);
-      auto packed = std::make_shared<Buffer>(Buffer{st.b_buf->name, DType::Float32, {layout.packed_numel()}, Scope::Global});
-      *it = packed;
-      input_buf_[w] = packed;
-      k_.packed_inputs.push_back({size_t(it - k_.inputs.begin()), layout, {}});
-      st.b_buf = packed;
+      if (!only_right_operand(grp_, st.c, w)) continue;
+      st.b_buf = input_buf_[w] = pack_kernel_input(k_, st.b_buf, PanelLayout::row_major(1, st.k, st.n, nr));
       st.b_stride = nr;
       st.panel = true;
     }
@@ -378,40 +368,44 @@ class RowPipeline {
       acc_val = cast(st.dtype, load(st.acc, row_j));
     }
     if (st.mk) {
-      // Blocks of mr rows times nr columns per call (B rows contiguous in j); the row blocks
-      // innermost, so a panel of B stays in cache for all of them. A tile past M's end (the last
-      // one when tile_ does not divide M) has fewer rows: its calls stop at the last row.
-      const BufferPtr bb = st.pack ? st.b_pack : st.b_buf;
+      // The tile's product through the micro-kernel, in the tiled rows nest's loop
+      // (row_tile_product: column panels, K blocks, row blocks of mr innermost so that a panel of
+      // B stays in cache for all of them). B in place (rows b_stride apart, or in panels of nr
+      // columns: the panel from j0 starts at j0 · K) or packed. A tile past M's end (the last one
+      // when tile_ does not divide M) has fewer rows: its calls stop at its last row.
       const Expr base = st.pack ? int_imm(0) : st.b_base;
       const int64_t bs = st.pack ? st.n : st.b_stride, nr = std::max(sched_.contraction.nr, 1);
-      // Panel layout: the column tile from j0 (a multiple of nr) starts at j0 · K.
-      auto b_at_col = [&](const Expr& j0) { return st.panel ? mul(j0, int_imm(st.k)) : add(base, j0); };
-      const std::string vn = cat("kiln_n", s), vm = cat("kiln_b", s);
-      auto call = [&](int64_t rows, int64_t w, Expr j0, Expr r0) {
-        return call_stmt(kernels::kMicroKernelF32,
-                         {int_imm(rows), int_imm(w), int_imm(st.k), address(a_in, mul(r0, int_imm(st.k))), int_imm(st.k),
-                          int_imm(1), address(bb, b_at_col(j0)), int_imm(bs),
-                          address(st.acc, add(mul(r0, int_imm(st.n)), j0)), int_imm(st.n)});
+      RowTileProduct p;
+      p.a = a_in;
+      p.a_at = [&](Expr r, Expr k0) { return add(mul(r, int_imm(st.k)), k0); };
+      p.as_i = st.k;
+      p.b = st.pack ? st.b_pack : st.b_buf;
+      p.b_at = [&](Expr j0, Expr k0) {
+        return st.panel ? add(mul(j0, int_imm(st.k)), mul(k0, int_imm(nr))) : add(base, add(mul(k0, int_imm(bs)), j0));
       };
-      // The calls of a column tile for `rows` rows: whole blocks of mr, then the rest.
-      auto blocks = [&](int64_t rows, int64_t w, Expr j0) {
-        std::vector<Stmt> b;
-        if (rows / mr_ > 0) b.push_back(for_loop(vm, int_imm(rows / mr_), {call(mr_, w, j0, mul(var(vm), int_imm(mr_)))}));
-        if (rows % mr_) b.push_back(call(rows % mr_, w, j0, int_imm(rows / mr_ * mr_)));
-        return b;
+      p.bs_k = bs;
+      p.acc = st.acc;
+      p.ld = p.n = st.n;
+      p.k = st.k;
+      // One K block: the chain's stages read all of K per call as before. (Blocks of the
+      // schedule's kc, as the tiled rows take them, measured 0.94-1.04 of the time on the
+      // chains of BERT, ConvNeXt-T, Swin-T and mlp_ln, K = 384-1024, 1 thread: no gain;
+      // docs/codegen.md, "Anchored emitters".)
+      p.kc = std::max<int64_t>(st.k, 1);
+      p.mr = mr_;
+      p.nr = nr;
+      p.prefix = cat("kiln_tr", s, "_");
+      auto product = [&](int64_t rows) {
+        p.rows = int_imm(rows);
+        return row_tile_product(p);
       };
-      auto tile_calls = [&](int64_t rows) {
-        std::vector<Stmt> t;
-        if (st.n / nr > 0) t.push_back(for_loop(vn, int_imm(st.n / nr), blocks(rows, nr, mul(var(vn), int_imm(nr)))));
-        if (st.n % nr)
-          for (auto& x : blocks(rows, st.n % nr, int_imm(st.n / nr * nr))) t.push_back(std::move(x));
-        return t;
-      };
+      // Constant row counts, so that every call has a constant tile (the micro-kernel's
+      // specialisations; a variable count of rows goes through its generic loop).
       if (m_ % tile_ == 0) {
-        for (auto& x : tile_calls(tile_)) out.push_back(std::move(x));
+        for (auto& x : product(tile_)) out.push_back(std::move(x));
       } else {
-        out.push_back(if_then(binary(BinOp::Le, add(var("kiln_m0"), int_imm(tile_)), int_imm(m_)), tile_calls(tile_),
-                              tile_calls(m_ % tile_)));
+        out.push_back(if_then(binary(BinOp::Le, add(var("kiln_m0"), int_imm(tile_)), int_imm(m_)), product(tile_),
+                              product(m_ % tile_)));
       }
     } else if (st.axpy) {
       // acc[t][j] += a[t][k] * b[k][j], k outermost: each row of b serves every row of the tile.
@@ -481,8 +475,6 @@ class RowPipeline {
     Stage& st = stages_[s];
     const ContractionRows& plan = *st.plan;
     const Expr row0 = mul(var(t), int_imm(st.n));
-    Expr base = int_imm(0);
-    for (size_t d = 0; d < st.out.size(); ++d) base = add(mul(base, int_imm(st.out[d])), d < plan.r0 ? outer_[d] : int_imm(0));
     std::unordered_map<const Value*, BufferTarget> targets;
     for (const Value* v : plan.passes.inputs) {
       auto si = std::find(plan.staged.begin(), plan.staged.end(), v);
@@ -491,19 +483,18 @@ class RowPipeline {
       else refuse(cat("the row passes read '", v->name(), "', not a kernel input (not lowered to loops yet)"));
     }
     for (const Value* v : plan.passes.outputs) {
-      if (output_buf_.count(v)) {
-        targets[v] = BufferTarget{output_buf_.at(v), nullptr};
-      } else {
-        KILN_CHECK(v == st.next, "row pass output '", v->name(), "' has no buffer");
-        targets[v] = BufferTarget{st.row_out, sub(row0, base)};
-      }
+      KILN_CHECK(output_buf_.count(v) || v == st.next, "row pass output '", v->name(), "' has no buffer");
+      targets[v] = output_buf_.count(v) ? BufferTarget{output_buf_.at(v), nullptr} : BufferTarget{st.row_out, row0};
     }
     // (contraction_row_passes renames the passes' own loops away from the targets' offsets: a
     // tail loop kiln_t<pass> of pass 1 once captured kiln_t1, stage 1's row loop.)
     std::vector<Stmt> passes = contraction_row_passes(plan, plan.shape, targets, outer_, cat(name_, "_rows", s), sched_);
     std::vector<Stmt> r = {scoped(std::move(passes))};
     if (st.next && pass_output(st, st.next) && output_buf_.count(st.next)) {
-      // `next` is a group output too: the passes stored it there; the next stage reads it back.
+      // `next` is a group output too: the passes stored it there (its row from flat offset
+      // `base`); the next stage reads it back.
+      Expr base = int_imm(0);
+      for (size_t d = 0; d < st.out.size(); ++d) base = add(mul(base, int_imm(st.out[d])), d < plan.r0 ? outer_[d] : int_imm(0));
       const std::string j = cat("kiln_c", s);
       r.push_back(for_loop(j, int_imm(st.n),
                            {store(st.row_out, add(row0, var(j)), load(output_buf_.at(st.next), add(base, var(j))))}));

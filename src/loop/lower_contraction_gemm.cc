@@ -110,11 +110,7 @@ void ContractionLowering::read_in_place_when_affine(GemmOperand& op, size_t batc
 // one 1024³ GEMM on one thread, 221 -> 250 GFLOP/s over B in place with K blocks (Zen 5).
 void ContractionLowering::pack_constant_b(GemmOperand& op, const Value* b, int64_t k, int64_t n) {
   if (!b->is_constant() || b->dtype() != DType::Float32 || b->shape().size() != 2 || k < 1 || n < 1) return;
-  for (const Node* m : grp_.nodes)
-    if (m != c_)
-      for (const Value* in : m->inputs())
-        if (in == b) return;  // another member reads it row-major
-  if (c_->input(0) == b) return;  // X · X
+  if (!only_right_operand(grp_, c_, b)) return;
   op.buffer = pack_constant_weights(b, PanelLayout::row_major(1, k, n, sched_.contraction.nr));
   op.base = [](const std::vector<Expr>&) { return int_imm(0); };
   op.panel_nr = sched_.contraction.nr;
@@ -615,20 +611,29 @@ void ContractionLowering::conv_weights_and_stores(GemmView& g, const Value* w, c
   };
 }
 
-// Replaces kernel input `w` (a constant) by its packing in `layout` (LoopKernel::packed_inputs).
+// Replaces kernel input `w` (a constant) by its packing in `layout` (pack_kernel_input).
 BufferPtr ContractionLowering::pack_constant_weights(const Value* w, const PanelLayout& layout) {
-  const BufferPtr old = L_.input_buffers_.at(w);
-  auto it = std::find(k_.inputs.begin(), k_.inputs.end(), old);
-  KILN_CHECK(it != k_.inputs.end(), "packed weights are not a kernel input");
-  for (const PackedInput& p : k_.packed_inputs)
-    if (p.input == size_t(it - k_.inputs.begin())) {  // packed already (a second nest of the kernel)
+  return L_.input_buffers_[w] = pack_kernel_input(k_, L_.input_buffers_.at(w), layout);
+}
+
+bool only_right_operand(const FusionGroup& grp, const Node* c, const Value* w) {
+  for (const Node* n : grp.nodes)
+    for (size_t i = 0; i < n->num_inputs(); ++i)
+      if (n->input(i) == w && !(n == c && i == 1)) return false;
+  return true;
+}
+
+BufferPtr pack_kernel_input(LoopKernel& k, const BufferPtr& input, const PanelLayout& layout) {
+  auto it = std::find(k.inputs.begin(), k.inputs.end(), input);
+  KILN_CHECK(it != k.inputs.end(), "packed weights are not a kernel input");
+  for (const PackedInput& p : k.packed_inputs)
+    if (p.input == size_t(it - k.inputs.begin())) {  // packed already (a second nest of the kernel)
       KILN_CHECK(p.layout == layout, "weights packed in two layouts");
-      return old;
+      return input;
     }
-  auto packed = std::make_shared<Buffer>(Buffer{old->name, DType::Float32, {layout.packed_numel()}, Scope::Global});
+  auto packed = std::make_shared<Buffer>(Buffer{input->name, DType::Float32, {layout.packed_numel()}, Scope::Global});
   *it = packed;
-  L_.input_buffers_[w] = packed;
-  k_.packed_inputs.push_back({size_t(it - k_.inputs.begin()), layout, {}});
+  k.packed_inputs.push_back({size_t(it - k.inputs.begin()), layout, {}});
   return packed;
 }
 

@@ -20,7 +20,6 @@
 #include <unordered_set>
 
 #include "fusion/op_kind.h"
-#include "kernels/microkernel.h"
 #include "loop/contraction_lowering.h"
 #include "loop/lower_internal.h"
 #include "loop/rebind_buffers.h"
@@ -185,19 +184,17 @@ std::vector<Stmt> contraction_row_passes(const ContractionRows& plan, const Shap
   BufferMap map;
   std::set<std::string> avoid;
   for (const Expr& e : outer) collect_vars(e, avoid);
-  auto target = [&](const Buffer* b, const Value* v, bool staged) {
+  // A local buffer holds rows (a staged row, a chain's next rows): indexed within the row.
+  auto target = [&](const Buffer* b, const Value* v) {
     auto it = targets.find(v);
     KILN_CHECK(it != targets.end(), "row pass value '", v->name(), "' has no buffer");
     BufferTarget t = it->second;
-    if (staged) t.base = base;
+    if (t.to->scope == Scope::Local) t.base = base;
     if (t.offset) collect_vars(t.offset, avoid);
     map[b] = t;
   };
-  for (size_t i = 0; i < rk.inputs.size(); ++i) {
-    const Value* v = plan.passes.inputs[i];
-    target(rk.inputs[i].get(), v, std::find(plan.staged.begin(), plan.staged.end(), v) != plan.staged.end());
-  }
-  for (size_t i = 0; i < rk.outputs.size(); ++i) target(rk.outputs[i].get(), plan.passes.outputs[i], false);
+  for (size_t i = 0; i < rk.inputs.size(); ++i) target(rk.inputs[i].get(), plan.passes.inputs[i]);
+  for (size_t i = 0; i < rk.outputs.size(); ++i) target(rk.outputs[i].get(), plan.passes.outputs[i]);
   // The row kernel's outer loops are `i<d>` over the non-unit dims before the row axes, the same
   // variables the contraction kernel's outer loops use; peel them.
   std::vector<Stmt> body = rk.body->kind == StmtKind::Block ? rk.body->body : std::vector<Stmt>{rk.body};
@@ -389,31 +386,26 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const LoopVars& outer, c
   // it (one block over K = 3072 streamed 393 KiB of B per row tile: the encoder's FFN2 + LayerNorm
   // ran at 32 GFLOP/s).
   const int64_t kc = std::clamp<int64_t>(sched_.contraction.kc, 1, std::max<int64_t>(k, 1));
-  const Expr k0 = mul(var("kiln_tr_kb"), int_imm(kc)), kcv = var("kiln_tr_kc");
-  // The micro-kernel on rows [r, r + rows_e) of the block, columns [j0, j0 + cols), K block k0.
-  auto mk = [&](Expr rows_e, Expr cols, Expr j0, Expr r) {
-    Expr b_at = panels ? add(mul(j0, int_imm(k)), mul(k0, int_imm(nr))) : add(b_base, add(mul(k0, int_imm(ld)), j0));
-    return call_stmt(kernels::kMicroKernelF32,
-                     {std::move(rows_e), std::move(cols), kcv,
-                      address(a, add(mul(a_packed ? r : add(a_first, r), int_imm(k)), k0)), int_imm(k), int_imm(1),
-                      address(b, b_at), int_imm(panels ? nr : ld), address(acc, add(mul(r, int_imm(ld)), j0)), int_imm(ld)});
+  RowTileProduct prod;
+  prod.a = a;
+  prod.a_at = [&](Expr r, Expr k0) { return add(mul(a_packed ? r : add(a_first, r), int_imm(k)), k0); };
+  prod.as_i = k;
+  prod.b = b;
+  prod.b_at = [&](Expr j0, Expr k0) {
+    return panels ? add(mul(j0, int_imm(k)), mul(k0, int_imm(nr))) : add(b_base, add(mul(k0, int_imm(ld)), j0));
   };
+  prod.bs_k = panels ? nr : ld;
+  prod.acc = acc;
+  prod.ld = prod.n = ld;
+  prod.k = k;
+  prod.kc = kc;
+  prod.mr = mr;
+  prod.nr = nr;
+  prod.rows = var("kiln_tr_count");
+  prod.prefix = "kiln_tr_";
   std::vector<Stmt> in_acc;
   in_acc.push_back(for_loop("kiln_tr_z", int_imm(mb * ld), {store(acc, var("kiln_tr_z"), float_imm(0))}, ForKind::Vectorized));
-  // Column panels outside, row tiles inside: one panel of B (k x nr) serves the whole block
-  // from cache.
-  const Expr j0 = mul(var("kiln_tr_jt"), int_imm(nr)), r0 = mul(var("kiln_tr_rt"), int_imm(mr));
-  const Expr full = div_floor(var("kiln_tr_count"), int_imm(mr)), rest = mul(full, int_imm(mr));
-  auto panel = [&](Expr cols, Expr jj) {
-    std::vector<Stmt> kblock = {
-        let("kiln_tr_kc", binary(BinOp::Min, int_imm(kc), sub(int_imm(k), k0))),
-        for_loop("kiln_tr_rt", full, {mk(int_imm(mr), cols, jj, r0)}),
-        if_then(binary(BinOp::Lt, rest, var("kiln_tr_count")), {mk(sub(var("kiln_tr_count"), rest), cols, jj, rest)})};
-    return std::vector<Stmt>{for_loop("kiln_tr_kb", int_imm((k + kc - 1) / kc), std::move(kblock))};
-  };
-  in_acc.push_back(for_loop("kiln_tr_jt", int_imm(ld / nr), panel(int_imm(nr), j0)));
-  if (ld % nr)
-    for (auto& st : panel(int_imm(ld % nr), int_imm(ld / nr * nr))) in_acc.push_back(st);
+  for (auto& st : row_tile_product(prod)) in_acc.push_back(std::move(st));
   in_acc.push_back(for_loop("kiln_tr_row", var("kiln_tr_count"), std::move(row_body)));
   std::vector<Stmt> blk = {let("kiln_tr_first", mul(var("kiln_tr_blk"), int_imm(mb))),
                            let("kiln_tr_count", binary(BinOp::Min, int_imm(mb), sub(int_imm(m), var("kiln_tr_first"))))};

@@ -459,4 +459,39 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
           nest};
 }
 
+std::vector<Stmt> row_tile_product(const RowTileProduct& p) {
+  const int64_t mr = p.mr, nr = p.nr;
+  KILN_CHECK(mr >= 1 && nr >= 1 && p.k >= 1 && p.kc >= 1 && p.kc <= p.k, "row tile product: bad blocking");
+  const std::string jt = p.prefix + "jt", kb = p.prefix + "kb", kcn = p.prefix + "kc", rt = p.prefix + "rt";
+  const Expr k0 = mul(var(kb), int_imm(p.kc)), kcv = var(kcn);
+  // The micro-kernel on rows [r, r + rows) of the tile, columns [j0, j0 + cols), K block k0.
+  auto mk = [&](Expr rows, Expr cols, Expr j0, Expr r) {
+    return call_stmt(kernels::kMicroKernelF32,
+                     {std::move(rows), std::move(cols), kcv, address(p.a, p.a_at(r, k0)), int_imm(p.as_i), int_imm(1),
+                      address(p.b, p.b_at(j0, k0)), int_imm(p.bs_k), address(p.acc, add(mul(r, int_imm(p.ld)), j0)),
+                      int_imm(p.ld)});
+  };
+  const Expr r0 = mul(var(rt), int_imm(mr));
+  // A constant row count (a chain's tiles when they divide M) needs no test for the rest.
+  const bool fixed = p.rows->kind == ExprKind::IntImm;
+  auto panel = [&](Expr cols, Expr j0) {
+    const int64_t blocks = (p.k + p.kc - 1) / p.kc;
+    std::vector<Stmt> kblock = {let(kcn, blocks == 1 ? int_imm(p.k) : minimum(int_imm(p.kc), sub(int_imm(p.k), k0)))};
+    if (fixed) {
+      const int64_t rows = p.rows->int_value;
+      if (rows / mr > 0) kblock.push_back(for_loop(rt, int_imm(rows / mr), {mk(int_imm(mr), cols, j0, r0)}));
+      if (rows % mr) kblock.push_back(mk(int_imm(rows % mr), cols, j0, int_imm(rows / mr * mr)));
+    } else {
+      const Expr full = div_floor(p.rows, int_imm(mr)), rest = mul(full, int_imm(mr));
+      kblock.push_back(for_loop(rt, full, {mk(int_imm(mr), cols, j0, r0)}));
+      kblock.push_back(if_then(lt(rest, p.rows), {mk(sub(p.rows, rest), cols, j0, rest)}));
+    }
+    return for_loop(kb, int_imm(blocks), std::move(kblock));
+  };
+  std::vector<Stmt> out;
+  if (p.n / nr > 0) out.push_back(for_loop(jt, int_imm(p.n / nr), {panel(int_imm(nr), mul(var(jt), int_imm(nr)))}));
+  if (p.n % nr) out.push_back(panel(int_imm(p.n % nr), int_imm(p.n / nr * nr)));
+  return out;
+}
+
 }  // namespace kiln::loop::detail

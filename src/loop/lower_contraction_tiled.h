@@ -20,6 +20,7 @@
 #pragma once
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "loop/loop_ir.h"
@@ -103,5 +104,32 @@ struct GemmView {
 
 // The tiled nest (statements of the kernel body). Lets are numbered from next_let.
 std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& next_let);
+
+// The product of a row tile (docs/codegen.md, "Anchored emitters"): `rows` rows of A times B into
+// a local accumulator acc[r · ld + j] (zeroed by the caller), through the micro-kernel —
+//
+//   for column panel of nr (then the rest of the n columns):
+//     for K block of kc (the last one shorter): kc_var = its depth
+//       for row tile of mr: kiln_mk_f32(mr, ..); then one call of the rows left, if any
+//
+// Column panels outside and row tiles inside, so a panel of B (kc × nr) serves every row tile of
+// the block from L1. The row count is an expression: the last tile of a row loop may be shorter.
+// Used by the tiled rows nest (lower_contraction_rows.cc, a block of whole rows before the row
+// passes) and by every stage of the chain (lower_contraction_chain.cc): one loop structure.
+struct RowTileProduct {
+  BufferPtr a;                                // A(r, k) at a[a_at(r, k0) + k - k0], rows as_i apart
+  std::function<Expr(Expr r, Expr k0)> a_at;  // offset of A(r, k0)
+  int64_t as_i = 0;
+  BufferPtr b;                                 // B(k, j) at b[b_at(j0, k0) + (k - k0) · bs_k + j - j0]
+  std::function<Expr(Expr j0, Expr k0)> b_at;  // offset of B(k0, j0) (j0 a multiple of nr)
+  int64_t bs_k = 0;
+  BufferPtr acc;
+  int64_t ld = 0;  // acc's row stride
+  int64_t k = 0, n = 0, kc = 0;  // K, the columns computed, the K block (at most k)
+  int64_t mr = 0, nr = 0;        // the micro-kernel's tile
+  Expr rows;
+  std::string prefix;  // the loop variables: <prefix>jt, <prefix>kb, <prefix>kc, <prefix>rt
+};
+std::vector<Stmt> row_tile_product(const RowTileProduct& p);
 
 }  // namespace kiln::loop::detail

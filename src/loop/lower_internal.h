@@ -268,6 +268,15 @@ void bind_kernel(const FusionGroup& grp, const std::string& name, LoopKernel& k,
                  std::unordered_map<const Value*, BufferPtr>* inputs,
                  std::unordered_map<const Value*, BufferPtr>* outputs = nullptr);
 
+// Constant weights in the micro-kernel's panel layout (lower_contraction_gemm.cc). Whether no
+// member of grp reads w but as contraction c's right operand: only then may the kernel read w in
+// panels alone (another member reads it row-major; X · X too).
+bool only_right_operand(const FusionGroup& grp, const Node* c, const Value* w);
+// Replaces input `input` of kernel k (a constant's buffer) by its packing in `layout`
+// (LoopKernel::packed_inputs: packed once when the executable is built) and returns the packed
+// buffer; an input packed already (by another nest of the kernel) is returned as it is.
+BufferPtr pack_kernel_input(LoopKernel& k, const BufferPtr& input, const PanelLayout& layout);
+
 // A contraction group with row reductions over the trailing axes of its output
 // (lower_contraction_rows.cc): which epilogue values are staged in a local row, which outputs the
 // first loop over the row stores, and the synthetic row-kernel group of the reductions' passes.
@@ -281,8 +290,9 @@ struct ContractionRows {
 ContractionRows plan_contraction_rows(const FusionGroup& grp, const Node* c, const Shape& out_shape);
 // The passes' statements for one row, inside the contraction kernel's outer loops (`outer`: the
 // index into `shape` (plan.shape) at dims < r0): `targets` maps the passes' inputs and outputs to
-// the kernel's buffers, indexed as the full tensor plus the target's offset, and each staged value
-// to its local row, indexed within the row plus the offset (where the row starts in the buffer).
+// the kernel's buffers, indexed as the full tensor plus the target's offset; a Scope::Local target
+// (a staged value's row, a chain's next rows) holds rows: indexed within the row plus the offset
+// (where the row starts in the buffer).
 std::vector<Stmt> contraction_row_passes(const ContractionRows& plan, const Shape& shape,
                                          const std::unordered_map<const Value*, BufferTarget>& targets,
                                          const std::vector<Expr>& outer, const std::string& name,

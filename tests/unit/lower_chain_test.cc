@@ -436,7 +436,8 @@ TEST(LowerChain, AttentionNestShape) {
   EXPECT_EQ(count(s, "kiln_mk_f32("), 2u);
   EXPECT_EQ(count(s, "allocate kiln_bpack0"), 1u);
   EXPECT_EQ(s.find("kiln_bpack1"), std::string::npos);
-  EXPECT_NE(s.find("&x[((i0 * 4) + 16)], 24,"), std::string::npos);  // V: row stride 24, column 16 + 4h
+  // V: row stride 24 (K block kb from row 6 · kb), column 16 + 4h.
+  EXPECT_NE(s.find("&x[(((kiln_tr1_kb * 144) + (i0 * 4)) + 16)], 24,"), std::string::npos);
   EXPECT_EQ(divmod_indices(s), std::vector<std::string>{});
   const size_t qk = s.find("kiln_mk_f32("), max = s.find("isnan"), pv = s.find("kiln_mk_f32(", qk + 1);
   ASSERT_NE(max, std::string::npos);
@@ -462,8 +463,9 @@ TEST(LowerChain, MlpNestShape) {
   %o: f32[1,512,12] = MatMul(%r, %w2) name="mm2"
 )", "%x: f32[1,512,12], %w1: f32[12,64], %w2: f32[64,12]", "%o", true});
   EXPECT_NE(b.find("for kiln_r in [0, 16) parallel"), std::string::npos) << b;
-  EXPECT_NE(b.find("for kiln_b0 in [0, 8) {\n"), std::string::npos) << b;
-  EXPECT_NE(b.find("kiln_mk_f32(4, 32, 12, &kiln_atile[(kiln_b0 * 48)]"), std::string::npos) << b;
+  EXPECT_NE(b.find("for kiln_tr0_rt in [0, 8) {\n"), std::string::npos) << b;
+  EXPECT_NE(b.find("kiln_mk_f32(4, 32, kiln_tr0_kc, &kiln_atile[((kiln_tr0_rt * 48) + (kiln_tr0_kb * 12))]"), std::string::npos)
+      << b;
 }
 
 // A partial last tile (7 rows in tiles of 6): guarded rows, and micro-kernel calls that stop at
