@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "cli.h"
+#include "fusion/plan_executor.h"
 #include "runtime/executable.h"
 
 namespace kiln::cli {
@@ -108,23 +109,7 @@ TensorMap run_compiled(std::unique_ptr<Graph> g, const Args& a, const TensorMap&
   std::vector<double> worst(ex->plan().groups.size(), 0.0);
   for (size_t gi = 0; gi < ex->plan().groups.size(); ++gi) {
     const FusionGroup& grp = ex->plan().groups[gi];
-    std::unordered_map<const Value*, Tensor> local;
-    for (const Value* v : grp.inputs) {
-      if (v->is_constant()) {
-        local[v] = v->constant();
-        continue;
-      }
-      auto it = compiled.find(v);
-      KILN_CHECK(it != compiled.end(), "--check: kernel ", grp.name, " reads '", v->name(), "', which nothing wrote");
-      local[v] = it->second;
-    }
-    for (const Node* n : grp.nodes) {
-      std::vector<Tensor> args;
-      for (const Value* v : n->inputs()) args.push_back(v ? local.at(v) : Tensor());
-      std::vector<Tensor> outs = run_node(*n, args);
-      for (size_t i = 0; i < outs.size(); ++i)
-        if (n->output(i)) local[n->output(i)] = std::move(outs[i]);
-    }
+    const std::unordered_map<const Value*, Tensor> local = run_group_reference(grp, compiled);
     for (const Value* v : grp.outputs) {
       auto it = compiled.find(v);
       if (it == compiled.end()) {
