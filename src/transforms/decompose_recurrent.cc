@@ -114,7 +114,10 @@ Value* Unroller::activate(const RecurrentActivation& a, Value* x, const std::str
   if (f == "LeakyRelu" || f == "ThresholdedRelu" || f == "Elu")
     return rw_.emit(f, {x}, x->type(), tag, {{"alpha", a.alpha}});
   if (f == "HardSigmoid") return rw_.emit(f, {x}, x->type(), tag, {{"alpha", a.alpha}, {"beta", a.beta}});
-  if (f == "Affine") return add(mul(x, scalar(tag + "_alpha", a.alpha), tag + "_scaled"), scalar(tag + "_beta", a.beta), tag);
+  if (f == "Affine") {
+    Value* scaled = mul(x, scalar(tag + "_alpha", a.alpha), tag + "_scaled");
+    return add(scaled, scalar(tag + "_beta", a.beta), tag);
+  }
   if (f == "ScaledTanh") {
     Value* t = rw_.unary("Tanh", mul(x, scalar(tag + "_beta", a.beta), tag + "_in"), tag + "_tanh");
     return mul(t, scalar(tag + "_alpha", a.alpha), tag);
@@ -194,8 +197,14 @@ void Unroller::run() {
         hn = activate(act[0], clip(pre, tn + "_clip"), tn + "_h");
       } else if (gru) {
         Value* hr = matmul(h, s_.linear_before_reset ? rt : rt_zr, tn + "_hr");
-        Value* z = activate(act[0], clip(add(gate(xt, 0, tn + "_xz"), gate(hr, 0, tn + "_hz"), tn + "_prez"), tn + "_clipz"), tn + "_z");
-        Value* r = activate(act[0], clip(add(gate(xt, 1, tn + "_xr"), gate(hr, 1, tn + "_hrr"), tn + "_prer"), tn + "_clipr"), tn + "_r");
+        // One emitting call per statement throughout: the order of a call's arguments is the
+        // compiler's, and the graph (its goldens) must not depend on it (GCC and clang differ).
+        Value* xz = gate(xt, 0, tn + "_xz");
+        Value* hz = gate(hr, 0, tn + "_hz");
+        Value* z = activate(act[0], clip(add(xz, hz, tn + "_prez"), tn + "_clipz"), tn + "_z");
+        Value* xr = gate(xt, 1, tn + "_xr");
+        Value* hrr = gate(hr, 1, tn + "_hrr");
+        Value* r = activate(act[0], clip(add(xr, hrr, tn + "_prer"), tn + "_clipr"), tn + "_r");
         Value* rh;
         if (s_.linear_before_reset) {
           Value* lin = gate(hr, 2, tn + "_hh");
@@ -207,7 +216,9 @@ void Unroller::run() {
         Value* cand = activate(act[1], clip(add(gate(xt, 2, tn + "_xh"), rh, tn + "_preh"), tn + "_cliph"), tn + "_cand");
         // H = (1 - z) ⊙ h~ + z ⊙ H'
         Value* keep = rw_.binary("Sub", scalar(tn + "_one", 1.0), z, tn + "_1mz");
-        hn = add(mul(keep, cand, tn + "_new"), mul(z, h, tn + "_old"), tn + "_h");
+        Value* fresh = mul(keep, cand, tn + "_new");
+        Value* old = mul(z, h, tn + "_old");
+        hn = add(fresh, old, tn + "_h");
       } else {
         Value* pre = add(xt, matmul(h, rt, tn + "_hr"), tn + "_pre");  // gates i, o, f, c
         Value* i = gate(pre, 0, tn + "_prei");
@@ -222,7 +233,9 @@ void Unroller::run() {
           fg = activate(act[0], clip(f, tn + "_clipf"), tn + "_f");
         }
         Value* cg = activate(act[1], clip(gate(pre, 3, tn + "_prec"), tn + "_clipc"), tn + "_g");
-        cn = add(mul(fg, c, tn + "_fc"), mul(ig, cg, tn + "_ig"), tn + "_c");
+        Value* fc = mul(fg, c, tn + "_fc");
+        Value* icg = mul(ig, cg, tn + "_ig");
+        cn = add(fc, icg, tn + "_c");
         Value* o = gate(pre, 1, tn + "_preo");
         if (po) o = add(o, mul(po, cn, tn + "_peepo"), tn + "_preo_p");
         Value* og = activate(act[0], clip(o, tn + "_clipo"), tn + "_o");
