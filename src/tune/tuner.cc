@@ -91,7 +91,10 @@ class KernelSearch {
       // Confirm: the default and the best, interleaved, in one batch.
       dp_ = lower(dflt_);
       phase_ = Phase::Confirming;
-      if (best_.code != default_code_ && left() > 0) {
+      // The search reserved this batch's time; a prediction short of it (a slower machine, a
+      // sanitizer build) still confirms, since a search without its confirmation is lost work:
+      // nothing to record, and the next run would search the kernel again.
+      if (best_.code != default_code_) {
         pending_ = Pending::Pair;
         return request({&*dp_, &best_});
       }
