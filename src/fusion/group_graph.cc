@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <map>
+#include <set>
 
 #include "fusion/op_kind.h"
 
@@ -127,6 +130,11 @@ double operand_reuse(const Node& c, size_t slot, const Target& t) {
     auto st = c.attr_ints("strides");
     double window = 1;
     for (size_t i = 0; i < k.size(); ++i) window *= double(k[i]) / double(i < st.size() ? st[i] : 1);
+    // A dense conv stages a computed input once per call (phase planes, or a plain copy the
+    // im2col panels are packed from: lower_contraction_gemm.cc), except with few input channels,
+    // whose transposed im2col holds each element once per kernel position.
+    const Shape& in = c.input(0)->shape();
+    if (group == 1) return in.size() >= 2 && in[1] < 16 ? std::max(1.0, window) : 1.0;
     return std::max(1.0, window) * tiles(double(out[1] / std::max<int64_t>(group, 1)), 16);
   }
   return 1;
@@ -149,25 +157,79 @@ CostEstimate GroupGraph::cost_of(const Members& m, const std::vector<int>& repla
   for (const Value* v : outs) written += value_bytes(v);
   if (kind == GroupKind::View) return estimate_time(0, 0, 0, 0, t);
 
-  double domain = 0;
-  for (const Value* v : outs) domain = std::max(domain, double(shape_numel(v->shape())));
   const Node* contraction = nullptr;
   for (int i : m)
     if (op_kind(*nodes_[size_t(i)]) == OpKind::Contraction) contraction = nodes_[size_t(i)];
 
+  // How many times each inlined member is computed. A member computed inline runs once for every
+  // element its member consumers compute: a consumer at the same positions (an elementwise op, a
+  // reduction reading it once) shares the value, any other (a broadcast, a gather, a Concat's
+  // slice) runs it again per element it reads, and a contraction reads its operand
+  // operand_reuse times per element.
+  // Reductions and contractions are staged (computed once per output element). Counting only a
+  // contraction's direct operand (a Concat of two bilinear resizes feeding a Conv counted the
+  // resizes once) priced a prologue that ran 36 times per element as free.
+  std::map<const Node*, double> evaluations;
+  std::function<double(const Node*)> evals = [&](const Node* n) -> double {
+    if (auto it = evaluations.find(n); it != evaluations.end()) return it->second;
+    const double out_numel = double(shape_numel(n->output(0)->shape()));
+    const OpKind nk = op_kind(*n);
+    if (nk == OpKind::Reduction || nk == OpKind::Contraction) return evaluations[n] = out_numel;
+    double shared = 0, again = 0;
+    for (const Value* o : n->outputs()) {
+      if (o->uses().empty() || std::count(outs.begin(), outs.end(), o)) shared = std::max(shared, out_numel);
+      for (auto [c, slot] : o->uses()) {
+        const int ci = index(c);
+        if (ci < 0 || !std::binary_search(m.begin(), m.end(), ci)) continue;
+        const Value* in = c->input(size_t(slot));
+        const double in_numel = double(shape_numel(in->shape())), c_numel = double(shape_numel(c->output(0)->shape()));
+        const OpKind ck = op_kind(*c);
+        if (c == contraction) again += out_numel * operand_reuse(*contraction, size_t(slot), t);
+        else if (ck == OpKind::Contraction) again += out_numel;
+        else if (ck == OpKind::Reduction)  // reads each element once per evaluation, at its position
+          shared = std::max(shared, evals(c) * std::max(1.0, in_numel / std::max(1.0, c_numel)));
+        else if (c->op_type() == "Concat") again += evals(c) * in_numel / std::max(1.0, c_numel);
+        else if ((ck == OpKind::ElementWise || ck == OpKind::Broadcast) && in->shape() == c->output(0)->shape())
+          shared = std::max(shared, evals(c));
+        else again += evals(c);
+      }
+    }
+    return evaluations[n] = std::max(shared + again, out_numel);
+  };
+  // 0 when `n` does not reach the contraction's operands through members; else the largest
+  // operand_reuse of the operands it reaches.
+  auto reaches_contraction = [&](const Node* n) {
+    double reuse = 0;
+    std::vector<const Node*> work = {n};
+    std::set<const Node*> seen;
+    while (!work.empty()) {
+      const Node* x = work.back();
+      work.pop_back();
+      for (const Value* o : x->outputs())
+        for (auto [c, slot] : o->uses()) {
+          if (c == contraction) reuse = std::max(reuse, operand_reuse(*contraction, size_t(slot), t));
+          const int ci = index(c);
+          if (ci >= 0 && std::binary_search(m.begin(), m.end(), ci) && op_kind(*c) != OpKind::Contraction &&
+              seen.insert(c).second)
+            work.push_back(c);
+        }
+    }
+    return reuse;
+  };
+
   double flops = 0, recomputed = 0;
   for (int i : m) {
     const Node* n = nodes_[size_t(i)];
-    double f = node_flops(*n);
     double out_numel = double(shape_numel(n->output(0)->shape()));
+    // An indexed load (Gather*) costs an index read and an address per element: one operation,
+    // like an add. Inlined into an operand that is packed per tile (operand_reuse > 1) it also
+    // keeps the packing loop scalar: every packed element then costs a vector's worth of lanes.
+    const bool gather = n->op_type() == "Gather" || n->op_type() == "GatherElements" || n->op_type() == "GatherND";
+    const double reuse = contraction && op_kind(*n) != OpKind::Contraction ? reaches_contraction(n) : 0;
+    const bool prologue = reuse > 0;
+    double f = gather ? out_numel * (reuse > 1 ? std::max(1, t.vector_lanes_f32) : 1) : node_flops(*n);
     double once = f;
-    if (kind == GroupKind::Elementwise && out_numel > 0 && out_numel < domain) f *= domain / out_numel;
-    if (contraction && n != contraction && op_kind(*n) != OpKind::Contraction) {
-      // Prologue: recomputed every time the contraction reads the operand it feeds.
-      for (const Value* o : n->outputs())
-        for (auto [c, slot] : o->uses())
-          if (c == contraction) f *= operand_reuse(*contraction, size_t(slot), t);
-    }
+    if ((kind == GroupKind::Elementwise || prologue) && out_numel > 0) f *= evals(n) / out_numel;
     recomputed += f - once;
     flops += f;
     if (n->op_type() == "Transpose" && n->input(0) && std::count(ins.begin(), ins.end(), n->input(0))) {

@@ -128,6 +128,7 @@ class ContractionLowering {
 
   GemmView conv_view();
   bool implicit_conv() const;
+  void narrow_panels(int64_t cout);
   GemmView implicit_conv_view();
   GemmView staged_im2col_view();
   struct PhasePlanes {
@@ -196,7 +197,11 @@ class ContractionLowering {
   // valid ? x[base + off[jj]] : 0, a vectorisable gather. (The generic `value` path unravels the
   // column and the K index per element, which cost five times the micro-kernel's time on
   // ResNet-18's 3x3 convs.)
-  GemmOperand::Packer im2col_packer(int64_t ncols, int64_t mg, int64_t cg);
+  // The im2col panels of a conv whose input is the plain buffer `x` (a kernel input, or the input
+  // staged by stage_input_fill).
+  GemmOperand::Packer im2col_packer(int64_t ncols, int64_t mg, int64_t cg, const BufferPtr& x);
+  BufferPtr stage_input() const;
+  Stmt stage_input_fill(const BufferPtr& buf);
 
   // ---- the element / rows nest (lower_contraction_rows.cc): per outer position, the K loop (or
   // the tiled rows' accumulator) and the epilogue per element, then the plan's row passes. A plan

@@ -257,7 +257,24 @@ GemmView ContractionLowering::conv_view() {
     std::vector<int64_t> out_ext(geo_.out.begin(), geo_.out.end());
     return conv_input(bt[0], cin, unravel(j, out_ext), std::vector<Expr>(kd.begin() + 1, kd.end()));
   };
-  if (is_group_input(x)) g.b.packer = im2col_packer(g.n, mg, cg);
+  // B in place: the input itself, or (a pointwise conv whose input the kernel computes) the input
+  // staged once per call into a plain [N][C][positions] buffer with the prologue evaluated there —
+  // instead of packing B per tile through its per-element value (EfficientNet-B0's
+  // squeeze-excitation scale fused into the projection: 0.55 -> 0.16 ms).
+  const bool staged = !conv_in_place() && unit_window() && geo_.rank() == 2 && dtype_ == DType::Float32;
+  if (is_group_input(x)) {
+    g.b.packer = im2col_packer(g.n, mg, cg, L_.input_buffers_.at(x));
+  } else if (!staged && dtype_ == DType::Float32 && x->dtype() == DType::Float32) {
+    // A windowed conv whose input the kernel computes (a Concat of a resize and a skip
+    // connection, a normalisation): the prologue evaluated once per call into a buffer of the
+    // input's shape, and the panels packed from it like from a kernel input. Packed through the
+    // per-element value, the prologue ran once per kernel position and row block, with its
+    // index arithmetic per element: U-Net's Concat-into-3x3-Conv ran 8x the Conv's time.
+    const BufferPtr xb = stage_input();
+    g.staging_locals.push_back(xb);
+    g.staging.push_back(stage_input_fill(xb));
+    g.b.packer = im2col_packer(g.n, mg, cg, xb);
+  }
   if (is_group_input(w)) {
     g.a.buffer = L_.input_buffers_.at(w);
     const int64_t kk = g.k;
@@ -265,11 +282,6 @@ GemmView ContractionLowering::conv_view() {
     g.a.stride_r = g.k;
     g.a.stride_c = 1;
   }
-  // B in place: the input itself, or (a pointwise conv whose input the kernel computes) the input
-  // staged once per call into a plain [N][C][positions] buffer with the prologue evaluated there —
-  // instead of packing B per tile through its per-element value (EfficientNet-B0's
-  // squeeze-excitation scale fused into the projection: 0.55 -> 0.16 ms).
-  const bool staged = !conv_in_place() && unit_window() && geo_.rank() == 2 && dtype_ == DType::Float32;
   if (conv_in_place() || staged) {
     if (staged) {
       const PhasePlanes ph = stage_phase_planes();  // a unit window: one phase, no border
@@ -358,8 +370,23 @@ bool ContractionLowering::implicit_conv() const {
   if (shape_numel(c_->input(0)->shape()) == 0) return false;
   // Few input channels: output channels are the rows (staged_im2col_view), any count of them.
   if (c < 16 && ks > 1) return true;
-  // Output channels fill the micro-kernel's columns (fewer would run mostly zero columns).
-  return w->shape()[0] >= sched_.contraction.nr;
+  // Output channels fill the micro-kernel's columns; fewer than nr (a U-Net decoder's 16-channel
+  // 3x3 convs) take a panel as narrow as a whole number of vectors (narrow_panels), and fewer
+  // than one vector would run mostly zero columns.
+  return w->shape()[0] >= std::min<int64_t>(sched_.contraction.nr, sched_.vector_width);
+}
+
+// An implicit conv with fewer output channels than the micro-kernel's columns: panels of
+// ceil(cout / vector) vectors, with proportionally more rows so the register tile keeps its
+// accumulator count (8x32 -> 16x16). Packed through the im2col gather instead (conv_view), a
+// 48 -> 16-channel 3x3 conv over 64x64 ran at 20 GFLOP/s, 2.9 ms, the model's slowest kernel.
+void ContractionLowering::narrow_panels(int64_t cout) {
+  auto& cr = sched_.contraction;
+  const int64_t vw = std::max(1, sched_.vector_width);
+  if (cout >= cr.nr || cr.nr < 1) return;
+  const int64_t nr = std::max<int64_t>(vw, (cout + vw - 1) / vw * vw);
+  cr.mr = int(std::min<int64_t>(16, std::max<int64_t>(1, int64_t(cr.mr) * cr.nr / nr)));
+  cr.nr = int(nr);
 }
 
 GemmView ContractionLowering::implicit_conv_view() {
@@ -373,6 +400,7 @@ GemmView ContractionLowering::implicit_conv_view() {
   // The padded input every window reads: hp × wp.
   const int64_t hp = (ho - 1) * sy + (kh - 1) * dy + 1, wp = (wo - 1) * sx + (kw - 1) * dx + 1;
   if (c < 16 && ks > 1) return staged_im2col_view();
+  narrow_panels(cout);
   const bool direct = is_group_input(x) && ks == 1 && sy == 1 && sx == 1 && pt == 0 && pl == 0 && hp == h && wp == wd;
   const PhasePlanes ph = direct ? PhasePlanes{} : stage_phase_planes();
   const int64_t nph = direct ? 1 : ph.slots, plane = direct ? h * wd : ph.plane, rs = direct ? wd : ph.wq;
@@ -511,6 +539,31 @@ std::vector<Stmt> ContractionLowering::stage_channel_phases(const PhasePlanes& p
   return per_phase;
 }
 
+// The conv input, computed by the group, in a scratch buffer of its shape (row-major), filled
+// once per call by stage_input_fill.
+BufferPtr ContractionLowering::stage_input() const {
+  return std::make_shared<Buffer>(Buffer{"kiln_xin", DType::Float32, {shape_numel(c_->input(0)->shape())}, Scope::Local});
+}
+
+// One pass over the input: (batch, channel) planes in parallel when there are enough elements,
+// each plane's positions vectorised along its last dim.
+Stmt ContractionLowering::stage_input_fill(const BufferPtr& buf) {
+  const Value* x = c_->input(0);
+  const Shape& xs = x->shape();
+  const int64_t planes = xs[0] * xs[1], plane = shape_numel(xs) / std::max<int64_t>(1, planes);
+  const Expr t = var("kiln_xt");
+  std::vector<Expr> dims = {div_floor(t, int_imm(xs[1])), mod(t, int_imm(xs[1]))};
+  for (size_t d = 2; d < xs.size(); ++d) dims.push_back(var("kiln_xd" + std::to_string(d)));
+  Expr flat = t;
+  for (size_t d = 2; d < xs.size(); ++d) flat = add(mul(flat, int_imm(xs[d])), dims[d]);
+  Stmt body = store(buf, flat, to_compute(L_.value_at(x, Index::from_dims(xs, dims))));
+  for (size_t d = xs.size(); d-- > 2;)
+    body = for_loop("kiln_xd" + std::to_string(d), int_imm(xs[d]), {body},
+                    d + 1 == xs.size() ? ForKind::Vectorized : ForKind::Serial);
+  const bool par = planes > 1 && planes * plane >= (int64_t(1) << 16);
+  return for_loop("kiln_xt", int_imm(planes), {body}, par ? ForKind::Parallel : ForKind::Serial);
+}
+
 ContractionLowering::PhasePlanes ContractionLowering::stage_phase_planes() {
   const int64_t nb = c_->input(0)->shape()[0], c = c_->input(0)->shape()[1];
   PhasePlanes r = phase_geometry();
@@ -643,10 +696,9 @@ BufferPtr pack_kernel_input(LoopKernel& k, const BufferPtr& input, const PanelLa
 // valid ? x[base + off[jj]] : 0, a vectorisable gather. (The generic `value` path unravels the
 // column and the K index per element, which cost five times the micro-kernel's time on
 // ResNet-18's 3x3 convs.)
-GemmOperand::Packer ContractionLowering::im2col_packer(int64_t ncols, int64_t mg, int64_t cg) {
+GemmOperand::Packer ContractionLowering::im2col_packer(int64_t ncols, int64_t mg, int64_t cg, const BufferPtr& xb) {
   const Value* x = c_->input(0);
   const Shape& xs = x->shape();
-  const BufferPtr xb = L_.input_buffers_.at(x);
   const size_t rank = size_t(geo_.rank());
   const int64_t nr = sched_.contraction.nr;
   std::vector<int64_t> in_stride(rank, 1);

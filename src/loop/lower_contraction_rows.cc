@@ -470,7 +470,7 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const LoopVars& outer, c
         {for_loop("kiln_tr_pp", int_imm(n), {store(b, add(mul(var("kiln_tr_pk"), int_imm(ld)), var("kiln_tr_pp")), x)})}));
   } else if (!pointwise && is_group_input(c_->input(0))) {
     // The im2col panel of image kiln_tr_img, nr columns at a time through the offset tables.
-    GemmOperand::Packer pk = im2col_packer(n, m, k_extents_[0]);
+    GemmOperand::Packer pk = im2col_packer(n, m, k_extents_[0], L_.input_buffers_.at(c_->input(0)));
     const std::vector<Expr> bt = {var("kiln_tr_img"), int_imm(0)};
     const Expr j0 = mul(var("kiln_tr_pj"), int_imm(nr));
     std::vector<Stmt> chunk = {let("kiln_tr_pnc", binary(BinOp::Min, int_imm(nr), sub(int_imm(n), j0)))};

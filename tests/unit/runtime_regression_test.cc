@@ -1,5 +1,6 @@
 // Regressions of the runtime (memory planner, JIT) found by random graphs: each test is the
 // smallest input that crashed or was misreported before its fix.
+#include "fusion/explain.h"
 #include <gtest/gtest.h>
 
 #include <random>
@@ -114,7 +115,7 @@ TEST(RuntimeRegression, AttentionOf399PositionsWithHeadsOf24) {
         kernels += ex->plan().groups[k.group].counts_as_kernel();
         EXPECT_TRUE(k.generated) << k.name;
       }
-      EXPECT_EQ(kernels, 1u) << "the attention is one chain kernel";
+      EXPECT_EQ(kernels, 1u) << "the attention is one chain kernel" << kiln::explain_text(ex->graph(), ex->plan());
       const Tensor got = ex->run(in).at("y");
       double mx = 0, diff = 0;
       for (int64_t i = 0; i < want.numel(); ++i) {
