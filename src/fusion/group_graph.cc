@@ -217,6 +217,26 @@ CostEstimate GroupGraph::cost_of(const Members& m, const std::vector<int>& repla
     return reuse;
   };
 
+  // Members downstream of a contraction member: in a chain or row pipeline they are a later
+  // stage's operand, computed once per row block on chip; only an op feeding the contraction
+  // directly is charged its reuse there (as before the transitive count).
+  std::set<const Node*> after_contraction;
+  {
+    std::vector<const Node*> work;
+    for (int i : m)
+      if (op_kind(*nodes_[size_t(i)]) == OpKind::Contraction) work.push_back(nodes_[size_t(i)]);
+    while (!work.empty()) {
+      const Node* x = work.back();
+      work.pop_back();
+      for (const Value* o : x->outputs())
+        for (auto [c, slot] : o->uses()) {
+          const int ci = index(c);
+          if (ci >= 0 && std::binary_search(m.begin(), m.end(), ci) && after_contraction.insert(c).second)
+            work.push_back(c);
+        }
+    }
+  }
+
   double flops = 0, recomputed = 0;
   for (int i : m) {
     const Node* n = nodes_[size_t(i)];
@@ -229,7 +249,17 @@ CostEstimate GroupGraph::cost_of(const Members& m, const std::vector<int>& repla
     const bool prologue = reuse > 0;
     double f = gather ? out_numel * (reuse > 1 ? std::max(1, t.vector_lanes_f32) : 1) : node_flops(*n);
     double once = f;
-    if ((kind == GroupKind::Elementwise || prologue) && out_numel > 0) f *= evals(n) / out_numel;
+    // A grouped or depthwise conv keeps the direct-feeder rule too: its stencil stages the
+    // prologue per channel plane, and the window-area reuse charged to the op feeding it is what
+    // makes an activation between two convs the first one's epilogue (docs/fusion.md).
+    const bool grouped = contraction && contraction->op_type() == "Conv" && contraction->attr_int("group", 1) != 1;
+    if (prologue && (after_contraction.count(n) || grouped)) {
+      for (const Value* o : n->outputs())
+        for (auto [c, slot] : o->uses())
+          if (c == contraction) f *= operand_reuse(*contraction, size_t(slot), t);
+    } else if ((kind == GroupKind::Elementwise || prologue) && out_numel > 0) {
+      f *= evals(n) / out_numel;
+    }
     recomputed += f - once;
     flops += f;
     if (n->op_type() == "Transpose" && n->input(0) && std::count(ins.begin(), ins.end(), n->input(0))) {

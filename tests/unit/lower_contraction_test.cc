@@ -327,6 +327,12 @@ std::vector<ConvCase> implicit_conv_cases() {
 )", "%x: f32[2,3,11,9]", "%y", {{"w", {40, 3, 7, 7}}, {"b", {40}}}},
       {"ic_stem_im2col_few_out", R"(  %y: f32[1,16,7,9] = Conv(%x, %w) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
 )", "%x: f32[1,3,7,9]", "%y", {{"w", {16, 3, 3, 3}}}},
+      // Fewer output channels than the default nr (32): narrower panels (a 16x16 tile), and 20
+      // channels: panels of two vectors, the last one partly zero.
+      {"ic_narrow_out_16", R"(  %y: f32[1,16,9,8] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
+)", "%x: f32[1,24,9,8]", "%y", {{"w", {16, 24, 3, 3}}, {"b", {16}}}},
+      {"ic_narrow_out_20", R"(  %y: f32[1,20,5,7] = Conv(%x, %w) {kernel_shape=[3,3], pads=[0,1,2,1]} name="conv"
+)", "%x: f32[1,16,5,7]", "%y", {{"w", {20, 16, 3, 3}}}},
   };
 }
 
@@ -364,6 +370,8 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
           EXPECT_NE(nest.find("K in segments of"), std::string::npos) << nest;
           EXPECT_EQ(nest.find("kiln_bpack"), std::string::npos) << "no im2col panel: " << nest;
         }
+        if (!sp && c.name == "ic_narrow_out_16") EXPECT_NE(nest.find("micro-kernel 16x16"), std::string::npos) << nest;
+        if (!sp && c.name == "ic_narrow_out_20") EXPECT_NE(nest.find("micro-kernel 8x32"), std::string::npos) << nest;
         auto got = testing::interpret_group(*lg.kernel, grp, values);
         for (size_t o = 0; o < got.size(); ++o)
           EXPECT_EQ(testing::within_max_magnitude(got[o], values.at(grp.outputs[o]), 1e-5), "") << "output " << o;
@@ -409,6 +417,44 @@ TEST(LowerContraction, StagedPointwiseConvMatchesReference) {
   EXPECT_EQ(convs, 1);
   fma.check("staged_pw_fma", /*contract=*/true);
   strict.check("staged_pw_strict", /*contract=*/false);
+}
+
+// A 3x3 conv whose input the kernel computes (a skip connection's Concat with an upsampled
+// branch, as in a U-Net decoder), under strict numerics (the im2col form): the input is staged
+// once per call into a plain copy (kiln_xin) and the panels are packed from it, bit-exact; under
+// the default numerics the implicit GEMM stages it into phase planes.
+TEST(LowerContraction, ComputedInputOfWindowedConvIsStagedOnce) {
+  const ConvCase c{"staged_3x3", R"(  %u: f32[1,8,6,6] = Relu(%a) name="relu"
+  %cat: f32[1,20,6,6] = Concat(%u, %s) {axis=1} name="cat"
+  %y: f32[1,16,6,6] = Conv(%cat, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
+)", "%a: f32[1,8,6,6], %s: f32[1,12,6,6]", "%y", {{"w", {16, 20, 3, 3}}, {"b", {16}}}};
+  auto g = make_conv_graph(c);
+  const TensorMap inputs = random_inputs(*g, 3, {}, false);
+  auto values = run_reference_values(*g, inputs);
+  KernelBatch fma, strict;
+  loop::Schedule strict_sched;
+  strict_sched.set_strict_numerics();
+  int convs = 0;
+  for (const auto& grp : partition(*g).groups) {
+    if (!is_contraction_group(grp)) continue;
+    ++convs;
+    EXPECT_EQ(grp.nodes.size(), 3u);  // Relu and Concat are the conv's prologue
+    for (const loop::Schedule* sp : {static_cast<const loop::Schedule*>(nullptr), static_cast<const loop::Schedule*>(&strict_sched)}) {
+      auto lg = sp ? loop::lower_group(grp, "staged_3x3_strict", *sp) : loop::lower_group(grp, "staged_3x3");
+      ASSERT_TRUE(lg.kernel) << lg.reason;
+      const std::string nest = loop::print_kernel(*lg.kernel);
+      EXPECT_NE(nest.find(sp ? "kiln_xin" : "kiln_xph"), std::string::npos) << nest;  // staged once per call
+      auto got = testing::interpret_group(*lg.kernel, grp, values);
+      for (size_t o = 0; o < got.size(); ++o)
+        EXPECT_EQ(sp ? compare_tensors(got[o], values.at(grp.outputs[o]))
+                     : testing::within_max_magnitude(got[o], values.at(grp.outputs[o]), 1e-5),
+                  "");
+      (sp ? strict : fma).add(std::move(*lg.kernel), grp, values);
+    }
+  }
+  EXPECT_EQ(convs, 1);
+  fma.check("staged_3x3_fma", /*contract=*/true);
+  strict.check("staged_3x3_strict", /*contract=*/false);
 }
 
 // Under strict numerics (reorder_sums false) convs keep the reference's K order: im2col.
