@@ -370,10 +370,13 @@ bool ContractionLowering::implicit_conv() const {
   if (shape_numel(c_->input(0)->shape()) == 0) return false;
   // Few input channels: output channels are the rows (staged_im2col_view), any count of them.
   if (c < 16 && ks > 1) return true;
-  // Output channels fill the micro-kernel's columns; fewer than nr (a U-Net decoder's 16-channel
-  // 3x3 convs) take a panel as narrow as a whole number of vectors (narrow_panels), and fewer
-  // than one vector would run mostly zero columns.
-  return w->shape()[0] >= std::min<int64_t>(sched_.contraction.nr, sched_.vector_width);
+  // Output channels fill the micro-kernel's columns; fewer than nr with a window (a U-Net
+  // decoder's 16-channel 3x3 convs, whose im2col form packs a gathered panel per tile) take a
+  // panel as narrow as a whole number of vectors (narrow_panels); fewer than one vector would run
+  // mostly zero columns. A narrow 1x1 conv stays a GEMM with B in place (GoogLeNet's 192 -> 16
+  // reductions over 28x28: 4 % slower as a 16x16 implicit GEMM).
+  const int64_t cout = w->shape()[0];
+  return cout >= sched_.contraction.nr || (!unit_window() && cout >= sched_.vector_width);
 }
 
 // An implicit conv with fewer output channels than the micro-kernel's columns: panels of
