@@ -143,6 +143,12 @@ class ContractionLowering {
   // (planar_geometry).
   PhasePlanes phase_geometry() const;
   nn::WindowGeometry planar_geometry() const;
+  // How a 3-D conv is a 2-D one (planar_geometry): not at all, over (D, H·W), or over the (H, W)
+  // planes of every depth position, the depth folded into the batch of planes.
+  enum class PlanarFold { None, MergeHW, DepthIntoBatch };
+  PlanarFold planar_fold() const;
+  int64_t planar_images() const;
+  Index planar_index(const Value* v, const Expr& b, const Expr& c, const Expr& y, const Expr& x) const;
   // The loops that stage channel `ch` of image `n` into `buf` from `base`: ph.slots planes of
   // ph.hq × ph.wq, zero in the padding, the fused prologue evaluated once per element.
   std::vector<Stmt> stage_channel_phases(const PhasePlanes& ph, const BufferPtr& buf, const Expr& n, const Expr& ch,
@@ -197,8 +203,7 @@ class ContractionLowering {
   // valid ? x[base + off[jj]] : 0, a vectorisable gather. (The generic `value` path unravels the
   // column and the K index per element, which cost five times the micro-kernel's time on
   // ResNet-18's 3x3 convs.)
-  // The im2col panels of a conv whose input is the plain buffer `x` (a kernel input, or the input
-  // staged by stage_input_fill).
+  // `x`: a kernel input, or the input staged by stage_input_fill.
   GemmOperand::Packer im2col_packer(int64_t ncols, int64_t mg, int64_t cg, const BufferPtr& x);
   BufferPtr stage_input() const;
   Stmt stage_input_fill(const BufferPtr& buf);

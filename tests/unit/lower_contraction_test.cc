@@ -331,6 +331,14 @@ std::vector<ConvCase> implicit_conv_cases() {
       // channels: panels of two vectors, the last one partly zero.
       {"ic_narrow_out_16", R"(  %y: f32[1,16,9,8] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
 )", "%x: f32[1,24,9,8]", "%y", {{"w", {16, 24, 3, 3}}, {"b", {16}}}},
+      // 3-D convs with a trivial window along some axes (R(2+1)D's factorised convs): the
+      // (1, 3, 3) one over every depth position's plane (depth folded into the batch), the
+      // (3, 1, 1) one over (D, H·W); a residual epilogue reads the 5-D output.
+      {"ic_3d_spatial_1x3x3", R"(  %c: f32[2,32,3,3,5] = Conv(%x, %w, %b) {kernel_shape=[1,3,3], pads=[0,1,1,0,1,1], strides=[1,2,1]} name="conv"
+  %y: f32[2,32,3,3,5] = Add(%c, %r) name="res"
+)", "%x: f32[2,16,3,6,5], %r: f32[2,32,3,3,5]", "%y", {{"w", {32, 16, 1, 3, 3}}, {"b", {32}}}},
+      {"ic_3d_temporal_3x1x1", R"(  %y: f32[1,40,3,4,3] = Conv(%x, %w) {kernel_shape=[3,1,1], pads=[1,0,0,1,0,0], strides=[2,1,1]} name="conv"
+)", "%x: f32[1,18,5,4,3]", "%y", {{"w", {40, 18, 3, 1, 1}}}},
       {"ic_narrow_out_20", R"(  %y: f32[1,20,5,7] = Conv(%x, %w) {kernel_shape=[3,3], pads=[0,1,2,1]} name="conv"
 )", "%x: f32[1,16,5,7]", "%y", {{"w", {20, 16, 3, 3}}}},
   };
