@@ -173,8 +173,14 @@ void Unroller::run() {
     }
     Value* xw = matmul(x, wt, dn + "_xw");  // [T, N, G*H]: every step's input part at once
     if (xb) xw = add(xw, xb, dn + "_xwb");
-    Value* rt_zr = gru && !s_.linear_before_reset ? slice(rt, 1, 0, 2 * H, dn + "_rt_zr") : nullptr;
-    Value* rt_h = gru && !s_.linear_before_reset ? slice(rt, 1, 2 * H, 3 * H, dn + "_rt_h") : nullptr;
+    // R^T per gate ([H, H] each): each step multiplies H' by every gate's block on its own, so
+    // the step's products are sibling MatMuls of one left operand and the gate arithmetic their
+    // common epilogue — one kernel per step (the siblings emitter). One MatMul over all gates
+    // left the gates as slices of its output at other columns, which no epilogue can read: a
+    // second kernel per step (an LSTM of 20 steps was 41 kernels where ONNX Runtime runs one).
+    std::vector<Value*> rt_gate;
+    for (int64_t g = 0; g < G; ++g)
+      rt_gate.push_back(slice(rt, 1, g * H, (g + 1) * H, dn + "_rt" + std::to_string(g)));
     Value* p = lstm ? rw_.input(7) : nullptr;
     Value* pd = p ? reshape(slice(p, 0, d, d + 1, dn + "_p"), {3 * H}, dn + "_p1") : nullptr;
     Value* pi = pd ? slice(pd, 0, 0, H, dn + "_pi") : nullptr;
@@ -192,26 +198,27 @@ void Unroller::run() {
       auto gate = [&](Value* v, int64_t g, const std::string& tag) { return slice(v, 2, g * H, (g + 1) * H, tag); };
       Value* hn = nullptr;
       Value* cn = nullptr;
+      // H' times gate g's block of R^T.
+      auto hr = [&](int64_t g, const std::string& tag) { return matmul(h, rt_gate[size_t(g)], tag); };
       if (s_.kind == RecurrentKind::Rnn) {
-        Value* pre = add(xt, matmul(h, rt, tn + "_hr"), tn + "_pre");
+        Value* pre = add(xt, hr(0, tn + "_hr"), tn + "_pre");
         hn = activate(act[0], clip(pre, tn + "_clip"), tn + "_h");
       } else if (gru) {
-        Value* hr = matmul(h, s_.linear_before_reset ? rt : rt_zr, tn + "_hr");
         // One emitting call per statement throughout: the order of a call's arguments is the
         // compiler's, and the graph (its goldens) must not depend on it (GCC and clang differ).
         Value* xz = gate(xt, 0, tn + "_xz");
-        Value* hz = gate(hr, 0, tn + "_hz");
+        Value* hz = hr(0, tn + "_hz");
         Value* z = activate(act[0], clip(add(xz, hz, tn + "_prez"), tn + "_clipz"), tn + "_z");
         Value* xr = gate(xt, 1, tn + "_xr");
-        Value* hrr = gate(hr, 1, tn + "_hrr");
+        Value* hrr = hr(1, tn + "_hrr");
         Value* r = activate(act[0], clip(add(xr, hrr, tn + "_prer"), tn + "_clipr"), tn + "_r");
         Value* rh;
         if (s_.linear_before_reset) {
-          Value* lin = gate(hr, 2, tn + "_hh");
+          Value* lin = hr(2, tn + "_hh");
           if (rbh) lin = add(lin, rbh, tn + "_hhb");
           rh = mul(r, lin, tn + "_reset");
         } else {
-          rh = matmul(mul(r, h, tn + "_reset"), rt_h, tn + "_hh");
+          rh = matmul(mul(r, h, tn + "_reset"), rt_gate[2], tn + "_hh");
         }
         Value* cand = activate(act[1], clip(add(gate(xt, 2, tn + "_xh"), rh, tn + "_preh"), tn + "_cliph"), tn + "_cand");
         // H = (1 - z) ⊙ h~ + z ⊙ H'
@@ -220,23 +227,28 @@ void Unroller::run() {
         Value* old = mul(z, h, tn + "_old");
         hn = add(fresh, old, tn + "_h");
       } else {
-        Value* pre = add(xt, matmul(h, rt, tn + "_hr"), tn + "_pre");  // gates i, o, f, c
-        Value* i = gate(pre, 0, tn + "_prei");
+        // Gates i, o, f, c: each its input part plus its own product.
+        auto pre = [&](int64_t g, const std::string& tag) {
+          Value* xg = gate(xt, g, tag + "_x");
+          Value* hg = hr(g, tag + "_h");
+          return add(xg, hg, tag);
+        };
+        Value* i = pre(0, tn + "_prei");
         if (pi) i = add(i, mul(pi, c, tn + "_peepi"), tn + "_prei_p");
         Value* ig = activate(act[0], clip(i, tn + "_clipi"), tn + "_i");
         Value* fg;
         if (s_.input_forget) {
           fg = rw_.binary("Sub", scalar(tn + "_one", 1.0), ig, tn + "_f");
         } else {
-          Value* f = gate(pre, 2, tn + "_pref");
+          Value* f = pre(2, tn + "_pref");
           if (pf) f = add(f, mul(pf, c, tn + "_peepf"), tn + "_pref_p");
           fg = activate(act[0], clip(f, tn + "_clipf"), tn + "_f");
         }
-        Value* cg = activate(act[1], clip(gate(pre, 3, tn + "_prec"), tn + "_clipc"), tn + "_g");
+        Value* cg = activate(act[1], clip(pre(3, tn + "_prec"), tn + "_clipc"), tn + "_g");
         Value* fc = mul(fg, c, tn + "_fc");
         Value* icg = mul(ig, cg, tn + "_ig");
         cn = add(fc, icg, tn + "_c");
-        Value* o = gate(pre, 1, tn + "_preo");
+        Value* o = pre(1, tn + "_preo");
         if (po) o = add(o, mul(po, cn, tn + "_peepo"), tn + "_preo_p");
         Value* og = activate(act[0], clip(o, tn + "_clipo"), tn + "_o");
         hn = mul(og, activate(act[2], cn, tn + "_hc"), tn + "_h");
