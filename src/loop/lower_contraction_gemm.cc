@@ -445,7 +445,18 @@ GemmView ContractionLowering::implicit_conv_view() {
   layout.outer_stride = 1;
   layout.col_stride = c * ks;
   layout.batch_stride = 0;
-  // Rows are lines (output rows) of rs positions, the first wo of them outputs.
+  // Rows are lines (output rows) of rs positions, the first wo of them outputs. Where a line has
+  // more padding than a micro-kernel tile (rs ≥ wo rounded up to mr, plus mr: DeepLabV3's
+  // dilation-12 3x3 conv over 14x14, rs = 38), each line computes only its whole tiles of
+  // outputs (GemmOperand::line_rows): 16 of 38 rows per line there.
+  const int64_t mr = std::max(1, sched_.contraction.mr), wpad = (wo + mr - 1) / mr * mr;
+  if (!direct && ho > 1 && rs >= wpad + mr) {
+    g.m = (ho - 1) * wpad + wo;
+    g.a.line_rows = wpad;
+    g.a.line_stride = rs;
+    conv_weights_and_stores(g, w, layout, wpad, wo);
+    return g;
+  }
   conv_weights_and_stores(g, w, layout, rs, wo);
   return g;
 }

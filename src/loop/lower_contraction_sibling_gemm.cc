@@ -68,7 +68,9 @@ bool SiblingGemms::same_a(const Candidate& x, const Candidate& y) const {
   const Value* vb = bound_value(y.cl->kernel(), *y.grp, b.buffer);
   // In place: the same group input, or each part's own staging of the same input (a local).
   if (va != vb || (!va && (a.buffer->scope != Scope::Local || b.buffer->scope != Scope::Local))) return false;
-  if (a.stride_r != b.stride_r || a.stride_c != b.stride_c || a.m_block_stride != b.m_block_stride) return false;
+  if (a.stride_r != b.stride_r || a.stride_c != b.stride_c || a.m_block_stride != b.m_block_stride ||
+      a.line_rows != b.line_rows || a.line_stride != b.line_stride)
+    return false;
   std::vector<Expr> probe;
   for (size_t d = 0; d < u.batch.size(); ++d) probe.push_back(var("kiln_probe_b" + std::to_string(d)));
   if (a.base && (!b.base || !same_position(a.base(probe), b.base(probe)))) return false;

@@ -210,20 +210,29 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   }
   // Micro-kernel arguments for the row tile starting at row `r` (relative to m0).
   const std::vector<Expr> batch0(batch.size(), int_imm(0));
+  // Row tiles start at multiples of mr (mc is one, or the only M block), so with lines of whole
+  // tiles no tile straddles two lines.
+  KILN_CHECK(!v.a.line_rows || (v.a.line_rows % mr == 0 && v.a.buffer), "tiled GEMM: A's lines of rows must be whole micro-kernel tiles");
+  // The physical row of (virtual) row i: its line's start plus its place in the line.
+  auto a_row = [&](Expr i) -> Expr {
+    if (!v.a.line_rows) return i;
+    return add(mul(div_floor(i, int_imm(v.a.line_rows)), int_imm(v.a.line_stride)), mod(i, int_imm(v.a.line_rows)));
+  };
   auto a_args = [&](Expr r) -> std::vector<Expr> {
     if (pack_a) return {address(apack, mul(r, int_imm(kc))), int_imm(kc), int_imm(1)};
     if (nsb > 0) {
       // The batch's offset (segment_base less its batch-0 value) and the row; the segments'
       // offsets are in kiln_segoff.
       Expr off = add(sub(v.a.segment_base(batch, int_imm(0)), v.a.segment_base(batch0, int_imm(0))),
-                     mul(add(var("kiln_m0"), r), int_imm(v.a.stride_r)));
+                     mul(a_row(add(var("kiln_m0"), r)), int_imm(v.a.stride_r)));
       return {address(v.a.buffer, off), address(segtab, var("kiln_sg")), int_imm(v.a.stride_r), int_imm(v.a.stride_c)};
     }
     if (v.a.segment_base) {
       Expr off = add(v.a.segment_base(batch, var("kiln_sg")),
-                     add(mul(add(var("kiln_m0"), r), int_imm(v.a.stride_r)), mul(var("kiln_ks"), int_imm(v.a.stride_c))));
+                     add(mul(a_row(add(var("kiln_m0"), r)), int_imm(v.a.stride_r)), mul(var("kiln_ks"), int_imm(v.a.stride_c))));
       return {address(v.a.buffer, off), int_imm(v.a.stride_r), int_imm(v.a.stride_c)};
     }
+    KILN_CHECK(!v.a.line_rows, "tiled GEMM: lines of rows need a segmented A");
     const Expr row0 = v.a.m_block_stride ? mul(var("kiln_mb"), int_imm(v.a.m_block_stride))
                                          : mul(var("kiln_m0"), int_imm(v.a.stride_r));
     Expr off = add(v.a.base(batch), add(add(row0, mul(r, int_imm(v.a.stride_r))), mul(k0v, int_imm(v.a.stride_c))));

@@ -41,6 +41,11 @@ struct GemmOperand {
   // A only, read in place: the operand is stored in blocks of GemmView::m_block rows, block mb at
   // base + mb · m_block_stride, row r of a block at r · stride_r (0: not blocked).
   int64_t m_block_stride = 0;
+  // A only, read in place: rows come in lines of line_rows (a multiple of the micro-kernel's mr),
+  // line l starting at row offset l · line_stride: row i is at (i / line_rows) · line_stride +
+  // i mod line_rows (0: rows are uniform). A conv's padded phase plane whose lines are much
+  // wider than its outputs computes only whole micro-kernel tiles of each line's outputs.
+  int64_t line_rows = 0, line_stride = 0;
   // B only: the buffer holds B in the micro-kernel's panel layout (panel_layout.h) with panels of
   // panel_nr columns (the schedule's nr); base(b) is the batch's offset, strides are unused.
   int64_t panel_nr = 0;
