@@ -433,11 +433,13 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
       }
       append_stores(body, bufs, std::move(pairs), next_let);
       // Each part's stores over the tile's rows in a loop of their own: one loop over the rows
-      // with a column loop per part ran its column loops of unknown extent per row. The column
-      // loop is vectorised: its iterations store distinct columns (an LSTM step's gates, whose
-      // sigmoid and tanh ran one lane at a time: the step 15 % slower than the GEMM and a
-      // separate elementwise kernel).
-      in_acc.push_back(guarded(c, for_loop("kiln_ei", mcv, {for_loop("kiln_ej", c.extent, std::move(body), ForKind::Vectorized)})));
+      // with a column loop per part ran its column loops of unknown extent per row. Several
+      // parts' column loops are marked vectorised here (their iterations store distinct
+      // columns): the loop transforms leave a part's clamped extent serial, and an LSTM step's
+      // gates then ran their sigmoid and tanh one lane at a time. One part's loop is split into
+      // whole vectors and a rest by the loop transforms.
+      in_acc.push_back(guarded(c, for_loop("kiln_ei", mcv, {for_loop("kiln_ej", c.extent, std::move(body),
+                                                                    parts.size() > 1 ? ForKind::Vectorized : ForKind::Serial)})));
     }
   }
   if (pack_b && v.b.packer) {
