@@ -6,6 +6,7 @@
 
 #include <random>
 
+#include "fusion/group_graph.h"
 #include "fusion/partitioner.h"
 #include "fusion/plan_executor.h"
 #include "ir/parser.h"
@@ -111,6 +112,29 @@ TEST(Fusion, ConvBiasReluEpilogue) {
   ASSERT_EQ(p.kernel_count(), 1) << reasons(p);
   EXPECT_EQ(p.groups[0].name, "fused_conv_add_relu_0");
   EXPECT_EQ(p.groups[0].kind, GroupKind::Contraction);
+}
+
+// A prologue op re-runs each time the contraction reads the operand it reaches, also through
+// members in between: here Exp reaches the MatMul's left operand through a Concat, and the left
+// operand is packed once per panel of 8192 columns (4 panels). Counting only the op feeding the
+// contraction directly priced it as free (a bilinear resize before a Concat into a conv).
+TEST(Fusion, PrologueRecomputeCountsOpsBehindAConcat) {
+  auto g = ir(R"(  %e: f32[8,32] = Exp(%x) name="exp"
+  %c: f32[8,64] = Concat(%e, %s) {axis=1} name="cat"
+  %y: f32[8,32768] = MatMul(%c, %w) name="mm"
+)",
+              "%x: f32[8,32], %s: f32[8,32], %w: f32[64,32768]", "%y");
+  GroupGraph gg(*g);
+  Members all, without_exp;
+  for (const Node* n : gg.nodes()) {
+    all.push_back(gg.index(n));
+    if (n->op_type() != "Exp") without_exp.push_back(gg.index(n));
+  }
+  std::sort(all.begin(), all.end());
+  std::sort(without_exp.begin(), without_exp.end());
+  const Target t = Target::default_target();
+  EXPECT_EQ(gg.cost_of(without_exp, {}, t).recompute_us, 0.0);
+  EXPECT_GT(gg.cost_of(all, {}, t).recompute_us, 0.0);
 }
 
 TEST(Fusion, SoftmaxSpelledOutIsOneKernel) {
