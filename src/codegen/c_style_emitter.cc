@@ -387,8 +387,19 @@ void CStyleEmitter::stmt(std::ostream& os, const Stmt& s, int indent) {
     case StmtKind::Block:  // a plain sequence, as in the printer: its Lets stay visible after it
       for (const auto& c : s->body) stmt(os, c, indent);
       break;
-    case StmtKind::If:
-      os << pad << "if (" << expr(s->cond) << ") {\n";
+    case StmtKind::If: {
+      // A binary condition prints parenthesised already: `if ((a == 0))` makes clang (PoCL's
+      // OpenCL compiler) warn about extraneous parentheses, a line on the user's stderr.
+      std::string c = expr(s->cond);
+      const bool wrapped = c.size() >= 2 && c.front() == '(' && c.back() == ')' && [&] {
+        int depth = 0;
+        for (size_t i = 0; i + 1 < c.size(); ++i) {
+          depth += c[i] == '(' ? 1 : c[i] == ')' ? -1 : 0;
+          if (depth == 0) return false;  // the first '(' closes before the end: not one group
+        }
+        return true;
+      }();
+      os << pad << "if " << (wrapped ? c : "(" + c + ")") << " {\n";
       body(os, s->body, indent + 1);
       if (!s->else_body.empty()) {
         os << pad << "} else {\n";
@@ -396,6 +407,7 @@ void CStyleEmitter::stmt(std::ostream& os, const Stmt& s, int indent) {
       }
       os << pad << "}\n";
       break;
+    }
     case StmtKind::Allocate: {
       const Buffer& b = *s->buffer;
       KILN_CHECK(b.scope != Scope::Global, "C emitter: global buffer ", b.name, " cannot be allocated in a kernel");
