@@ -9,6 +9,8 @@
 // mobilenet_v2 and the encoder to the model sweep.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <random>
 #include <unistd.h>
 
@@ -399,14 +401,11 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
   batch.check("implicit_conv_test", /*contract=*/true);
 }
 
-// A pointwise conv over many positions whose input the kernel computes (a fused prologue): the
-// input is staged once into a plain buffer and read in place as B of the channel-rows GEMM — not
-// packed per tile through its per-element value. Both numerics modes; strict is bit-exact.
-TEST(LowerContraction, StagedPointwiseConvMatchesReference) {
-  const ConvCase c{"staged_pointwise", R"(  %s: f32[2,16,24,24] = Sigmoid(%x) name="sig"
-  %m: f32[2,16,24,24] = Mul(%x, %s) name="silu"
-  %y: f32[2,40,24,24] = Conv(%m, %w, %b) {kernel_shape=[1,1]} name="conv"
-)", "%x: f32[2,16,24,24]", "%y", {{"w", {40, 16, 1, 1}}, {"b", {40}}}};
+// A conv whose input the kernel computes (a three-node group: two prologue ops and the conv),
+// lowered at default and strict numerics: `check_nest` sees each nest (strict: true), the
+// interpreted outputs match the reference (bit-exact under strict, and under the default too when
+// `fma_exact`), and both batches compile and run.
+void check_staged_conv(const ConvCase& c, bool fma_exact, const std::function<void(const std::string&, bool)>& check_nest) {
   auto g = make_conv_graph(c);
   const TensorMap inputs = random_inputs(*g, 3, {}, false);
   auto values = run_reference_values(*g, inputs);
@@ -419,20 +418,35 @@ TEST(LowerContraction, StagedPointwiseConvMatchesReference) {
     ++convs;
     EXPECT_EQ(grp.nodes.size(), 3u);  // the prologue is fused
     for (const loop::Schedule* sp : {static_cast<const loop::Schedule*>(nullptr), static_cast<const loop::Schedule*>(&strict_sched)}) {
-      auto lg = sp ? loop::lower_group(grp, "staged_pw_strict", *sp) : loop::lower_group(grp, "staged_pw");
+      auto lg = sp ? loop::lower_group(grp, c.name + "_strict", *sp) : loop::lower_group(grp, c.name);
       ASSERT_TRUE(lg.kernel) << lg.reason;
-      const std::string nest = loop::print_kernel(*lg.kernel);
-      EXPECT_NE(nest.find("kiln_xph"), std::string::npos) << nest;     // staged once
-      EXPECT_EQ(nest.find("kiln_bpack"), std::string::npos) << nest;   // no panel packed per tile
-      EXPECT_EQ(nest.find("K in segments"), std::string::npos) << nest;  // output channels as rows
+      check_nest(loop::print_kernel(*lg.kernel), sp != nullptr);
       auto got = testing::interpret_group(*lg.kernel, grp, values);
-      for (size_t o = 0; o < got.size(); ++o) EXPECT_EQ(compare_tensors(got[o], values.at(grp.outputs[o])), "");
+      for (size_t o = 0; o < got.size(); ++o)
+        EXPECT_EQ(sp || fma_exact ? compare_tensors(got[o], values.at(grp.outputs[o]))
+                                  : testing::within_max_magnitude(got[o], values.at(grp.outputs[o]), 1e-5),
+                  "");
       (sp ? strict : fma).add(std::move(*lg.kernel), grp, values);
     }
   }
   EXPECT_EQ(convs, 1);
-  fma.check("staged_pw_fma", /*contract=*/true);
-  strict.check("staged_pw_strict", /*contract=*/false);
+  fma.check(c.name + "_fma", /*contract=*/true);
+  strict.check(c.name + "_strict", /*contract=*/false);
+}
+
+// A pointwise conv over many positions whose input the kernel computes (a fused prologue): the
+// input is staged once into a plain buffer and read in place as B of the channel-rows GEMM — not
+// packed per tile through its per-element value. Both numerics modes; both bit-exact.
+TEST(LowerContraction, StagedPointwiseConvMatchesReference) {
+  const ConvCase c{"staged_pw", R"(  %s: f32[2,16,24,24] = Sigmoid(%x) name="sig"
+  %m: f32[2,16,24,24] = Mul(%x, %s) name="silu"
+  %y: f32[2,40,24,24] = Conv(%m, %w, %b) {kernel_shape=[1,1]} name="conv"
+)", "%x: f32[2,16,24,24]", "%y", {{"w", {40, 16, 1, 1}}, {"b", {40}}}};
+  check_staged_conv(c, /*fma_exact=*/true, [](const std::string& nest, bool) {
+    EXPECT_NE(nest.find("kiln_xph"), std::string::npos) << nest;       // staged once
+    EXPECT_EQ(nest.find("kiln_bpack"), std::string::npos) << nest;     // no panel packed per tile
+    EXPECT_EQ(nest.find("K in segments"), std::string::npos) << nest;  // output channels as rows
+  });
 }
 
 // A 3x3 conv whose input the kernel computes (a skip connection's Concat with an upsampled
@@ -444,33 +458,9 @@ TEST(LowerContraction, ComputedInputOfWindowedConvIsStagedOnce) {
   %cat: f32[1,20,6,6] = Concat(%u, %s) {axis=1} name="cat"
   %y: f32[1,16,6,6] = Conv(%cat, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
 )", "%a: f32[1,8,6,6], %s: f32[1,12,6,6]", "%y", {{"w", {16, 20, 3, 3}}, {"b", {16}}}};
-  auto g = make_conv_graph(c);
-  const TensorMap inputs = random_inputs(*g, 3, {}, false);
-  auto values = run_reference_values(*g, inputs);
-  KernelBatch fma, strict;
-  loop::Schedule strict_sched;
-  strict_sched.set_strict_numerics();
-  int convs = 0;
-  for (const auto& grp : partition(*g).groups) {
-    if (!is_contraction_group(grp)) continue;
-    ++convs;
-    EXPECT_EQ(grp.nodes.size(), 3u);  // Relu and Concat are the conv's prologue
-    for (const loop::Schedule* sp : {static_cast<const loop::Schedule*>(nullptr), static_cast<const loop::Schedule*>(&strict_sched)}) {
-      auto lg = sp ? loop::lower_group(grp, "staged_3x3_strict", *sp) : loop::lower_group(grp, "staged_3x3");
-      ASSERT_TRUE(lg.kernel) << lg.reason;
-      const std::string nest = loop::print_kernel(*lg.kernel);
-      EXPECT_NE(nest.find(sp ? "kiln_xin" : "kiln_xph"), std::string::npos) << nest;  // staged once per call
-      auto got = testing::interpret_group(*lg.kernel, grp, values);
-      for (size_t o = 0; o < got.size(); ++o)
-        EXPECT_EQ(sp ? compare_tensors(got[o], values.at(grp.outputs[o]))
-                     : testing::within_max_magnitude(got[o], values.at(grp.outputs[o]), 1e-5),
-                  "");
-      (sp ? strict : fma).add(std::move(*lg.kernel), grp, values);
-    }
-  }
-  EXPECT_EQ(convs, 1);
-  fma.check("staged_3x3_fma", /*contract=*/true);
-  strict.check("staged_3x3_strict", /*contract=*/false);
+  check_staged_conv(c, /*fma_exact=*/false, [](const std::string& nest, bool strict) {
+    EXPECT_NE(nest.find(strict ? "kiln_xin" : "kiln_xph"), std::string::npos) << nest;  // staged once per call
+  });
 }
 
 // Under strict numerics (reorder_sums false) convs keep the reference's K order: im2col.

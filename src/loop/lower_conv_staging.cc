@@ -1,0 +1,202 @@
+// Staging a conv's input once per call (lower_contraction_gemm.cc's implicit GEMM and im2col
+// forms, lower_conv_stencil.cc, lower_contraction_rows.cc): zero-padded phase planes, the planar
+// (2-D) view of 1-D and foldable 3-D convs, and a plain copy of a computed input.
+#include <algorithm>
+
+#include "loop/contraction_lowering.h"
+#include "support/error.h"
+
+namespace kiln::loop::detail {
+// The conv input staged into zero-padded phase planes (implicit_conv_view's comment): plane
+// (n, ci, slot) at ((n · c + ci) · slots + slot) · plane; row r of phase (py, px) is padded row
+// r · sy + py (input row r · sy + py − pt); kernel position kpos reads slot slot_of[kpos] at offset
+// (⌊ky·dy / sy⌋, ⌊kx·dx / sx⌋). Only the phases some kernel position reads are staged.
+ContractionLowering::PhasePlanes ContractionLowering::phase_geometry() const {
+  const nn::WindowGeometry g = planar_geometry();
+  const int64_t ho = g.out[0], wo = g.out[1], kh = g.kernel[0], kw = g.kernel[1];
+  const int64_t sy = g.stride[0], sx = g.stride[1], dy = g.dilation[0], dx = g.dilation[1];
+  const int64_t hp = (ho - 1) * sy + (kh - 1) * dy + 1, wp = (wo - 1) * sx + (kw - 1) * dx + 1;
+  PhasePlanes r;
+  r.hq = (hp + sy - 1) / sy;
+  r.wq = (wp + sx - 1) / sx;
+  r.plane = r.hq * r.wq;
+  r.slot_of.assign(size_t(kh * kw), 0);
+  for (int64_t ky = 0; ky < kh; ++ky)
+    for (int64_t kx = 0; kx < kw; ++kx) {
+      std::pair<int64_t, int64_t> ph{(ky * dy) % sy, (kx * dx) % sx};
+      auto at = std::find(r.phases.begin(), r.phases.end(), ph);
+      if (at == r.phases.end()) at = r.phases.insert(r.phases.end(), ph);
+      r.slot_of[size_t(ky * kw + kx)] = int64_t(at - r.phases.begin());
+    }
+  r.slots = int64_t(r.phases.size());
+  r.offset.assign(size_t(kh * kw), 0);
+  for (int64_t kpos = 0; kpos < kh * kw; ++kpos)
+    r.offset[size_t(kpos)] = r.slot_of[size_t(kpos)] * r.plane + ((kpos / kw) * dy / sy) * r.wq + (kpos % kw) * dx / sx;
+  return r;
+}
+
+// A 1-D conv as a 2-D one over a single row (a leading spatial dim of extent 1, kernel 1, stride 1,
+// no padding), so that the phase planes serve both; a 2-D conv's geometry as it is; a 3-D conv
+// that planar_fold() turns into a 2-D one, that 2-D geometry.
+nn::WindowGeometry ContractionLowering::planar_geometry() const {
+  if (geo_.rank() == 3) {
+    KILN_CHECK(planar_fold() != PlanarFold::None, "phase planes: a 3-D conv with a window along every axis reached them");
+    const bool depth = planar_fold() == PlanarFold::DepthIntoBatch;
+    nn::WindowGeometry g;
+    if (depth) {  // the (H, W) planes of every depth position
+      for (Shape* s : {&g.in, &g.kernel, &g.stride, &g.dilation, &g.pad_begin, &g.pad_end, &g.out}) s->clear();
+      g.in = {geo_.in[1], geo_.in[2]};
+      g.kernel = {geo_.kernel[1], geo_.kernel[2]};
+      g.stride = {geo_.stride[1], geo_.stride[2]};
+      g.dilation = {geo_.dilation[1], geo_.dilation[2]};
+      g.pad_begin = {geo_.pad_begin[1], geo_.pad_begin[2]};
+      g.pad_end = {geo_.pad_end[1], geo_.pad_end[2]};
+      g.out = {geo_.out[1], geo_.out[2]};
+    } else {  // (D, H·W): the window runs along D only
+      g.in = {geo_.in[0], geo_.in[1] * geo_.in[2]};
+      g.kernel = {geo_.kernel[0], 1};
+      g.stride = {geo_.stride[0], 1};
+      g.dilation = {geo_.dilation[0], 1};
+      g.pad_begin = {geo_.pad_begin[0], 0};
+      g.pad_end = {geo_.pad_end[0], 0};
+      g.out = {geo_.out[0], geo_.out[1] * geo_.out[2]};
+    }
+    return g;
+  }
+  KILN_CHECK(geo_.rank() == 1 || geo_.rank() == 2, "phase planes are 1-D, 2-D or folded 3-D; a ", geo_.rank(),
+             "-D conv reached them");
+  if (geo_.rank() == 2) return geo_;
+  nn::WindowGeometry g = geo_;
+  for (Shape* s : {&g.in, &g.kernel, &g.stride, &g.dilation, &g.out}) s->insert(s->begin(), 1);
+  for (Shape* s : {&g.pad_begin, &g.pad_end}) s->insert(s->begin(), 0);
+  return g;
+}
+
+// A 3-D conv (video models: R(2+1)D's (1, 3, 3) spatial and (3, 1, 1) temporal convs) whose
+// window is trivial along some axes is a 2-D conv: with kernel 1, stride 1 and no padding along
+// H and W, over (D, H·W) (row-major, the same memory); else with them along D, over the (H, W)
+// plane of every depth position, the depth folded into the plane batch. In the im2col form it
+// packed a gathered panel per tile (45 GFLOP/s on R(2+1)D's (1, 3, 3) convs).
+ContractionLowering::PlanarFold ContractionLowering::planar_fold() const {
+  if (geo_.rank() != 3) return PlanarFold::None;
+  auto trivial = [&](size_t d) {
+    return geo_.kernel[d] == 1 && geo_.stride[d] == 1 && geo_.pad_begin[d] == 0 && geo_.pad_end[d] == 0;
+  };
+  if (trivial(1) && trivial(2)) return PlanarFold::MergeHW;
+  if (trivial(0)) return PlanarFold::DepthIntoBatch;
+  return PlanarFold::None;
+}
+
+// Planes in the batch: the images, times the depth positions when they are folded into it.
+int64_t ContractionLowering::planar_images() const {
+  const int64_t n = c_->input(0)->shape()[0];
+  return planar_fold() == PlanarFold::DepthIntoBatch ? n * geo_.in[0] : n;
+}
+
+// Element (b, c, y, x) of the planar view of `v` (the conv's input or output, [N, C, spatial...]):
+// b the plane batch (planar_images), (y, x) a position of the planar geometry.
+Index ContractionLowering::planar_index(const Value* v, const Expr& b, const Expr& c, const Expr& y,
+                                        const Expr& x) const {
+  const Shape& s = v->shape();
+  if (s.size() == 3) return Index::from_dims(s, {b, c, x});  // 1-D: the single row's columns
+  if (s.size() == 4) return Index::from_dims(s, {b, c, y, x});
+  KILN_CHECK(s.size() == 5, "planar_index: a rank-", s.size(), " conv tensor");
+  if (planar_fold() == PlanarFold::MergeHW)
+    return Index::from_dims(s, {b, c, y, div_floor(x, int_imm(s[4])), mod(x, int_imm(s[4]))});
+  return Index::from_dims(s, {div_floor(b, int_imm(s[2])), c, mod(b, int_imm(s[2])), y, x});
+}
+
+// Each phase plane row is split into its zero border and the interior copied without a clamp or
+// a select, so that the copy vectorises (a stride-2 phase reads every other input element, which
+// GCC does with permutes; with a clamped index per element it was a gather: MobileNetV2's strided
+// depthwise convs spent more time staging than computing).
+std::vector<Stmt> ContractionLowering::stage_channel_phases(const PhasePlanes& ph, const BufferPtr& buf, const Expr& n,
+                                                            const Expr& ch, const Expr& base) {
+  const Value* x = c_->input(0);
+  const nn::WindowGeometry g = planar_geometry();
+  const int64_t h = g.in[0], wd = g.in[1], sy = g.stride[0], sx = g.stride[1];
+  const int64_t pt = g.pad_begin[0], pl = g.pad_begin[1];
+  // The phase rows (columns) r whose input row r·s + p − pad lies in [0, extent): [lo, hi).
+  auto inside = [](int64_t s, int64_t p, int64_t pad, int64_t extent, int64_t count) {
+    int64_t lo = 0;
+    while (lo < count && lo * s + p - pad < 0) ++lo;
+    int64_t hi = lo;
+    while (hi < count && hi * s + p - pad < extent) ++hi;
+    return std::pair<int64_t, int64_t>{lo, hi};
+  };
+  std::vector<Stmt> per_phase;
+  const Expr row = var("kiln_xy"), q = var("kiln_xx");
+  for (int64_t sl = 0; sl < ph.slots; ++sl) {
+    const auto [py, px] = ph.phases[size_t(sl)];
+    const auto [r0, r1] = inside(sy, py, pt, h, ph.hq);
+    const auto [q0, q1] = inside(sx, px, pl, wd, ph.wq);
+    const Expr plane = add(base, int_imm(sl * ph.plane));
+    // Zeros over columns [from, from + count) of phase row `r`.
+    auto zeros = [&](const Expr& r, int64_t from, int64_t count) -> Stmt {
+      return for_loop("kiln_xx", int_imm(count),
+                      {store(buf, add(plane, add(mul(r, int_imm(ph.wq)), add(q, int_imm(from)))), float_imm(0))},
+                      ForKind::Vectorized);
+    };
+    auto zero_rows = [&](int64_t from, int64_t count) {
+      if (count > 0) per_phase.push_back(for_loop("kiln_xy", int_imm(count), {zeros(add(row, int_imm(from)), 0, ph.wq)}));
+    };
+    zero_rows(0, r0);
+    if (r1 > r0) {
+      const Expr r = add(row, int_imm(r0));
+      std::vector<Stmt> body;
+      if (q0 > 0) body.push_back(zeros(r, 0, q0));
+      if (q1 > q0) {
+        const Expr qq = add(q, int_imm(q0));
+        const Expr y = sub(add(mul(r, int_imm(sy)), int_imm(py)), int_imm(pt));
+        const Expr xx = sub(add(mul(qq, int_imm(sx)), int_imm(px)), int_imm(pl));
+        const Expr val = to_compute(L_.value_at(x, planar_index(x, n, ch, y, xx)));
+        body.push_back(for_loop("kiln_xx", int_imm(q1 - q0),
+                                {store(buf, add(plane, add(mul(r, int_imm(ph.wq)), qq)), val)}, ForKind::Vectorized));
+      }
+      if (ph.wq > q1) body.push_back(zeros(r, q1, ph.wq - q1));
+      per_phase.push_back(for_loop("kiln_xy", int_imm(r1 - r0), std::move(body)));
+    }
+    zero_rows(std::max(r0, r1), ph.hq - std::max(r0, r1));
+  }
+  return per_phase;
+}
+
+// The conv input, computed by the group, in a scratch buffer of its shape (row-major), filled
+// once per call by stage_input_fill.
+BufferPtr ContractionLowering::stage_input() const {
+  return std::make_shared<Buffer>(Buffer{"kiln_xin", DType::Float32, {shape_numel(c_->input(0)->shape())}, Scope::Local});
+}
+
+// One pass over the input: (batch, channel) planes in parallel when there are enough elements,
+// each plane's positions vectorised along its last dim.
+Stmt ContractionLowering::stage_input_fill(const BufferPtr& buf) {
+  const Value* x = c_->input(0);
+  const Shape& xs = x->shape();
+  const int64_t planes = xs[0] * xs[1], plane = shape_numel(xs) / std::max<int64_t>(1, planes);
+  const Expr t = var("kiln_xt");
+  std::vector<Expr> dims = {div_floor(t, int_imm(xs[1])), mod(t, int_imm(xs[1]))};
+  for (size_t d = 2; d < xs.size(); ++d) dims.push_back(var("kiln_xd" + std::to_string(d)));
+  Expr flat = t;
+  for (size_t d = 2; d < xs.size(); ++d) flat = add(mul(flat, int_imm(xs[d])), dims[d]);
+  Stmt body = store(buf, flat, to_compute(L_.value_at(x, Index::from_dims(xs, dims))));
+  for (size_t d = xs.size(); d-- > 2;)
+    body = for_loop("kiln_xd" + std::to_string(d), int_imm(xs[d]), {body},
+                    d + 1 == xs.size() ? ForKind::Vectorized : ForKind::Serial);
+  const bool par = planes > 1 && planes * plane >= (int64_t(1) << 16);
+  return for_loop("kiln_xt", int_imm(planes), {body}, par ? ForKind::Parallel : ForKind::Serial);
+}
+
+ContractionLowering::PhasePlanes ContractionLowering::stage_phase_planes() {
+  const int64_t nb = planar_images(), c = c_->input(0)->shape()[1];
+  PhasePlanes r = phase_geometry();
+  const int64_t total = nb * c * r.slots * r.plane;
+  r.buffer = std::make_shared<Buffer>(Buffer{"kiln_xph", DType::Float32, {total}, Scope::Local});
+  const Expr t = var("kiln_xt");
+  std::vector<Stmt> per_phase = stage_channel_phases(r, r.buffer, div_floor(t, int_imm(c)), mod(t, int_imm(c)),
+                                                     mul(t, int_imm(r.slots * r.plane)));
+  const bool par = nb * c > 1 && total >= (int64_t(1) << 16);
+  r.fill = for_loop("kiln_xt", int_imm(nb * c), std::move(per_phase), par ? ForKind::Parallel : ForKind::Serial);
+  return r;
+}
+
+}  // namespace kiln::loop::detail
