@@ -196,25 +196,21 @@ CostEstimate GroupGraph::cost_of(const Members& m, const std::vector<int>& repla
     }
     return evaluations[n] = std::max(shared + again, out_numel);
   };
-  // 0 when `n` does not reach the contraction's operands through members; else the largest
-  // operand_reuse of the operands it reaches.
-  auto reaches_contraction = [&](const Node* n) {
+  // 0 when `n` does not reach the contraction's operands through members (other contractions
+  // stop the walk); else the largest operand_reuse of the operands it reaches. Memoised: each
+  // member is walked once per cost_of call.
+  std::map<const Node*, double> reach;
+  std::function<double(const Node*)> reaches_contraction = [&](const Node* n) -> double {
+    if (auto it = reach.find(n); it != reach.end()) return it->second;
     double reuse = 0;
-    std::vector<const Node*> work = {n};
-    std::set<const Node*> seen;
-    while (!work.empty()) {
-      const Node* x = work.back();
-      work.pop_back();
-      for (const Value* o : x->outputs())
-        for (auto [c, slot] : o->uses()) {
-          if (c == contraction) reuse = std::max(reuse, operand_reuse(*contraction, size_t(slot), t));
-          const int ci = index(c);
-          if (ci >= 0 && std::binary_search(m.begin(), m.end(), ci) && op_kind(*c) != OpKind::Contraction &&
-              seen.insert(c).second)
-            work.push_back(c);
-        }
-    }
-    return reuse;
+    for (const Value* o : n->outputs())
+      for (auto [c, slot] : o->uses()) {
+        if (c == contraction) reuse = std::max(reuse, operand_reuse(*contraction, size_t(slot), t));
+        const int ci = index(c);
+        if (ci >= 0 && std::binary_search(m.begin(), m.end(), ci) && op_kind(*c) != OpKind::Contraction)
+          reuse = std::max(reuse, reaches_contraction(c));
+      }
+    return reach[n] = reuse;
   };
 
   // Members downstream of a contraction member: in a chain or row pipeline they are a later

@@ -44,7 +44,6 @@ nn::WindowGeometry ContractionLowering::planar_geometry() const {
     const bool depth = planar_fold() == PlanarFold::DepthIntoBatch;
     nn::WindowGeometry g;
     if (depth) {  // the (H, W) planes of every depth position
-      for (Shape* s : {&g.in, &g.kernel, &g.stride, &g.dilation, &g.pad_begin, &g.pad_end, &g.out}) s->clear();
       g.in = {geo_.in[1], geo_.in[2]};
       g.kernel = {geo_.kernel[1], geo_.kernel[2]};
       g.stride = {geo_.stride[1], geo_.stride[2]};
