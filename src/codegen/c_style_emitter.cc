@@ -459,16 +459,17 @@ bool CStyleEmitter::is_index_arithmetic(const Expr& e) const {
 
 void CStyleEmitter::emit_for(std::ostream& os, const StmtNode& s, int indent) {
   const std::string pad(size_t(indent) * 2, ' ');
-  emit_for_header(os, s, pad, loop_depth_);
+  emit_for_header(os, s, pad, parallel_depth_);
   const std::string v = ident(s.var);
   // A loop variable that shadows an enclosing loop's captures every use of the outer one in
   // its body (a spliced row pass's tail loop named like the chain's row loop read the wrong
   // row): a lowering bug, never meant.
   KILN_CHECK(loops_.insert(v).second, "C emitter: loop variable '", s.var, "' shadows an enclosing loop's");
   os << pad << "for (int64_t " << v << " = 0; " << v << " < " << expr(s.extent, Ctx::Index) << "; ++" << v << ") {\n";
-  ++loop_depth_;
+  const int inside = s.for_kind == ForKind::Parallel ? 1 : 0;
+  parallel_depth_ += inside;
   body(os, s.body, indent + 1);
-  --loop_depth_;
+  parallel_depth_ -= inside;
   loops_.erase(v);
   os << pad << "}\n";
 }
@@ -498,7 +499,7 @@ void CStyleEmitter::begin_kernel(const LoopKernel& k) {
              "C emitter: kernel name '", k.name, "' is not a usable C function name");
   live_.clear();
   loops_.clear();
-  loop_depth_ = 0;
+  parallel_depth_ = 0;
   for (const auto& b : k.inputs) live_.insert(ident(b->name));
   for (const auto& b : k.outputs) live_.insert(ident(b->name));
 }

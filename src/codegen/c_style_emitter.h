@@ -62,8 +62,9 @@ class CStyleEmitter {
   // The name of libm function `base` ("exp", "fmod", "nearbyint") for operands of type `t`
   // (Float32 or Float64; float16/bfloat16 compute as Float32).
   virtual std::string math_fn(const std::string& base, DType t) const;
-  // The loop header's prefix for s.for_kind (pragmas); `depth` counts the enclosing loops.
-  virtual void emit_for_header(std::ostream& os, const loop::StmtNode& s, const std::string& pad, int depth);
+  // The loop header's prefix for s.for_kind (pragmas); `parallel_around` counts the enclosing
+  // parallel loops.
+  virtual void emit_for_header(std::ostream& os, const loop::StmtNode& s, const std::string& pad, int parallel_around);
   // A Local/Register buffer live for s.body (the base checks names; this writes it).
   virtual void emit_allocate(std::ostream& os, const loop::StmtNode& s, int indent);
   // The function a micro-kernel Call statement calls, and the index of its first printed argument.
@@ -96,7 +97,7 @@ class CStyleEmitter {
   std::string load_value(const loop::Buffer& b, const std::string& index) const;
   void emit_for(std::ostream& os, const loop::StmtNode& s, int indent);
 
-  int loop_depth_ = 0;
+  int parallel_depth_ = 0;  // parallel loops around the statement being emitted
   std::set<std::string> live_;   // names of the buffers in scope (the kernel's arguments and locals)
   std::set<std::string> loops_;  // names of the enclosing loops' variables
   // Int64 Lets computed only from loop variables, constants and such Lets (index arithmetic):

@@ -482,7 +482,8 @@ std::vector<Stmt> row_tile_product(const RowTileProduct& p) {
   auto mk = [&](Expr rows, Expr cols, Expr j0, Expr r) {
     return call_stmt(kernels::kMicroKernelF32,
                      {std::move(rows), std::move(cols), kcv, address(p.a, p.a_at(r, k0)), int_imm(p.as_i), int_imm(1),
-                      address(p.b, p.b_at(j0, k0)), int_imm(p.bs_k), address(p.acc, add(mul(r, int_imm(p.ld)), j0)),
+                      address(p.b, p.b_at(j0, k0)), int_imm(p.bs_k),
+                      address(p.acc, add(mul(r, int_imm(p.ld)), p.acc_col ? add(p.acc_col, j0) : j0)),
                       int_imm(p.ld)});
   };
   const Expr r0 = mul(var(rt), int_imm(mr));

@@ -130,6 +130,7 @@ struct RowTileProduct {
   int64_t bs_k = 0;
   BufferPtr acc;
   int64_t ld = 0;  // acc's row stride
+  Expr acc_col;    // acc's column of B's column 0 (null: 0): C(r, j) at acc[r · ld + acc_col + j]
   int64_t k = 0, n = 0, kc = 0;  // K, the columns computed, the K block (at most k)
   int64_t mr = 0, nr = 0;        // the micro-kernel's tile
   Expr rows;

@@ -527,6 +527,8 @@ bool depends_within(const FusionGroup& grp, const Node* a, const Node* b) {
 //                 reference's order (lower_scatter.cc)
 //   scan, select  CumSum / TopK over rows longer than their unrolled spellings take, alone: a
 //                 serial scan per row, a per-row selection of k (lower_scan.cc)
+//   recurrent     RNN / GRU / LSTM alone: the whole layer, its steps in a serial loop
+//                 (lower_recurrent.cc)
 // Placements: "root" (the op the nest is built around: a contraction, a reduction, a stored
 // elementwise value), "inline" (recomputed inside a later member's loads: prologues, remaps),
 // "tile" (applied to a contraction's output tile before the store), "row" (per row, after the
@@ -544,6 +546,8 @@ void describe(const FusionGroup& grp, LoweredGroup& r) {
     for (const Node* b : anchors) chained = chained || (a != b && depends_within(grp, a, b));
   if (std::any_of(grp.nodes.begin(), grp.nodes.end(), [](const Node* n) { return detail::is_scatter(*n); }))
     r.emitter = "scatter";
+  else if (std::any_of(grp.nodes.begin(), grp.nodes.end(), [](const Node* n) { return detail::is_recurrent(*n); }))
+    r.emitter = "recurrent";
   else if (grp.nodes.size() == 1 && detail::needs_row_loop(*grp.nodes[0]))
     r.emitter = grp.nodes[0]->op_type() == "CumSum" ? "scan" : "select";
   else if (grp.kind == GroupKind::Reduction) r.emitter = windowed ? "pool" : "rows";
@@ -632,6 +636,8 @@ LoweredGroup lower_group(const FusionGroup& grp, const std::string& name, const 
   // itself alone, with its own reason.
   if (std::any_of(grp.nodes.begin(), grp.nodes.end(), [](const Node* n) { return detail::is_scatter(*n); }))
     r = detail::lower_scatter_group(grp, kname);
+  else if (std::any_of(grp.nodes.begin(), grp.nodes.end(), [](const Node* n) { return detail::is_recurrent(*n); }))
+    r = detail::lower_recurrent_group(grp, kname, sched);
   else if (grp.nodes.size() == 1 && detail::needs_row_loop(*grp.nodes[0]))
     r = detail::lower_row_loop_group(grp, kname);
   else if (grp.kind == GroupKind::Reduction) r = detail::lower_reduction_group(grp, kname, true, sched);

@@ -39,6 +39,10 @@ struct KernelAnalysis {
 };
 KernelAnalysis analyze_group(const FusionGroup& grp, const Schedule& sched);
 
+// Why the recurrent emitter (lower_recurrent.cc) does not build RNN / GRU / LSTM node `n` as one
+// kernel ("" when it does): transforms/decompose_recurrent unrolls exactly those.
+std::string recurrent_kernel_refusal(const Node& n);
+
 // Lowers `grp` (from a FusionPlan of `g`) to a kernel named `name` (a sanitised C identifier).
 // Kernel inputs are grp.inputs in order, outputs grp.outputs in order; constants are inputs too.
 // `sched` carries the performance parameters (tile sizes, vector width); the defaults suit the

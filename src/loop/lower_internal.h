@@ -321,6 +321,14 @@ bool needs_row_loop(const Node& n);
 std::string row_loop_reason(const Node& n);
 LoweredGroup lower_row_loop_group(const FusionGroup& grp, const std::string& kernel_name);
 
+// The recurrent emitter (lower_recurrent.cc): an RNN / GRU / LSTM alone in its group, the whole
+// layer as one kernel (every step's input part as one GEMM, then the steps in a serial loop);
+// recurrent_refusal says why it does not build a node ("" when it does): decompose_recurrent
+// unrolls those.
+bool is_recurrent(const Node& n);
+std::string recurrent_refusal(const Node& n);
+LoweredGroup lower_recurrent_group(const FusionGroup& grp, const std::string& kernel_name, const Schedule& sched);
+
 // Groups with several contractions. lower_contraction_siblings.cc splits the group into
 // independent parts (sibling contractions, each with its epilogue; chains), lowers each and
 // merges them into one kernel; lower_contraction_chain.cc lowers one chain of MatMuls

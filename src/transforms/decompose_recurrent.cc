@@ -1,5 +1,6 @@
 #include "transforms/decompose_recurrent.h"
 
+#include "loop/lower_group.h"
 #include "reference/kernel_util.h"
 #include "reference/ops/recurrent_spec.h"
 #include "support/error.h"
@@ -303,7 +304,7 @@ void Unroller::run() {
 
 }  // namespace
 
-std::string DecomposeRecurrent::refusal(const Node& n) {
+std::string DecomposeRecurrent::refusal(const Node& n, bool unroll_all) {
   const std::string& op = n.op_type();
   if ((op != "RNN" && op != "GRU" && op != "LSTM") || !n.domain().empty()) return "not a recurrent op";
   RecurrentSpec s;
@@ -329,12 +330,14 @@ std::string DecomposeRecurrent::refusal(const Node& n) {
     const Value* o = n.output(i);
     if (o && o->dtype() != dt) return cat(op, " output ", i, " is not ", dtype_name(dt));
   }
+  if (!unroll_all && loop::recurrent_kernel_refusal(n).empty())
+    return cat(op, " is built whole by the recurrent emitter (one kernel for the layer)");
   return "";
 }
 
 bool DecomposeRecurrent::run(Graph& g) {
   bool changed = rewrite_in_order(
-      g, [](const Node& n) { return refusal(n).empty(); },
+      g, [&](const Node& n) { return refusal(n, unroll_all_).empty(); },
       [&](Node* n) {
         const RecurrentSpec s = recurrent_spec(*n);
         NodeRewriter rw(g, n);

@@ -17,7 +17,11 @@
 // MatMul per step); = 1 multiplies r into MatMul(H', R_h^T) + Rb_h (one MatMul for all gates).
 // The sums differ from the reference kernel's (double, one dot product per gate) by rounding only.
 //
-// Not rewritten (the op then runs as a library kernel, which explain and run name): dtypes other
+// Not rewritten: an op the recurrent emitter builds whole (loop/lower_recurrent.cc: the layer as
+// one kernel, its steps in a loop, as ONNX Runtime runs it; float32, constant weights, no
+// sequence_lens shorter than the sequence) — unrolled, a layer of T steps was T kernels. The
+// emitter's own refusal decides (loop::recurrent_kernel_refusal), so the two cannot disagree.
+// Also not rewritten (the op then runs as a library kernel, which explain and run name): dtypes other
 // than float32/float64; a reverse or bidirectional op whose sequence_lens are data or shorter than
 // the sequence (each entry would run backwards from its own length); more than kMaxSteps steps
 // over all directions (the unrolled graph grows with the sequence).
@@ -31,11 +35,18 @@ class DecomposeRecurrent : public Pass {
   // Steps (sequence length × directions) unrolled at most.
   static constexpr int64_t kMaxSteps = 1024;
 
+  // unroll_all: unroll every op it can, those the recurrent emitter builds whole too (tests of
+  // the unrolled spelling).
+  explicit DecomposeRecurrent(bool unroll_all = false) : unroll_all_(unroll_all) {}
+
   std::string name() const override { return "decompose_recurrent"; }
   bool run(Graph& g) override;
 
   // "" when the pass rewrites n, otherwise why not.
-  static std::string refusal(const Node& n);
+  static std::string refusal(const Node& n, bool unroll_all = false);
+
+ private:
+  bool unroll_all_;
 };
 
 }  // namespace kiln

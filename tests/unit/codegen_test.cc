@@ -473,6 +473,24 @@ TEST(CodegenText, OnlyTheOutermostParallelLoopForks) {
       << src;
 }
 
+// A parallel loop inside serial loops only (a recurrent layer's column panels inside its step
+// loop) forks once per iteration of theirs; one inside a parallel loop never does.
+TEST(CodegenText, AParallelLoopInsideSerialLoopsForks) {
+  auto x = buf("x", DType::Float32, {4, 4});
+  auto inner = [&](const char* j) {
+    return for_loop(j, int_imm(4), {store(x, add(mul(var("s"), int_imm(4)), var(j)), float_imm(1.0))}, ForKind::Parallel);
+  };
+  LoopKernel k{"steps", {}, {}, {x}, for_loop("s", int_imm(4), {inner("j")})};
+  const std::string src = emit_c({k});
+  EXPECT_EQ(count(src, "#pragma omp parallel for"), 1u);
+  EXPECT_NE(src.find("  for (int64_t s = 0; s < 4; ++s) {\n    #pragma omp parallel for\n    for (int64_t j = 0;"),
+            std::string::npos)
+      << src;
+  LoopKernel both{"both", {}, {}, {x},
+                  for_loop("d", int_imm(2), {for_loop("s", int_imm(4), {inner("j")})}, ForKind::Parallel)};
+  EXPECT_EQ(count(emit_c({both}), "#pragma omp parallel for"), 1u);
+}
+
 TEST(CodegenText, UnrollNeedsAConstantExtent) {
   auto x = buf("x", DType::Int64, {8});
   LoopKernel k{"unroll", {}, {}, {x},

@@ -7,6 +7,8 @@
 #include "runtime/executable.h"
 #include "transforms/decompose_recurrent.h"
 
+#include <functional>
+
 namespace kiln {
 namespace {
 
@@ -146,53 +148,87 @@ TEST(DecomposeRecurrent, MatchesTheReferenceKernelOnEveryAttribute) {
   for (const Case& c : cases()) {
     const std::string text = graph_of(c, rng);
     SCOPED_TRACE(text);
-    auto g = check_pass_equivalence(text, "decompose_recurrent", options(c));
+    DecomposeRecurrent unroll_all(/*unroll_all=*/true);
+    auto g = check_pass_equivalence(text, unroll_all, options(c));
     EXPECT_FALSE(op_types(*g).count(c.op));
     EXPECT_TRUE(op_types(*g).count("MatMul"));
   }
 }
 
-// The decomposed graphs compiled (a quarter of the cases, default and --strict-fp in turn): every
-// kernel generated, outputs within 1e-4 of the reference kernel's.
-TEST(DecomposeRecurrent, CompiledMatchesTheReference) {
+// Random inputs for the graph of case c (sequence lengths from 0 to the whole sequence).
+TensorMap inputs_of(const Graph& g, const Case& c, std::mt19937& rng) {
+  TensorMap in;
+  for (const Value* v : g.inputs()) {
+    if (v->dtype() == DType::Int32) {
+      Tensor t(DType::Int32, v->shape());
+      for (int64_t k = 0; k < t.numel(); ++k) t.data<int32_t>()[k] = int32_t(rng() % uint32_t(c.seq + 1));
+      in[v->name()] = t;
+    } else {
+      in[v->name()] = testing::random_tensor(v->dtype(), v->shape(), rng, -1, 1);
+    }
+  }
+  return in;
+}
+
+// Case c's graph compiled (after `prepare`, then the lowering pipeline): every kernel generated,
+// outputs within 1e-4 of the reference kernel's; returns the emitters of the kernels.
+std::vector<std::string> compile_and_compare(const Case& c, std::mt19937& rng, bool strict,
+                                             const std::function<void(Graph&)>& prepare) {
+  const std::string text = graph_of(c, rng);
+  SCOPED_TRACE(text);
+  auto g = parse_graph(text);
+  std::mt19937 in_rng(7);
+  const TensorMap in = inputs_of(*g, c, in_rng);
+  const TensorMap want = run_reference(*g, in);
+  prepare(*g);
+  run_lowering(*g);
+  runtime::BuildOptions o;
+  o.strict_fp = strict;
+  o.threads = 2;
+  auto ex = runtime::Executable::build(g->clone(), o);
+  std::vector<std::string> emitters;
+  for (const auto& k : ex->kernels()) {
+    const FusionGroup& grp = ex->plan().groups[k.group];
+    if (!grp.counts_as_kernel()) continue;
+    EXPECT_TRUE(k.generated) << k.name << ": " << k.reason;
+    emitters.push_back(grp.emitter);
+  }
+  const TensorMap got = ex->run(in);
+  for (const auto& [name, w] : want) {
+    double mx = 0, diff = 0;
+    for (int64_t k = 0; k < w.numel(); ++k) {
+      mx = std::max(mx, std::fabs(w.as_double(k)));
+      diff = std::max(diff, std::fabs(got.at(name).as_double(k) - w.as_double(k)));
+    }
+    EXPECT_LE(diff, 1e-4 * std::max(mx, 1e-3)) << name << (strict ? " strict" : "");
+  }
+  return emitters;
+}
+
+// The pipeline's compiled path (half the cases, default and --strict-fp in turn): the recurrent
+// emitter builds each op with constant weights and no sequence_lens as one kernel, the other
+// cases are unrolled; either way every kernel is generated and matches the reference kernel.
+TEST(RecurrentEmitter, CompiledMatchesTheReference) {
   std::mt19937 rng(6);
-  std::vector<Case> some = cases();
-  for (size_t i = 0; i < some.size(); i += 4) {  // a quarter of the cases, alternating numerics
-    const bool strict = (i / 4) % 2 == 1;
-    const Case& c = some[i];
-    const std::string text = graph_of(c, rng);
-    SCOPED_TRACE(text);
-    auto g = parse_graph(text);
-    std::mt19937 in_rng(7);
-    TensorMap in;
-    for (const Value* v : g->inputs()) {
-      if (v->dtype() == DType::Int32) {
-        Tensor t(DType::Int32, v->shape());
-        for (int64_t k = 0; k < t.numel(); ++k) t.data<int32_t>()[k] = int32_t(in_rng() % uint32_t(c.seq + 1));
-        in[v->name()] = t;
-      } else {
-        in[v->name()] = testing::random_tensor(v->dtype(), v->shape(), in_rng, -1, 1);
-      }
-    }
-    const TensorMap want = run_reference(*g, in);
-    run_lowering(*g);
-    {
-      runtime::BuildOptions o;
-      o.strict_fp = strict;
-      o.threads = 2;
-      auto ex = runtime::Executable::build(g->clone(), o);
-      for (const auto& k : ex->kernels())
-        if (ex->plan().groups[k.group].counts_as_kernel()) EXPECT_TRUE(k.generated) << k.name << ": " << k.reason;
-      const TensorMap got = ex->run(in);
-      for (const auto& [name, w] : want) {
-        double mx = 0, diff = 0;
-        for (int64_t k = 0; k < w.numel(); ++k) {
-          mx = std::max(mx, std::fabs(w.as_double(k)));
-          diff = std::max(diff, std::fabs(got.at(name).as_double(k) - w.as_double(k)));
-        }
-        EXPECT_LE(diff, 1e-4 * std::max(mx, 1e-3)) << name << (strict ? " strict" : "");
-      }
-    }
+  const std::vector<Case> all = cases();
+  for (size_t i = 0; i < all.size(); i += 2) {
+    const Case& c = all[i];
+    const std::vector<std::string> emitters = compile_and_compare(c, rng, (i / 2) % 2 == 1, [](Graph&) {});
+    const bool whole = c.weights_constant && !c.lens;
+    EXPECT_EQ(std::count(emitters.begin(), emitters.end(), "recurrent"), whole ? 1 : 0) << c.op << " case " << i;
+    if (whole) EXPECT_EQ(emitters.size(), 1u) << "the layer is one kernel";
+  }
+}
+
+// The unrolled spelling compiled (the other half of the cases): decompose_recurrent rewrites every
+// op first, the emitter's too.
+TEST(DecomposeRecurrent, CompiledMatchesTheReference) {
+  std::mt19937 rng(9);
+  const std::vector<Case> all = cases();
+  for (size_t i = 1; i < all.size(); i += 4) {
+    const std::vector<std::string> emitters =
+        compile_and_compare(all[i], rng, (i / 4) % 2 == 1, [](Graph& g) { DecomposeRecurrent(true).run(g); });
+    EXPECT_EQ(std::count(emitters.begin(), emitters.end(), "recurrent"), 0);
   }
 }
 

@@ -64,8 +64,9 @@ inline std::set<std::string> op_types(const Graph& g) {
 
 // Runs `pass` on the graph in `text`, checks validity and the op set, and compares reference
 // outputs on random inputs. Returns the lowered graph for further checks.
-inline std::unique_ptr<Graph> check_pass_equivalence(const std::string& text, const std::string& pass,
+inline std::unique_ptr<Graph> check_pass_equivalence(const std::string& text, Pass& pass_object,
                                                      const EquivalenceOptions& opts = {}) {
+  const std::string pass = pass_object.name();
   std::unique_ptr<Graph> g = parse_graph(text);
   EXPECT_EQ(verify_graph_message(*g), "") << text;
   std::mt19937 rng(opts.seed);
@@ -76,7 +77,7 @@ inline std::unique_ptr<Graph> check_pass_equivalence(const std::string& text, co
   }
   const TensorMap before = run_reference(*g, inputs);
   const std::set<std::string> ops_before = op_types(*g);
-  const bool changed = create_pass(pass)->run(*g);
+  const bool changed = pass_object.run(*g);
   EXPECT_EQ(changed, opts.expect_change) << pass << " on\n" << text;
   EXPECT_EQ(verify_graph_message(*g), "") << print_graph(*g);
   for (const Node* n : g->nodes()) {
@@ -105,6 +106,12 @@ inline std::unique_ptr<Graph> check_pass_equivalence(const std::string& text, co
         << print_graph(*g, {-1});
   }
   return g;
+}
+
+// The same for the pipeline's pass of that name.
+inline std::unique_ptr<Graph> check_pass_equivalence(const std::string& text, const std::string& pass,
+                                                     const EquivalenceOptions& opts = {}) {
+  return check_pass_equivalence(text, *create_pass(pass), opts);
 }
 
 }  // namespace kiln::testing

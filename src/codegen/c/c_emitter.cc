@@ -69,11 +69,13 @@ class CEmitter final : public CStyleEmitter {
     os << "}\n\n";
   }
 
-  void emit_for_header(std::ostream& os, const StmtNode& s, const std::string& pad, int depth) override {
+  void emit_for_header(std::ostream& os, const StmtNode& s, const std::string& pad, int parallel_around) override {
     switch (s.for_kind) {
       case ForKind::Parallel:
-        // Only the outermost loop forks threads; a nested parallel loop would oversubscribe.
-        if (depth == 0) os << pad << "#pragma omp parallel for\n";
+        // Only a parallel loop with none around it forks threads (a nested one would
+        // oversubscribe); one inside serial loops forks once per iteration of theirs (a
+        // recurrent layer's steps).
+        if (parallel_around == 0) os << pad << "#pragma omp parallel for\n";
         break;
       case ForKind::Vectorized: os << pad << "#pragma omp simd\n"; break;
       case ForKind::Unrolled:
