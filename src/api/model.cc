@@ -86,7 +86,9 @@ Model Model::compile(const std::string& onnx_path, const ModelOptions& opts) {
     g = import_onnx(onnx_path, io);
     try {
       run_pipeline(*g);
-      run_lowering(*g);
+      PipelineOptions po;
+      po.strict_fp = opts.strict_fp;
+      run_lowering(*g, po);
     } catch (const UserError& e) {
       rethrow_with_context(onnx_path + ": ", e);  // as the CLI's load_model
     }

@@ -21,8 +21,9 @@
 // columns from a whole panel), so a product takes any run of gates.
 //
 // Sums: each pre-activation is (Wb + Rb) + Σ_k x_k w_k + Σ_k h_k r_k in ascending k, through the
-// micro-kernel (FMA under default numerics, product-then-add under --strict-fp). The reference
-// kernel (nn_recurrent.cc, double) is the oracle; results agree within the float tolerance.
+// micro-kernel (FMA under default numerics, product-then-add in the strict order). The reference
+// kernel (nn_recurrent.cc, double) is the oracle; results agree within the float tolerance, not
+// bit for bit — so under --strict-fp the lowering unrolls the op instead (PipelineOptions::strict_fp).
 //
 // Refused (decompose_recurrent then unrolls the op into MatMuls and elementwise ops): other
 // dtypes than float32, sequence_lens that are data or shorter than the sequence, weights that

@@ -21,6 +21,8 @@
 // one kernel, its steps in a loop, as ONNX Runtime runs it; float32, constant weights, no
 // sequence_lens shorter than the sequence) — unrolled, a layer of T steps was T kernels. The
 // emitter's own refusal decides (loop::recurrent_kernel_refusal), so the two cannot disagree.
+// Under --strict-fp (unroll_all) every op is unrolled: the recurrent op's reference kernel
+// computes in double, the unrolled ops' reference kernels in the order their kernels keep.
 // Also not rewritten (the op then runs as a library kernel, which explain and run name): dtypes other
 // than float32/float64; a reverse or bidirectional op whose sequence_lens are data or shorter than
 // the sequence (each entry would run backwards from its own length); more than kMaxSteps steps
@@ -35,8 +37,8 @@ class DecomposeRecurrent : public Pass {
   // Steps (sequence length × directions) unrolled at most.
   static constexpr int64_t kMaxSteps = 1024;
 
-  // unroll_all: unroll every op it can, those the recurrent emitter builds whole too (tests of
-  // the unrolled spelling).
+  // unroll_all: unroll every op it can, those the recurrent emitter builds whole too (--strict-fp,
+  // PipelineOptions::strict_fp; tests of the unrolled spelling).
   explicit DecomposeRecurrent(bool unroll_all = false) : unroll_all_(unroll_all) {}
 
   std::string name() const override { return "decompose_recurrent"; }

@@ -20,7 +20,7 @@
 
 namespace kiln {
 
-std::vector<std::unique_ptr<Pass>> lowering_pipeline() {
+std::vector<std::unique_ptr<Pass>> lowering_pipeline(bool strict_fp) {
   std::vector<std::unique_ptr<Pass>> p;
   // Before lower_gemm: a BN after a Gemm folds into the Gemm's weights, while after lowering its
   // producer would be the bias Add and it could only become a separate Mul + Add.
@@ -34,7 +34,7 @@ std::vector<std::unique_ptr<Pass>> lowering_pipeline() {
   p.push_back(std::make_unique<LowerEinsum>());
   // Before decompose_activations and lower_gemm's neighbours: it emits MatMuls, Sigmoid/Tanh and
   // the other activation ops, which the later passes lower like any model's.
-  p.push_back(std::make_unique<DecomposeRecurrent>());
+  p.push_back(std::make_unique<DecomposeRecurrent>(/*unroll_all=*/strict_fp));
   p.push_back(std::make_unique<DecomposeNormalization>());
   p.push_back(std::make_unique<DecomposeSoftmax>());
   p.push_back(std::make_unique<DecomposeActivations>());
@@ -56,6 +56,6 @@ std::vector<std::string> lowering_pass_names() {
   return {names.begin(), names.end()};
 }
 
-void run_lowering(Graph& g, const PipelineOptions& opts) { run_passes(g, lowering_pipeline(), opts); }
+void run_lowering(Graph& g, const PipelineOptions& opts) { run_passes(g, lowering_pipeline(opts.strict_fp), opts); }
 
 }  // namespace kiln

@@ -20,11 +20,11 @@
 
 namespace kiln {
 
-// The lowering passes in the order run_lowering runs them.
-std::vector<std::unique_ptr<Pass>> lowering_pipeline();
+// The lowering passes in the order run_lowering runs them; strict_fp as PipelineOptions::strict_fp.
+std::vector<std::unique_ptr<Pass>> lowering_pipeline(bool strict_fp = false);
 // Every distinct pass name in lowering_pipeline(), sorted.
 std::vector<std::string> lowering_pass_names();
-// Runs lowering_pipeline() on g with run_passes (dump / disable / timing / verification as in
+// Runs lowering_pipeline(opts.strict_fp) on g with run_passes (dump / disable / timing / verification as in
 // pipeline.h; option names are validated against the lowering passes).
 void run_lowering(Graph& g, const PipelineOptions& opts = {});
 

@@ -25,6 +25,11 @@ struct PipelineOptions {
   bool time_passes = false;
   // How dumps print the IR (e.g. elide_constants_over = -1 for `kiln show --no-elide`).
   PrintOptions print_options;
+  // --strict-fp: the lowering keeps the reference executor's bits, so recurrent ops are unrolled
+  // (decompose_recurrent) even where the recurrent emitter would build them whole: their
+  // reference kernel computes in double, the unrolled ops' reference kernels in the kernels'
+  // order.
+  bool strict_fp = false;
 };
 
 // The passes in the order run_pipeline runs them (a pass may appear more than once).

@@ -101,6 +101,7 @@ PipelineOptions pipeline_options(const Args& a) {
   p.dump_after = a.get("dump-after");
   for (const auto& d : a.all("disable-pass")) p.disabled.insert(d);
   p.time_passes = a.has("time-passes");
+  p.strict_fp = a.has("strict-fp");
   return p;
 }
 
@@ -117,7 +118,7 @@ std::unique_ptr<Graph> load_model(const std::string& path, const Args& a, const 
     // --dump-after / --disable-pass accept any pass of either.
     auto passes = simplification_pipeline();
     if (lower)
-      for (auto& p : lowering_pipeline()) passes.push_back(std::move(p));
+      for (auto& p : lowering_pipeline(popts.strict_fp)) passes.push_back(std::move(p));
     run_passes(*g, passes, popts);
   } catch (const UserError& e) {
     throw UserError(path + ": " + e.what());

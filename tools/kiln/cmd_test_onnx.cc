@@ -117,7 +117,9 @@ std::string run_test(const fs::path& dir, Mode mode, std::set<std::string>* libr
     std::vector<std::string> strict_flags = kModelFlags;
     strict_flags.push_back("strict-fp");
     Args strict({"--strict-fp"}, kModelValuedOptions, strict_flags);
-    auto g = load_model((dir / "model.onnx").string(), none, {}, /*lower=*/fused);
+    PipelineOptions popts;
+    popts.strict_fp = mode == Mode::CompiledStrict;
+    auto g = load_model((dir / "model.onnx").string(), none, popts, /*lower=*/fused);
     auto sets = sorted_matching(dir, "test_data_set_");
     if (sets.empty()) return "no test_data_set_* folders";
     for (const auto& set : sets) {
