@@ -660,6 +660,7 @@ LoweredGroup lower_group(const FusionGroup& grp, const std::string& name, const 
       const Node* n = grp.nodes[size_t(site - 1)];
       std::string message = n->describe() + ": an index is out of range for the axis it indexes";
       if (n->op_type() == "CumSum") message = n->describe() + ": the axis input is out of range for the input's rank";
+      if (detail::is_recurrent(*n)) message = n->describe() + ": a sequence_lens value is outside [0, sequence length]";
       if (detail::has_runtime_params(*n)) message = detail::runtime_params_message(*n);
       r.kernel->index_checks.push_back({site, message});
     }

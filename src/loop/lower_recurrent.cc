@@ -9,11 +9,17 @@
 //                                                      T·N rows through the micro-kernel, W_d packed
 //                                                      once at build (rows r in X's storage order)
 //   h, c = initial_h, initial_c (or 0)                 the state: local rows [N, H]
+//   (with sequence_lens: the lengths checked, this direction's Y cleared)
 //   for each step s (serial), t = s or T-1-s:
 //     acc[n, :] = xw[row(t, n), :]
 //     acc[n, :] += h[n, :] · R_d^T                     the recurrent product, R_d packed at build
 //     gates, element by element (recurrent_spec.h's equations): h, c updated in place, Y[t] stored
-//   Y_h, Y_c = h, c
+//   Y_h, Y_c = h, c                                    (0 for an entry of length 0)
+//
+// sequence_lens (data or constants shorter than the sequence): entry n runs its first len_n
+// steps, a backward direction from len_n - 1 down (t = len_n - 1 - s per entry: the rows of one
+// step read the input part at their own positions); an entry that has ended keeps its state and
+// stores nothing (its Y stays 0). As the reference kernel does, and ONNX Runtime.
 //
 // GRU keeps its h gate apart: its input part is read from xw after the product (r multiplies only
 // the recurrent part), its accumulator starting at Rb_h; without linear_before_reset, (r ⊙ H')
@@ -26,8 +32,7 @@
 // bit for bit — so under --strict-fp the lowering unrolls the op instead (PipelineOptions::strict_fp).
 //
 // Refused (decompose_recurrent then unrolls the op into MatMuls and elementwise ops): other
-// dtypes than float32, sequence_lens that are data or shorter than the sequence, weights that
-// are not constants (the products read them in packed panels).
+// dtypes than float32, weights that are not constants (the products read them in packed panels).
 #include <algorithm>
 #include <functional>
 
@@ -69,6 +74,14 @@ Expr activation(const RecurrentActivation& a, const Expr& x) {
   refuse(cat("the recurrent emitter has no activation ", f));
 }
 
+// Whether sequence_lens are constants that all run the whole sequence (no masks needed).
+bool full_length(const Value& lens, const RecurrentSpec& s) {
+  if (!lens.is_constant()) return false;
+  for (int64_t b = 0; b < s.batch; ++b)
+    if (lens.constant().as_int64(b) != s.seq) return false;
+  return true;
+}
+
 // One kernel's buffers and geometry.
 class RecurrentLowering {
  public:
@@ -85,6 +98,7 @@ class RecurrentLowering {
     w_ = pack_kernel_input(k_, in(1), gate_panels(I_));
     r_ = pack_kernel_input(k_, in(2), gate_panels(H_));
     b_ = in(3), h0_ = in(5);
+    if (const Value* lens = input_or_null(n_, 4); lens && !full_length(*lens, s_)) lens_ = in(4);
     if (s_.kind == RecurrentKind::Lstm) c0_ = in(6), p_ = in(7);
     for (size_t i = 0; i < 3; ++i) y_[i] = out(i);
     if (D_ == 1) {
@@ -199,9 +213,9 @@ class RecurrentLowering {
   }
 
   Stmt direction(int64_t d);
-  std::vector<Stmt> lstm_gates(const BufferPtr& acc, const BufferPtr& h, const BufferPtr& c, const Expr& t);
+  std::vector<Stmt> lstm_gates(const BufferPtr& acc, const BufferPtr& h, const BufferPtr& c);
   std::vector<Stmt> gru_gates(const BufferPtr& acc, const BufferPtr& xw, const BufferPtr& h, const BufferPtr& rh,
-                              const BufferPtr& acch, const Expr& t);
+                              const BufferPtr& acch);
   // for r < rows, lo <= j < hi: body(r, j) (names unique in the kernel; no loop of one trip).
   Stmt rows_cols(int64_t rows, int64_t lo, int64_t hi, const std::function<std::vector<Stmt>(const Expr&, const Expr&)>& body) {
     const std::string rv = nm("kiln_n"), jv = nm("kiln_j");
@@ -213,11 +227,25 @@ class RecurrentLowering {
   // A fresh name: `base`, the direction, a counter.
   std::string nm(const char* base) { return cat(base, d_, "_", names_++); }
   std::string nm_let() { return nm("kiln_v"); }
-  std::vector<Stmt> rnn_gates(const BufferPtr& acc, const BufferPtr& h, const Expr& t);
+  std::vector<Stmt> rnn_gates(const BufferPtr& acc, const BufferPtr& h);
+  // The step's position in the sequence for entry n: the step's t, or with sequence_lens going
+  // backwards len_n - 1 - s (0 once the entry has ended, where nothing is stored).
+  Expr t_of(const Expr& n) const {
+    if (!len_ || !s_.backwards(d_)) return t_var_;
+    return binary(BinOp::Max, int_imm(0), sub(sub(ld(len_, n), int_imm(1)), s_var_));
+  }
+  // rows_cols over the entries still running at this step (all of them without sequence_lens).
+  Stmt live_rows(int64_t rows, int64_t lo, int64_t hi,
+                 const std::function<std::vector<Stmt>(const Expr&, const Expr&)>& body) {
+    if (!len_) return rows_cols(rows, lo, hi, body);
+    return rows_cols(rows, lo, hi, [&](const Expr& n, const Expr& j) {
+      return std::vector<Stmt>{if_then(binary(BinOp::Lt, s_var_, ld(len_, n)), body(n, j))};
+    });
+  }
   // Stores of the new state element h[n, j] = v: the local row and Y[t].
-  void store_h(std::vector<Stmt>& st, const BufferPtr& h, const Expr& t, const Expr& n, const Expr& j, const Expr& v) const {
+  void store_h(std::vector<Stmt>& st, const BufferPtr& h, const Expr& n, const Expr& j, const Expr& v) const {
     st.push_back(store(h, add(mul(n, int_imm(H_)), j), v));
-    if (y_[0]) st.push_back(store(y_[0], y_at(t, n, j), v));
+    if (y_[0]) st.push_back(store(y_[0], y_at(t_of(n), n, j), v));
   }
 
   const Node& n_;
@@ -228,7 +256,9 @@ class RecurrentLowering {
   int64_t d_ = 0;
   int names_ = 0;
   int64_t T_ = 0, N_ = 0, I_ = 0, H_ = 0, G_ = 0, D_ = 0, GH_ = 0, mr_ = 8, nr_ = 32;
-  BufferPtr x_, w_, r_, b_, h0_, c0_, p_;
+  BufferPtr x_, w_, r_, b_, h0_, c0_, p_, lens_;
+  BufferPtr len_;       // the current direction's checked lengths (null without sequence_lens)
+  Expr s_var_, t_var_;  // the current direction's step and its position
   BufferPtr y_[3];
 };
 
@@ -248,6 +278,23 @@ Stmt RecurrentLowering::direction(int64_t d) {
   const BufferPtr rh = gru_apart ? local("kiln_rh", N_ * H_) : nullptr, acch = gru_apart ? local("kiln_acch", N_ * H_) : nullptr;
 
   std::vector<Stmt> st;
+  // sequence_lens: entry n runs its first len_n steps (backwards from len_n - 1); Y is 0 past
+  // them, so this direction's Y is cleared first. The lengths are checked as the reference
+  // checks them (an error outside [0, T]).
+  const BufferPtr len = lens_ ? std::make_shared<Buffer>(Buffer{nm("kiln_len"), DType::Int64, {N_}, Scope::Local}) : nullptr;
+  len_ = len;
+  if (len) {
+    const std::string n = nm("kiln_n");
+    const Expr v = cast(DType::Int64, ld(lens_, var(n)));
+    // A negative length maps to T + 1, outside the checked range [-(T + 1), T + 1).
+    const Expr checked = checked_index(select(binary(BinOp::Lt, v, int_imm(0)), int_imm(T_ + 1), v), T_ + 1, 1);
+    st.push_back(for_loop(n, int_imm(N_), {store(len, var(n), checked)}));
+    if (y_[0])
+      st.push_back(rows_cols(T_ * N_, 0, H_, [&](const Expr& r, const Expr& j) {
+        const Expr t = div_floor(r, int_imm(N_)), n = mod(r, int_imm(N_));
+        return std::vector<Stmt>{store(y_[0], y_at(t, n, j), fimm(0))};
+      }));
+  }
   // Every step's input part: the biases, then X · W^T.
   const int64_t hcol = gru ? 2 * H_ : GH_;  // GRU's h gate takes Wb alone (Rb_h enters with r)
   st.push_back(rows_cols(M, 0, hcol, [&](const Expr& r, const Expr& j) {
@@ -267,19 +314,20 @@ Stmt RecurrentLowering::direction(int64_t d) {
 
   // The steps.
   const std::string sv = nm("kiln_s"), tv = nm("kiln_t");
-  const Expr t = var(tv);
+  s_var_ = var(sv);
+  t_var_ = var(tv);
   std::vector<Stmt> step = {let(tv, s_.backwards(d) ? sub(int_imm(T_ - 1), var(sv)) : var(sv))};
   const int64_t from_xw = gru ? 2 * H_ : GH_;
   step.push_back(rows_cols(N_, 0, from_xw, [&](const Expr& n, const Expr& j) {
     return std::vector<Stmt>{
-        store(acc, add(mul(n, int_imm(GH_)), j), ld(xw, add(mul(x_row(t, n), int_imm(GH_)), j)))};
+        store(acc, add(mul(n, int_imm(GH_)), j), ld(xw, add(mul(x_row(t_of(n), n), int_imm(GH_)), j)))};
   }));
   if (gru && s_.linear_before_reset)
     step.push_back(rows_cols(N_, from_xw, GH_, [&](const Expr& n, const Expr& j) {
       return std::vector<Stmt>{store(acc, add(mul(n, int_imm(GH_)), j), bias(1, j))};
     }));
   for (Stmt& p : gate_products(h, H_, r_, 0, gru_apart ? 2 : G_, acc, GH_, N_)) step.push_back(p);
-  std::vector<Stmt> gates = lstm ? lstm_gates(acc, h, c, t) : gru ? gru_gates(acc, xw, h, rh, acch, t) : rnn_gates(acc, h, t);
+  std::vector<Stmt> gates = lstm ? lstm_gates(acc, h, c) : gru ? gru_gates(acc, xw, h, rh, acch) : rnn_gates(acc, h);
   for (Stmt& g : gates) step.push_back(g);
   st.push_back(for_loop(sv, int_imm(T_), std::move(step)));
 
@@ -287,28 +335,30 @@ Stmt RecurrentLowering::direction(int64_t d) {
   for (auto [out, from] : {std::pair{y_[1], h}, std::pair{y_[2], c}}) {
     if (!out || !from) continue;
     st.push_back(rows_cols(N_, 0, H_, [&](const Expr& n, const Expr& j) {
-      return std::vector<Stmt>{store(out, state_at(n, j), ld(from, add(mul(n, int_imm(H_)), j)))};
+      Expr v = ld(from, add(mul(n, int_imm(H_)), j));
+      // An entry of length 0 ends in zero states (the reference's rule, ONNX Runtime's).
+      if (len) v = select(binary(BinOp::Lt, int_imm(0), ld(len, n)), v, fimm(0));
+      return std::vector<Stmt>{store(out, state_at(n, j), v)};
     }));
   }
   Stmt body = block(std::move(st));
-  for (const BufferPtr& b : {acch, rh, c, acc, h, xw})
+  for (const BufferPtr& b : {acch, rh, c, acc, h, xw, len})
     if (b) body = allocate(b, {body});
   return body;
 }
 
-std::vector<Stmt> RecurrentLowering::rnn_gates(const BufferPtr& acc, const BufferPtr& h, const Expr& t) {
-  return {rows_cols(N_, 0, H_, [&](const Expr& n, const Expr& j) {
+std::vector<Stmt> RecurrentLowering::rnn_gates(const BufferPtr& acc, const BufferPtr& h) {
+  return {live_rows(N_, 0, H_, [&](const Expr& n, const Expr& j) {
     std::vector<Stmt> b;
     const std::string hv = nm_let();
     b.push_back(let(hv, act(0, ld(acc, add(mul(n, int_imm(GH_)), j)))));
-    store_h(b, h, t, n, j, var(hv, DType::Float32));
+    store_h(b, h, n, j, var(hv, DType::Float32));
     return b;
   })};
 }
 
-std::vector<Stmt> RecurrentLowering::lstm_gates(const BufferPtr& acc, const BufferPtr& h, const BufferPtr& c,
-                                                const Expr& t) {
-  return {rows_cols(N_, 0, H_, [&](const Expr& n, const Expr& j) {
+std::vector<Stmt> RecurrentLowering::lstm_gates(const BufferPtr& acc, const BufferPtr& h, const BufferPtr& c) {
+  return {live_rows(N_, 0, H_, [&](const Expr& n, const Expr& j) {
     std::vector<Stmt> b;
     auto pre = [&](int64_t g) { return ld(acc, add(mul(n, int_imm(GH_)), add(int_imm(g * H_), j))); };
     auto peep = [&](int64_t g, const Expr& state, Expr v) {
@@ -327,25 +377,27 @@ std::vector<Stmt> RecurrentLowering::lstm_gates(const BufferPtr& acc, const Buff
     b.push_back(let(og, act(0, peep(1, f32(cn), pre(1)))));
     b.push_back(let(hv, binary(BinOp::Mul, f32(og), activation(s_.act[size_t(d_)][2], f32(cn)))));
     b.push_back(store(c, at, f32(cn)));
-    store_h(b, h, t, n, j, f32(hv));
+    store_h(b, h, n, j, f32(hv));
     return b;
   })};
 }
 
 std::vector<Stmt> RecurrentLowering::gru_gates(const BufferPtr& acc, const BufferPtr& xw, const BufferPtr& h,
-                                               const BufferPtr& rh, const BufferPtr& acch, const Expr& t) {
+                                               const BufferPtr& rh, const BufferPtr& acch) {
   auto f32 = [](const std::string& v) { return var(v, DType::Float32); };
   auto pre = [&](const Expr& n, int64_t g, const Expr& j) { return ld(acc, add(mul(n, int_imm(GH_)), add(int_imm(g * H_), j))); };
-  auto x_h = [&](const Expr& n, const Expr& j) { return ld(xw, add(mul(x_row(t, n), int_imm(GH_)), add(int_imm(2 * H_), j))); };
+  auto x_h = [&](const Expr& n, const Expr& j) {
+    return ld(xw, add(mul(x_row(t_of(n), n), int_imm(GH_)), add(int_imm(2 * H_), j)));
+  };
   // H = (1 - z) ⊙ h~ + z ⊙ H'
   auto update = [&](std::vector<Stmt>& b, const Expr& n, const Expr& j, const Expr& z, const Expr& cand) {
     const std::string hv = nm_let();
     const Expr old = ld(h, add(mul(n, int_imm(H_)), j));
     b.push_back(let(hv, binary(BinOp::Add, binary(BinOp::Mul, binary(BinOp::Sub, fimm(1), z), cand), binary(BinOp::Mul, z, old))));
-    store_h(b, h, t, n, j, f32(hv));
+    store_h(b, h, n, j, f32(hv));
   };
   if (s_.linear_before_reset)
-    return {rows_cols(N_, 0, H_, [&](const Expr& n, const Expr& j) {
+    return {live_rows(N_, 0, H_, [&](const Expr& n, const Expr& j) {
       std::vector<Stmt> b;
       const std::string z = nm_let(), r = nm_let(), cand = nm_let();
       b.push_back(let(z, act(0, pre(n, 0, j))));
@@ -363,7 +415,7 @@ std::vector<Stmt> RecurrentLowering::gru_gates(const BufferPtr& acc, const Buffe
                              store(acch, at, bias(1, add(int_imm(2 * H_), j)))};
   }));
   for (Stmt& p : gate_products(rh, H_, r_, 2, 3, acch, H_, N_)) st.push_back(p);
-  st.push_back(rows_cols(N_, 0, H_, [&](const Expr& n, const Expr& j) {
+  st.push_back(live_rows(N_, 0, H_, [&](const Expr& n, const Expr& j) {
     std::vector<Stmt> b;
     const std::string cand = nm_let();
     b.push_back(let(cand, act(1, binary(BinOp::Add, x_h(n, j), ld(acch, add(mul(n, int_imm(H_)), j))))));
@@ -393,16 +445,13 @@ std::string recurrent_refusal(const Node& n) {
     const Value* v = n.input(i);
     if (v && i != 4 && v->dtype() != DType::Float32) return cat(op, " input ", i, " is ", dtype_name(v->dtype()), ", not float32");
   }
+  if (const Value* lens = input_or_null(n, 4); lens && lens->dtype() != DType::Int32 && lens->dtype() != DType::Int64)
+    return cat(op, " sequence_lens are ", dtype_name(lens->dtype()), ", not integers");
   for (size_t i = 0; i < n.num_outputs(); ++i)
     if (n.output(i) && n.output(i)->dtype() != DType::Float32) return cat(op, " output ", i, " is not float32");
   if (s.seq == 0 || s.batch == 0) return cat(op, " over an empty sequence or batch");
   if (!n.input(1)->is_constant() || !n.input(2)->is_constant())
     return cat(op, " weights W and R are not constants (the products read them in packed panels)");
-  if (const Value* lens = input_or_null(n, 4)) {
-    bool full = lens->is_constant();
-    for (int64_t b = 0; full && b < s.batch; ++b) full = lens->constant().as_int64(b) == s.seq;
-    if (!full) return cat(op, " sequence_lens are data or shorter than the sequence");
-  }
   return "";
 }
 

@@ -463,8 +463,9 @@ RECURRENT_ACTS = [("Sigmoid", None, None), ("Tanh", None, None), ("Relu", None, 
 
 def fam_recurrent(b):
     """RNN, GRU or LSTM over a rank-3 value read as [seq, batch, input]: any direction, bias, initial states (inputs or constants), peepholes, clip, GRU's
-    linear_before_reset, LSTM's input_forget, custom activations, and (forward) constant
-    sequence_lens that stop some batch entries early."""
+    linear_before_reset, LSTM's input_forget, custom activations, and constant sequence_lens that
+    stop some batch entries early (a backward direction then starts each entry from its own
+    length)."""
     x = b.pick(lambda v: v.rank == 3 and v.shape[0] <= 24 and v.shape[1] <= 24 and 1 <= v.shape[2] <= 64)
     x = ops.tame(b, x, 4.0)
     op = b.choice(["RNN", "GRU", "LSTM"])
@@ -484,7 +485,7 @@ def fam_recurrent(b):
     ins = [x, b.weight((d, g * h, i), 1 / math.sqrt(i)), b.weight((d, g * h, h), 1 / math.sqrt(h))]
     ins.append(b.weight((d, 2 * g * h), 0.3, "bias") if b.chance(0.6) else "")
     lens = ""
-    if direction == "forward" and b.chance(0.3):
+    if b.chance(0.3):
         lens = b.const(np.array([b.randint(0, t) for _ in range(n)], dtype=np.int32), "lens")
     ins.append(lens)
     state = (n, d, h) if layout else (d, n, h)

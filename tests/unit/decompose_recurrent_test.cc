@@ -206,15 +206,16 @@ std::vector<std::string> compile_and_compare(const Case& c, std::mt19937& rng, b
 }
 
 // The pipeline's compiled path (half the cases, default and --strict-fp in turn): the recurrent
-// emitter builds each op with constant weights and no sequence_lens as one kernel, the other
-// cases are unrolled; either way every kernel is generated and matches the reference kernel.
+// emitter builds each op with constant weights as one kernel (sequence_lens as data included),
+// the other cases are unrolled; either way every kernel is generated and matches the reference
+// kernel.
 TEST(RecurrentEmitter, CompiledMatchesTheReference) {
   std::mt19937 rng(6);
   const std::vector<Case> all = cases();
   for (size_t i = 0; i < all.size(); i += 2) {
     const Case& c = all[i];
     const std::vector<std::string> emitters = compile_and_compare(c, rng, (i / 2) % 2 == 1, [](Graph&) {});
-    const bool whole = c.weights_constant && !c.lens;
+    const bool whole = c.weights_constant;
     EXPECT_EQ(std::count(emitters.begin(), emitters.end(), "recurrent"), whole ? 1 : 0) << c.op << " case " << i;
     if (whole) EXPECT_EQ(emitters.size(), 1u) << "the layer is one kernel";
   }
@@ -253,10 +254,12 @@ TEST(DecomposeRecurrent, Refusals) {
   c = Case{};
   c.extra = "activations=[\"Sigmoid\", \"Cosh\", \"Tanh\"]";
   EXPECT_NE(refusal_of(c).find("activation 'Cosh' is not supported"), std::string::npos);
-  // A refused op is a library kernel, named as such, and still computes the reference's result.
+  // An op both refuse (backwards over sequence_lens that are data, weights that are not
+  // constants) is a library kernel, named as such.
   c = Case{};
   c.lens = true;
   c.direction = "reverse";
+  c.weights_constant = false;
   auto g = parse_graph(graph_of(c, rng));
   run_lowering(*g);
   EXPECT_TRUE(op_types(*g).count("LSTM"));
