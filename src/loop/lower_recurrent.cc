@@ -332,7 +332,9 @@ Stmt RecurrentLowering::direction(int64_t d) {
   st.push_back(for_loop(sv, int_imm(T_), std::move(step)));
 
   // The last state.
-  for (auto [out, from] : {std::pair{y_[1], h}, std::pair{y_[2], c}}) {
+  // (Named copies, not a structured binding: a lambda may not capture one before clang 16.)
+  for (const auto& out_from : {std::pair{y_[1], h}, std::pair{y_[2], c}}) {
+    const BufferPtr out = out_from.first, from = out_from.second;
     if (!out || !from) continue;
     st.push_back(rows_cols(N_, 0, H_, [&](const Expr& n, const Expr& j) {
       Expr v = ld(from, add(mul(n, int_imm(H_)), j));
