@@ -4,6 +4,7 @@
 // read in place when they are plain (or affine) loads of kernel inputs, and the epilogue built by
 // the same machinery as the untiled nest.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "kernels/microkernel.h"
@@ -454,6 +455,27 @@ GemmView ContractionLowering::implicit_conv_view() {
     g.m = (ho - 1) * wpad + wo;
     g.a.line_rows = wpad;
     g.a.line_stride = rs;
+    // Such padding comes from a large dilation, and a kernel position then reads the padding
+    // over whole lines or line ends: its live output rows and columns (GemmOperand::
+    // segment_live), for the tiles to skip it elsewhere. Skipping 0 · w is exact unless a weight
+    // is infinite or NaN (0 · inf is NaN): then nothing is skipped.
+    const Tensor& wt = w->constant();
+    const float* wd0 = wt.data<float>();
+    if (std::all_of(wd0, wd0 + shape_numel(w->shape()), [](float f) { return std::isfinite(f); })) {
+      // The outputs o in [0, count) whose input o · stride + k · dilation − pad lies in [0, extent).
+      auto live = [](int64_t count, int64_t stride, int64_t kd, int64_t pad, int64_t extent) {
+        int64_t lo = 0;
+        while (lo < count && lo * stride + kd - pad < 0) ++lo;
+        int64_t hi = lo;
+        while (hi < count && hi * stride + kd - pad < extent) ++hi;
+        return hi > lo ? std::pair<int64_t, int64_t>{lo, hi} : std::pair<int64_t, int64_t>{0, 0};
+      };
+      for (int64_t kpos = 0; kpos < ks; ++kpos) {
+        const auto [l0, l1] = live(ho, sy, (kpos / kw) * dy, pt, h);
+        const auto [r0, r1] = live(wo, sx, (kpos % kw) * dx, pl, wd);
+        g.a.segment_live.push_back({l0, l1, r0, r1});
+      }
+    }
     conv_weights_and_stores(g, w, layout, wpad, wo);
     return g;
   }

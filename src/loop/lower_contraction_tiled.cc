@@ -96,6 +96,19 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   const int64_t per_seg = ceil_div(seg, kc);
   const int64_t kblocks = nsb > 0 ? ceil_div(nsegs, nsb) : v.k_segment > 0 ? nsegs * per_seg : ceil_div(v.k, kc);
   auto segtab = std::make_shared<Buffer>(Buffer{"kiln_segoff", DType::Int64, {std::max<int64_t>(nsegs, 1)}, Scope::Local});
+  // Segments that are zero over some lines or rows of a line (GemmOperand::segment_live): each row
+  // tile asks a table of their live ranges, filled once per call, before a segment's micro-kernel
+  // call. Only where a K block is one segment's (with several segments per call the micro-kernel
+  // runs them all) and some segment is dead somewhere.
+  bool skip_dead = false;
+  if (nsb == 0 && v.k_segment > 0 && v.a.line_rows > 0 && !v.a.segment_live.empty()) {
+    KILN_CHECK(int64_t(v.a.segment_live.size()) == nsegs, "tiled GEMM: segment_live has ", v.a.segment_live.size(),
+               " entries for ", nsegs, " segments");
+    const int64_t lines = ceil_div(v.m, v.a.line_rows);
+    for (const auto& l : v.a.segment_live)
+      skip_dead = skip_dead || l[0] > 0 || l[1] < lines || l[2] > 0 || l[3] < v.a.line_rows;
+  }
+  auto livetab = std::make_shared<Buffer>(Buffer{"kiln_seglive", DType::Int64, {std::max<int64_t>(4 * nsegs, 1)}, Scope::Local});
   // M blocks bound the accumulator tile (and give the threads more tiles when N is narrow): 128
   // rows × nr columns of accumulators (16 KiB) stay in L1 beside the B panel while every K block
   // passes over them (256 rows: ResNet's 3x3 convs with 64-channel K segments 5 % slower).
@@ -179,6 +192,9 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
     kblock.push_back(let("kiln_ks", mul(mod(var("kiln_kb"), int_imm(per_seg)), int_imm(kc))));
     kblock.push_back(let("kiln_k0", add(mul(var("kiln_sg"), int_imm(seg)), var("kiln_ks"))));
     kblock.push_back(let("kiln_kc", minimum(int_imm(kc), sub(int_imm(seg), var("kiln_ks")))));
+    if (skip_dead)
+      for (int i = 0; i < 4; ++i)
+        kblock.push_back(let(cat("kiln_sl", i), load(livetab, add(mul(var("kiln_sg"), int_imm(4)), int_imm(i)))));
   } else {
     kblock.push_back(let("kiln_k0", mul(var("kiln_kb"), int_imm(kc))));
     kblock.push_back(let("kiln_kc", minimum(int_imm(kc), sub(int_imm(v.k), var("kiln_k0")))));
@@ -246,6 +262,7 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
     return {address(v.b.buffer, off), int_imm(v.b.stride_r)};
   };
   auto mk = [&](Expr rows, Expr cols, Expr r) {
+    const Expr rows_arg = rows;
     std::vector<Expr> args = {std::move(rows), std::move(cols)};
     if (nsb > 0) {
       args.push_back(var("kiln_ns"));
@@ -257,7 +274,16 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
     for (auto& e : b_args()) args.push_back(e);
     args.push_back(address(acc, add(mul(r, int_imm(nc)), acc_col)));
     args.push_back(int_imm(nc));
-    return call_stmt(nsb > 0 ? kernels::kMicroKernelSegF32 : kernels::kMicroKernelF32, std::move(args));
+    Stmt call = call_stmt(nsb > 0 ? kernels::kMicroKernelSegF32 : kernels::kMicroKernelF32, std::move(args));
+    if (!skip_dead) return call;
+    // The tile's rows [x0, x0 + rows) of line ln (a tile lies within one line) against the
+    // segment's live lines [sl0, sl1) and rows [sl2, sl3).
+    const Expr row = add(var("kiln_m0"), r), ln = div_floor(row, int_imm(v.a.line_rows)), x0 = mod(row, int_imm(v.a.line_rows));
+    Expr live = binary(BinOp::Ge, ln, var("kiln_sl0"));
+    live = binary(BinOp::And, live, lt(ln, var("kiln_sl1")));
+    live = binary(BinOp::And, live, lt(var("kiln_sl2"), add(x0, rows_arg)));
+    live = binary(BinOp::And, live, lt(x0, var("kiln_sl3")));
+    return if_then(live, {std::move(call)});
   };
   // The row tiles of an M block of `rows` rows: full tiles of mr, then the rest. A packed B always
   // has nr columns (zero padded), an in-place B may not. With a constant row count (every block
@@ -459,6 +485,12 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
     staging.push_back(for_loop("kiln_sgi", int_imm(nsegs), {store(segtab, var("kiln_sgi"), v.a.segment_base(batch0, var("kiln_sgi")))}));
     staging_locals.push_back(segtab);
   }
+  if (skip_dead) {
+    for (int64_t sg = 0; sg < nsegs; ++sg)
+      for (int i = 0; i < 4; ++i)
+        staging.push_back(store(livetab, int_imm(4 * sg + i), int_imm(v.a.segment_live[size_t(sg)][size_t(i)])));
+    staging_locals.push_back(livetab);
+  }
   if (!staging.empty()) {
     staging.push_back(nest);
     nest = block(std::move(staging));
@@ -468,6 +500,7 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
                       "x", nc, ", micro-kernel ", mr, "x", nr, ", K block ", kc, (pack_a ? ", A packed" : ""),
                       (pack_b ? ", B packed" : ""), (panel_b ? ", B prepacked" : ""),
                       (v.k_segment > 0 ? cat(", K in segments of ", v.k_segment) : std::string()),
+                      (skip_dead ? ", zero segments skipped per tile" : ""),
                       (nsb > 0 ? cat(", ", nsb, " segments per call") : std::string()),
                       (v.column_parts.empty() ? std::string() : cat(", columns of ", v.column_parts.size(), " siblings")))),
           nest};

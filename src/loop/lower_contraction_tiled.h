@@ -18,6 +18,7 @@
 // Each output element still sums its products in ascending k with one accumulator, so the tiled
 // nest gives bit-identical results to the naive one (tested against it).
 #pragma once
+#include <array>
 #include <functional>
 #include <optional>
 #include <string>
@@ -46,6 +47,12 @@ struct GemmOperand {
   // i mod line_rows (0: rows are uniform). A conv's padded phase plane whose lines are much
   // wider than its outputs computes only whole micro-kernel tiles of each line's outputs.
   int64_t line_rows = 0, line_stride = 0;
+  // A only, with lines: segment s is zero (reads only padding) outside lines [l0, l1) and outside
+  // rows [r0, r1) of a line, segment_live[s] = {l0, l1, r0, r1}; a row tile there skips the
+  // segment's micro-kernel calls. A dilated conv's outer kernel positions over a small plane
+  // (DeepLabV3's dilation-12 3x3 conv over 14x14: a tap 12 rows up reads 2 of 14 rows) were 5x
+  // the useful products. Empty: every segment is live everywhere.
+  std::vector<std::array<int64_t, 4>> segment_live;
   // B only: the buffer holds B in the micro-kernel's panel layout (panel_layout.h) with panels of
   // panel_nr columns (the schedule's nr); base(b) is the batch's offset, strides are unused.
   int64_t panel_nr = 0;

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <limits>
 
 #include <random>
 #include <unistd.h>
@@ -337,6 +338,13 @@ std::vector<ConvCase> implicit_conv_cases() {
       // phase-plane columns for 5 outputs): only each line's whole micro-kernel tiles are computed.
       {"ic_dilated_lines", R"(  %y: f32[1,32,6,5] = Conv(%x, %w, %b) {kernel_shape=[3,3], dilations=[6,6], pads=[6,6,6,6]} name="conv"
 )", "%x: f32[1,16,6,5]", "%y", {{"w", {32, 16, 3, 3}}, {"b", {32}}}},
+      // DeepLabV3's ASPP branch in small: dilation 12 over 14x14, where a tap 12 rows or columns
+      // off reads 2 of 14 lines or line positions. Each row tile skips the kernel positions that
+      // read only padding there (GemmOperand::segment_live), with a ReLU epilogue. 264 input
+      // channels: one K block per kernel position at the default kc (256), as the skip needs.
+      {"ic_dilated_aspp_skip", R"(  %c: f32[1,32,14,14] = Conv(%x, %w, %b) {kernel_shape=[3,3], dilations=[12,12], pads=[12,12,12,12]} name="conv"
+  %y: f32[1,32,14,14] = Relu(%c) name="relu"
+)", "%x: f32[1,264,14,14]", "%y", {{"w", {32, 264, 3, 3}}, {"b", {32}}}},
       // 3-D convs with a trivial window along some axes (R(2+1)D's factorised convs): the
       // (1, 3, 3) one over every depth position's plane (depth folded into the batch), the
       // (3, 1, 1) one over (D, H·W); a residual epilogue reads the 5-D output.
@@ -387,6 +395,10 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
         if (!sp && c.name == "ic_narrow_out_16") {
           EXPECT_NE(nest.find("micro-kernel 16x16"), std::string::npos) << nest;
         }
+        // (With 16 input channels at the default kc a call runs all nine kernel positions: no skip.)
+        if ((sp && c.name == "ic_dilated_lines") || c.name == "ic_dilated_aspp_skip") {
+          EXPECT_NE(nest.find("zero segments skipped per tile"), std::string::npos) << nest;
+        }
         if (!sp && c.name == "ic_narrow_out_20") {
           EXPECT_NE(nest.find("micro-kernel 8x32"), std::string::npos) << nest;
         }
@@ -399,6 +411,35 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
     EXPECT_EQ(convs, 1);
   }
   batch.check("implicit_conv_test", /*contract=*/true);
+}
+
+// Skipping a kernel position's products over the padding drops terms 0 · w, which is exact only
+// for finite weights (0 · inf is NaN, as the reference computes it): with one infinite weight
+// nothing is skipped.
+TEST(LowerContraction, ImplicitConvSkipsPaddingOnlyWithFiniteWeights) {
+  const ConvCase c = implicit_conv_cases()[10];
+  ASSERT_EQ(c.name, "ic_dilated_aspp_skip");
+  for (bool finite : {true, false}) {
+    auto g = make_conv_graph(c);
+    if (!finite)
+      for (Value* v : g->values())
+        if (v->name() == "w") {
+          Tensor t = v->constant();
+          t.data<float>()[7] = std::numeric_limits<float>::infinity();
+          v->set_constant(std::move(t));
+        }
+    FusionPlan plan = partition(*g);
+    int convs = 0;
+    for (const auto& grp : plan.groups) {
+      if (!is_contraction_group(grp)) continue;
+      ++convs;
+      auto lg = loop::lower_group(grp, "ic");
+      ASSERT_TRUE(lg.kernel) << lg.reason;
+      const std::string nest = loop::print_kernel(*lg.kernel);
+      EXPECT_EQ(nest.find("zero segments skipped per tile") != std::string::npos, finite) << nest;
+    }
+    EXPECT_EQ(convs, 1);
+  }
 }
 
 // A conv whose input the kernel computes (a three-node group: two prologue ops and the conv),
