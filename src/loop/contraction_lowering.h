@@ -159,6 +159,7 @@ class ContractionLowering {
   // ---- grouped and depthwise convs as a vectorised stencil (lower_conv_stencil.cc)
 
   bool stencil_conv() const;
+  const Node* transcendental_member() const;
   LoopKernel build_stencil();
   BufferPtr pack_constant_weights(const Value* w, const PanelLayout& layout);
   void conv_weights_and_stores(GemmView& g, const Value* w, const PanelLayout& layout, int64_t line, int64_t valid);

@@ -61,17 +61,23 @@ LoopKernel ContractionLowering::lower() {
   // conv and a vectorised elementwise kernel (kiln bench --kernels, 2 threads, 2026-12-01). Above
   // parallel_min_work such a group is refused, so the partitioner keeps the activation apart.
   if (sched_.tile_contractions) {
-    static const std::set<std::string> transcendental = {"Exp", "Log", "Sigmoid", "Tanh", "Erf", "Pow",
-                                                          "Softplus", "Elu", "Selu", "Celu", "HardSwish"};
     int64_t k = 1;
     for (int64_t e : k_extents_) k *= e;
     const int64_t work = shape_numel(out_shape_) * k;
-    for (const Node* n : grp_.nodes)
-      if (n != c_ && transcendental.count(n->op_type()) && work >= sched_.parallel_min_work)
-        refuse(cat(n->op_type(), " in the epilogue of the untiled ", c_->op_type(), " nest (", work,
-                   " multiply-adds) would run per element, unvectorised; as its own kernel it vectorises"));
+    if (const Node* n = transcendental_member(); n && work >= sched_.parallel_min_work)
+      refuse(cat(n->op_type(), " in the epilogue of the untiled ", c_->op_type(), " nest (", work,
+                 " multiply-adds) would run per element, unvectorised; as its own kernel it vectorises"));
   }
   return build_rows(no_rows());
+}
+
+// A member besides the contraction whose op is a transcendental function (or null).
+const Node* ContractionLowering::transcendental_member() const {
+  static const std::set<std::string> transcendental = {"Exp", "Log", "Sigmoid", "Tanh", "Erf", "Pow",
+                                                        "Softplus", "Elu", "Selu", "Celu", "HardSwish"};
+  for (const Node* n : grp_.nodes)
+    if (n != c_ && transcendental.count(n->op_type())) return n;
+  return nullptr;
 }
 
 // The same decisions as lower(), up to the tiled nest's view.

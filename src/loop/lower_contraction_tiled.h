@@ -125,7 +125,8 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
 //       for row tile of mr: kiln_mk_f32(mr, ..); then one call of the rows left, if any
 //
 // Column panels outside and row tiles inside, so a panel of B (kc × nr) serves every row tile of
-// the block from L1. The row count is an expression: the last tile of a row loop may be shorter.
+// the block from L1 (with RowTileProduct::panels_inside and two panels, both inside each row
+// tile instead, so that a big A's block is read once). The row count is an expression: the last tile of a row loop may be shorter.
 // Used by the tiled rows nest (lower_contraction_rows.cc, a block of whole rows before the row
 // passes) and by every stage of the chain (lower_contraction_chain.cc): one loop structure.
 struct RowTileProduct {
@@ -142,6 +143,9 @@ struct RowTileProduct {
   int64_t mr = 0, nr = 0;        // the micro-kernel's tile
   Expr rows;
   std::string prefix;  // the loop variables: <prefix>jt, <prefix>kb, <prefix>kc, <prefix>rt
+  // With two column panels (nr < n ≤ 2·nr): both inside each row tile, so A's block is read once
+  // (the caller's choice: when A's rows far outnumber B's columns).
+  bool panels_inside = false;
 };
 std::vector<Stmt> row_tile_product(const RowTileProduct& p);
 

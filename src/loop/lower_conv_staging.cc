@@ -125,34 +125,54 @@ std::vector<Stmt> ContractionLowering::stage_channel_phases(const PhasePlanes& p
   };
   std::vector<Stmt> per_phase;
   const Expr row = var("kiln_xy"), q = var("kiln_xx");
-  for (int64_t sl = 0; sl < ph.slots; ++sl) {
-    const auto [py, px] = ph.phases[size_t(sl)];
+  // Phases of one row phase py read the same input rows (a stride-2 conv's (py, 0) and (py, 1)):
+  // they are filled in one pass over those rows, each row's column phases one after the other,
+  // so the input is read in order, once. Phase by phase, MobileNetV2's stride-2 depthwise conv
+  // over 112x112 re-read every other input row per column phase: 0.38 ms against 0.20 ms for
+  // the direct nest, most of it waiting on the input's loads.
+  std::vector<bool> done(size_t(ph.slots), false);
+  for (int64_t first = 0; first < ph.slots; ++first) {
+    if (done[size_t(first)]) continue;
+    const int64_t py = ph.phases[size_t(first)].first;
     const auto [r0, r1] = inside(sy, py, pt, h, ph.hq);
-    const auto [q0, q1] = inside(sx, px, pl, wd, ph.wq);
-    const Expr plane = add(base, int_imm(sl * ph.plane));
-    // Zeros over columns [from, from + count) of phase row `r`.
-    auto zeros = [&](const Expr& r, int64_t from, int64_t count) -> Stmt {
+    std::vector<int64_t> slots;
+    for (int64_t sl = first; sl < ph.slots; ++sl)
+      if (ph.phases[size_t(sl)].first == py) {
+        slots.push_back(sl);
+        done[size_t(sl)] = true;
+      }
+    // Zeros over columns [from, from + count) of row `r` of the phase plane at `plane`.
+    auto zeros = [&](const Expr& plane, const Expr& r, int64_t from, int64_t count) -> Stmt {
       return for_loop("kiln_xx", int_imm(count),
                       {store(buf, add(plane, add(mul(r, int_imm(ph.wq)), add(q, int_imm(from)))), float_imm(0))},
                       ForKind::Vectorized);
     };
     auto zero_rows = [&](int64_t from, int64_t count) {
-      if (count > 0) per_phase.push_back(for_loop("kiln_xy", int_imm(count), {zeros(add(row, int_imm(from)), 0, ph.wq)}));
+      if (count <= 0) return;
+      std::vector<Stmt> body;
+      for (int64_t sl : slots) body.push_back(zeros(add(base, int_imm(sl * ph.plane)), add(row, int_imm(from)), 0, ph.wq));
+      per_phase.push_back(for_loop("kiln_xy", int_imm(count), std::move(body)));
     };
     zero_rows(0, r0);
     if (r1 > r0) {
       const Expr r = add(row, int_imm(r0));
+      const Expr y = sub(add(mul(r, int_imm(sy)), int_imm(py)), int_imm(pt));
       std::vector<Stmt> body;
-      if (q0 > 0) body.push_back(zeros(r, 0, q0));
-      if (q1 > q0) {
-        const Expr qq = add(q, int_imm(q0));
-        const Expr y = sub(add(mul(r, int_imm(sy)), int_imm(py)), int_imm(pt));
-        const Expr xx = sub(add(mul(qq, int_imm(sx)), int_imm(px)), int_imm(pl));
-        const Expr val = to_compute(L_.value_at(x, planar_index(x, n, ch, y, xx)));
-        body.push_back(for_loop("kiln_xx", int_imm(q1 - q0),
-                                {store(buf, add(plane, add(mul(r, int_imm(ph.wq)), qq)), val)}, ForKind::Vectorized));
+      for (int64_t sl : slots) {
+        const int64_t px = ph.phases[size_t(sl)].second;
+        const auto [q0, q1] = inside(sx, px, pl, wd, ph.wq);
+        const Expr plane = add(base, int_imm(sl * ph.plane));
+        if (q0 > 0) body.push_back(zeros(plane, r, 0, std::min(q0, ph.wq)));
+        if (q1 > q0) {
+          const Expr qq = add(q, int_imm(q0));
+          const Expr xx = sub(add(mul(qq, int_imm(sx)), int_imm(px)), int_imm(pl));
+          const Expr val = to_compute(L_.value_at(x, planar_index(x, n, ch, y, xx)));
+          body.push_back(for_loop("kiln_xx", int_imm(q1 - q0),
+                                  {store(buf, add(plane, add(mul(r, int_imm(ph.wq)), qq)), val)}, ForKind::Vectorized));
+        }
+        const int64_t qe = std::max(q0, q1);
+        if (ph.wq > qe) body.push_back(zeros(plane, r, qe, ph.wq - qe));
       }
-      if (ph.wq > q1) body.push_back(zeros(r, q1, ph.wq - q1));
       per_phase.push_back(for_loop("kiln_xy", int_imm(r1 - r0), std::move(body)));
     }
     zero_rows(std::max(r0, r1), ph.hq - std::max(r0, r1));

@@ -41,6 +41,17 @@ bool ContractionLowering::stencil_conv() const {
   // of 16: 0.65 -> 0.26; of 32: 1.57 -> 0.99; of 64: 4.0 both (kiln bench, 1 thread). RegNetY-400MF
   // (group width 8): 11.1 -> 6.7 ms summed over its kernels.
   if (cg > sched_.stencil_max_group_width || mg > sched_.stencil_max_group_width) return false;
+  // A strided depthwise conv of a kernel input runs faster as the untiled nest (its window
+  // unrolled, the output positions vectorised with strided loads of the input in place) than as
+  // the stencil, whose phase planes it writes and reads again: MobileNetV2's stride-2 3x3
+  // depthwise convs at 112, 56 and 28 (1 thread, kiln tune) 0.39 -> 0.22, 0.095 -> 0.080 and
+  // 0.034 -> 0.029 ms. Not with a transcendental epilogue, which that nest would not vectorise
+  // (lower(), EfficientNet's SiLU), nor with a computed input it would evaluate per tap. Only 3x3
+  // windows: partition_loops splits a 3x3 window's padded border off cleanly, a 5x5 one with
+  // stride 2 over 14x14 not (MnasNet's: 0.057 -> 0.52 ms, the interior rows kept a select per tap).
+  if (!sched_.stencil_strided_depthwise && cg == 1 && mg == 1 && (geo_.stride[0] > 1 || geo_.stride[1] > 1) &&
+      geo_.kernel[0] <= 3 && geo_.kernel[1] <= 3 && is_group_input(c_->input(0)) && !transcendental_member())
+    return false;
   const PhasePlanes ph = phase_geometry();
   const int64_t len = (geo_.out[0] - 1) * ph.wq + geo_.out[1];
   const int64_t bytes = (cg * ph.slots * ph.plane + len) * int64_t(sizeof(float));

@@ -26,6 +26,14 @@ struct ContractionTile {
   int64_t channel_rows_positions = 2048;
   int64_t channel_rows_positions_few_k = 512;
   int64_t channel_rows_few_k = 128;
+  // A GEMM whose K is one block stores as much as it computes (a 1x1 conv with 16-64 input
+  // channels: 2K flops per stored float). Its tile rows are output rows far apart (an output
+  // channel's positions), each a memory stream of the tile's width: a tile is then at least
+  // store_run columns wide, with as many rows as store_tile_floats accumulators hold (more
+  // concurrent streams than the prefetchers and write buffers track stall the stores).
+  // MobileNetV2's 16 -> 96 expansion over 112x112: 96x32 tiles 0.72 ms, 32x128 0.43 ms.
+  int64_t store_run = 128;
+  int64_t store_tile_floats = 4096;
 };
 
 // Row pipelines (chains of MatMuls such as attention and MLPs, lower_contraction_chain.cc).
@@ -71,6 +79,9 @@ struct Schedule {
   // 0.76 ms as the stencil (1 thread).
   int64_t stencil_bytes = 1024 * 1024;
   int64_t stencil_max_group_width = 64;  // channels per group (input and output) the stencil takes
+  // Whether a strided depthwise conv takes the stencil too (lower_conv_stencil.cc; 0: the
+  // untiled nest, unless its epilogue is transcendental or its input computed).
+  int stencil_strided_depthwise = 0;
   bool tile_contractions = true;      // false: the naive dot-product nest (a reference for tests)
   bool default_transforms = true;     // apply_default_schedule after lowering (loop_transforms.h)
 

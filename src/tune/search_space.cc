@@ -63,6 +63,9 @@ std::vector<Dimension> search_space(const FusionGroup& grp, const loop::Schedule
     d.push_back(dim("contraction.nr", nrs, dflt));
     d.push_back(dim("contraction.kc", {64, 128, 192, 256, 384, 512}, dflt));
     d.push_back(dim("contraction.a_reuse_bytes", {l2 / 8, l2 / 4, l2 / 2, l2, 2 * l2}, dflt));
+    // Short, wide tiles for a GEMM of one K block (0: never).
+    d.push_back(dim("contraction.store_run", {0, 64, 128, 256, 512}, dflt));
+    d.push_back(dim("contraction.store_tile_floats", {2048, 4096, 8192}, dflt));
     d.push_back(dim("rows_block_bytes", {64 * KiB, 128 * KiB, 256 * KiB, 512 * KiB, 1024 * KiB}, dflt));
     if (has_pointwise_conv(grp)) {
       d.push_back(dim("contraction.channel_rows_positions", {0, 512, 1024, 2048, 4096, 8192, kNever}, dflt));
@@ -73,6 +76,7 @@ std::vector<Dimension> search_space(const FusionGroup& grp, const loop::Schedule
       d.push_back(dim("stencil_bytes", {l2 / 8, l2 / 4, l2 / 2, l2, 2 * l2}, dflt));
       // 0: every grouped conv takes the GEMM per group (depthwise ones the untiled nest).
       d.push_back(dim("stencil_max_group_width", {0, 8, 16, 32, 64, 128, 256}, dflt));
+      d.push_back(dim("stencil_strided_depthwise", {0, 1}, dflt));
     }
   }
   if (grp.emitter == "chain" || (contraction && has_op(grp, "MatMul"))) {

@@ -413,6 +413,66 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
   batch.check("implicit_conv_test", /*contract=*/true);
 }
 
+// The nests of these cases at the default schedule, each also checked against the reference
+// (interpreted, then compiled in one module).
+std::vector<std::string> default_nests(const std::vector<ConvCase>& cases, const std::string& tag) {
+  std::vector<std::string> nests;
+  KernelBatch batch;
+  for (const ConvCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto g = make_conv_graph(c);
+    FusionPlan plan = partition(*g);
+    const TensorMap inputs = random_inputs(*g, 3, {}, false);
+    auto values = run_reference_values(*g, inputs);
+    EXPECT_EQ(plan.groups.size(), 1u);
+    for (const auto& grp : plan.groups) {
+      auto lg = loop::lower_group(grp, c.name);
+      EXPECT_TRUE(lg.kernel) << lg.reason;
+      if (!lg.kernel) continue;
+      nests.push_back(loop::print_kernel(*lg.kernel));
+      auto got = testing::interpret_group(*lg.kernel, grp, values);
+      for (size_t o = 0; o < got.size(); ++o)
+        EXPECT_EQ(testing::within_max_magnitude(got[o], values.at(grp.outputs[o]), 1e-5), "") << "output " << o;
+      batch.add(std::move(*lg.kernel), grp, values);
+    }
+  }
+  batch.check(tag, /*contract=*/true);
+  return nests;
+}
+
+// A GEMM of one K block stores as much as it computes: its tiles are short and wide
+// (ContractionTile::store_run), each output row a run of 128 columns instead of 32; with two K
+// blocks the tile keeps its rows (B's panels reused across them).
+TEST(LowerContraction, OneKBlockGemmTakesWideShortTiles) {
+  const std::vector<ConvCase> cases = {
+      {"expand_k16", R"(  %c: f32[1,96,32,32] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name="conv"
+  %y: f32[1,96,32,32] = Relu(%c) name="relu"
+)", "%x: f32[1,16,32,32]", "%y", {{"w", {96, 16, 1, 1}}, {"b", {96}}}},
+      {"k_two_blocks", R"(  %y: f32[1,96,48,48] = Conv(%x, %w) {kernel_shape=[1,1]} name="conv"
+)", "%x: f32[1,300,48,48]", "%y", {{"w", {96, 300, 1, 1}}}},
+  };
+  const std::vector<std::string> nests = default_nests(cases, "wide_short_tiles");
+  ASSERT_EQ(nests.size(), 2u);
+  EXPECT_NE(nests[0].find("[96 x 16] * [16 x 1024], tile 32x128"), std::string::npos) << nests[0];
+  EXPECT_NE(nests[1].find("[96 x 300] * [300 x 2304], tile 96x32"), std::string::npos) << nests[1];
+}
+
+// A 1x1 conv + global pool over a 7x7 map as the tiled rows: 49 columns are two micro-kernel
+// panels (32 + 17), both computed inside each row tile so that the weights (A, 512 rows) are
+// read once, not once per panel (RowTileProduct::panels_inside): no column-panel loop.
+TEST(LowerContraction, ConvPoolRowsReadTheWeightsOnce) {
+  const std::vector<ConvCase> cases = {
+      {"conv_gap_7x7", R"(  %c: f32[1,512,7,7] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name="conv"
+  %r: f32[1,512,7,7] = Relu(%c) name="relu"
+  %y: f32[1,512,1,1] = GlobalAveragePool(%r) name="gap"
+)", "%x: f32[1,64,7,7]", "%y", {{"w", {512, 64, 1, 1}}, {"b", {512}}}},
+  };
+  const std::vector<std::string> nests = default_nests(cases, "conv_pool_rows");
+  ASSERT_EQ(nests.size(), 1u);
+  EXPECT_NE(nests[0].find("tiled rows"), std::string::npos) << nests[0];
+  EXPECT_EQ(nests[0].find("kiln_tr_jt"), std::string::npos) << nests[0];
+}
+
 // Skipping a kernel position's products over the padding drops terms 0 · w, which is exact only
 // for finite weights (0 · inf is NaN, as the reference computes it): with one infinite weight
 // nothing is skipped.

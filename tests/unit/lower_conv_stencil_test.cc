@@ -6,6 +6,7 @@
 // within the contract, --strict-fp element for element against the reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "ir/parser.h"
@@ -63,14 +64,21 @@ std::unique_ptr<Graph> make_graph(const StencilCase& c) {
                                        [](const std::string& name) { return name == "lo" ? "-0.5" : "0.5"; });
 }
 
-loop::Schedule strict_schedule() {
+// Strided depthwise convs too (by default they take the untiled nest: StridedDepthwiseTakesTheUntiledNest).
+loop::Schedule stencil_schedule() {
   loop::Schedule s;
+  s.stencil_strided_depthwise = 1;
+  return s;
+}
+
+loop::Schedule strict_schedule() {
+  loop::Schedule s = stencil_schedule();
   s.set_strict_numerics();
   return s;
 }
 
 TEST(LowerConvStencil, MatchesReference) {
-  loop::Schedule par;
+  loop::Schedule par = stencil_schedule();
   par.parallel_min_work = 1;  // the parallel loop over (image, group) in the interpreter too
   KernelBatch fma, strict;
   for (const StencilCase& c : stencil_cases()) {
@@ -86,7 +94,7 @@ TEST(LowerConvStencil, MatchesReference) {
       // The whole case is one kernel: prologue and epilogue fused into the stencil.
       EXPECT_EQ(grp.nodes.size(), g->nodes().size());
       for (int mode = 0; mode < 3; ++mode) {
-        const loop::Schedule sched = mode == 0 ? par : mode == 1 ? loop::Schedule{} : strict_schedule();
+        const loop::Schedule sched = mode == 0 ? par : mode == 1 ? stencil_schedule() : strict_schedule();
         auto lg = loop::lower_group(grp, c.name + "_" + std::to_string(mode), sched);
         ASSERT_TRUE(lg.kernel) << lg.reason;
         const std::string nest = loop::print_kernel(*lg.kernel);
@@ -130,6 +138,40 @@ TEST(LowerConvStencil, ChosenByGroupWidthAndBudget) {
   const std::string nest = nest_of(wide, "%x: f32[1,144,6,6]", {{"w", {144, 72, 1, 1}}}, {});
   EXPECT_EQ(nest.find("kiln_dph"), std::string::npos) << nest;
   EXPECT_NE(nest.find(kernels::kMicroKernelF32), std::string::npos) << nest;
+}
+
+// A strided depthwise conv of a kernel input with a window of 3x3 at most takes the untiled nest
+// (its window unrolled, the input read in place), unless its epilogue is transcendental (that nest would not vectorise it)
+// or its input is computed in the kernel (evaluated per tap there); stride 1 keeps the stencil.
+// The untiled nests match the reference, compiled.
+TEST(LowerConvStencil, StridedDepthwiseTakesTheUntiledNest) {
+  KernelBatch batch;
+  for (const StencilCase& c : stencil_cases()) {
+    SCOPED_TRACE(c.name);
+    auto g = make_graph(c);
+    const TensorMap inputs = random_inputs(*g, 3, {}, false);
+    auto values = run_reference_values(*g, inputs);
+    for (const auto& grp : partition(*g).groups) {
+      if (grp.kind != GroupKind::Contraction) continue;
+      const Node* conv = nullptr;
+      for (const Node* n : grp.nodes)
+        if (n->op_type() == "Conv") conv = n;
+      ASSERT_NE(conv, nullptr);
+      const Shape& ws = conv->input(1)->shape();
+      const bool depthwise = ws[1] == 1 && ws[0] == conv->input(0)->shape()[1];
+      const auto strides = conv->attr_ints("strides");
+      const bool strided = std::any_of(strides.begin(), strides.end(), [](int64_t s) { return s > 1; });
+      const bool small_window = ws[2] <= 3 && ws[3] <= 3;  // 3x3 at most (lower_conv_stencil.cc)
+      const bool untiled = depthwise && strided && small_window && c.name != "dw_prologue_silu_epilogue";
+      auto lg = loop::lower_group(grp, c.name, loop::Schedule{});
+      ASSERT_TRUE(lg.kernel) << lg.reason;
+      const std::string nest = loop::print_kernel(*lg.kernel);
+      EXPECT_EQ(nest.find("kiln_dph") == std::string::npos, untiled) << nest;
+      if (untiled) batch.add(std::move(*lg.kernel), grp, values);
+    }
+  }
+  EXPECT_GT(batch.size(), 0u);
+  batch.check("strided_depthwise_untiled", /*contract=*/true);
 }
 
 }  // namespace
