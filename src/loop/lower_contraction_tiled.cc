@@ -148,11 +148,18 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   const bool row_stores = v.column_parts.empty() ? !v.line_epilogue : !v.column_parts[0].line_epilogue;
   if (q == 1 && !pack_a && !pack_b && v.m_block == 0 && kblocks == 1 && row_stores && s.contraction.store_run > nr &&
       v.n >= 2 * s.contraction.store_run) {
-    q = std::min(ntiles_n, ceil_div(s.contraction.store_run, nr));
-    mc = std::min(mc, std::max(mr, (s.contraction.store_tile_floats / (q * nr)) / mr * mr));
-    // The threads' balance may narrow the tiles, to half the run at most (24 rows x 3136
-    // columns: 25 tiles of 128 columns split 13 : 12 on two threads, 49 of 64 evenly).
-    q_min = std::max<int64_t>(1, q / 2);
+    const int64_t qx = std::min(ntiles_n, ceil_div(s.contraction.store_run, nr));
+    const int64_t mcx = std::min(mc, std::max(mr, (s.contraction.store_tile_floats / (qx * nr)) / mr * mr));
+    // Fewer rows per tile read each B panel more often: only for a K short enough that the
+    // stores, not B's reads, bound the tile (ContractionTile::store_max_k); a short tile keeps
+    // its rows and only widens.
+    if (mcx == mc || v.k <= s.contraction.store_max_k) {
+      q = qx;
+      mc = mcx;
+      // The threads' balance may narrow the tiles, to half the run at most (24 rows x 3136
+      // columns: 25 tiles of 128 columns split 13 : 12 on two threads, 49 of 64 evenly).
+      q_min = std::max<int64_t>(1, q / 2);
+    }
   }
   if (v.m_block == 0) balance_tiles(v.m, v.n, nbatch0, mr, nr, s.threads, mc, q, q_min);
   const int64_t nc = q * nr;  // columns of a tile's accumulators

@@ -34,6 +34,7 @@ struct ContractionTile {
   // MobileNetV2's 16 -> 96 expansion over 112x112: 96x32 tiles 0.72 ms, 32x128 0.43 ms.
   int64_t store_run = 128;
   int64_t store_tile_floats = 4096;
+  int64_t store_max_k = 64;  // fewer rows per tile only up to this K (B panels re-read per M block)
 };
 
 // Row pipelines (chains of MatMuls such as attention and MLPs, lower_contraction_chain.cc).
