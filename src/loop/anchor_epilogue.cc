@@ -12,7 +12,7 @@ Expr substitute_placeholders(const Expr& e, const PlaceholderLookup& lookup, std
   if (e->kind == ExprKind::Load) p = lookup(e->buffer.get());
   if (p) {
     if (!same_position(e->args[0], p->flat))
-      refuse(cat("an epilogue op reads ", p->what, " at another position (not lowered to loops yet)"));
+      refuse(cat("an epilogue op reads ", p->what, " at another position (no emitter fuses this; its members stay separate kernels)"));
     r = p->value;
   } else if (!e->args.empty()) {
     r = map_args(e, [&](const Expr& a) { return substitute_placeholders(a, lookup, memo); });

@@ -98,12 +98,12 @@ void ContractionLowering::find_contraction() {
     else if (is_reduction(n)) has_reductions_ = true;
   }
   if (cs.size() != 1)
-    refuse(cat("groups of ", cs.size(), " contractions (siblings or chains) are not lowered to loops yet"));
+    refuse(cat("groups of ", cs.size(), " contractions (siblings or chains) are not fused by any emitter (their members stay separate kernels)"));
   c_ = cs[0];
   const std::string& op = c_->op_type();
-  if (op == "Gemm") refuse("Gemm is not lowered to loops yet (run_lowering turns it into MatMul)");
-  if (op == "ConvTranspose") refuse("ConvTranspose is not lowered to loops yet");
-  if (op != "MatMul" && op != "Conv") refuse(cat(op, " is not lowered to loops yet"));
+  if (op == "Gemm") refuse("Gemm has no loop form of its own (run_lowering turns it into MatMul)");
+  if (op == "ConvTranspose") refuse("ConvTranspose has no contraction nest (lower_conv_transpose turns it into Conv)");
+  if (op != "MatMul" && op != "Conv") refuse(cat(op, " has no contraction nest"));
   if (c_->num_outputs() != 1 || !c_->output(0)) refuse(cat(op, " must have one output"));
   for (const Node* n : grp_.nodes) {
     if (n == c_ || is_reduction(n)) continue;  // row passes check them

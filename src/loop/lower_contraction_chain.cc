@@ -125,7 +125,7 @@ class RowPipeline {
     const Node* n = v->producer();
     KILN_CHECK(n && stage_of(v) == int(s), "value '", v->name(), "' is not of stage ", s);
     if (std::find(stages_[s].nodes.begin(), stages_[s].nodes.end(), n) == stages_[s].nodes.end() || is_reduction(n))
-      refuse(cat("'", v->name(), "' depends on a row reduction where the chain needs it per element (not lowered to loops yet)"));
+      refuse(cat("'", v->name(), "' depends on a row reduction where the chain needs it per element (no emitter fuses this; its members stay separate kernels)"));
     At r;
     if (is_layout(n)) {
       At in = forward(cx, s, n->input(0));
@@ -152,7 +152,7 @@ class RowPipeline {
       for (const Value* u : n->inputs()) {
         if (!u || stage_of(u) != int(s)) continue;
         if (u->shape() != v->shape())
-          refuse(cat(name_of(n), " broadcasts a value computed from a chained contraction (not lowered to loops yet)"));
+          refuse(cat(name_of(n), " broadcasts a value computed from a chained contraction (no emitter fuses this; its members stay separate kernels)"));
         At a = forward(cx, s, u);
         Expr w = cx.L.flat(a.pos);
         if (!have) {
@@ -160,7 +160,7 @@ class RowPipeline {
           where = w;
           have = true;
         } else if (!same_position(w, where)) {
-          refuse(cat(name_of(n), " reads its operands at different positions (not lowered to loops yet)"));
+          refuse(cat(name_of(n), " reads its operands at different positions (no emitter fuses this; its members stay separate kernels)"));
         }
       }
       KILN_CHECK(have, name_of(n), " has no operand from the chain");
@@ -171,7 +171,7 @@ class RowPipeline {
       KILN_CHECK(r.val->type == v->dtype(), name_of(n), " lowered to ", dtype_name(r.val->type), ", expected ",
                  dtype_name(v->dtype()));
     } else {
-      refuse(cat(n->op_type(), " after a chained contraction is not lowered to loops yet"));
+      refuse(cat(n->op_type(), " after a chained contraction is not fused by any emitter (its members stay separate kernels)"));
     }
     cx.at[v] = r;
     return r;
@@ -447,7 +447,7 @@ class RowPipeline {
     auto row_value = [&](const Value* v) {
       At r = forward(cx, s, v);
       if (!same_position(cx.L.flat(r.pos), point_at))
-        refuse(cat("'", v->name(), "' is not computed at its row position (not lowered to loops yet)"));
+        refuse(cat("'", v->name(), "' is not computed at its row position (no emitter fuses this; its members stay separate kernels)"));
       return r.val;
     };
     if (st.next && !pass_output(st, st.next)) {
@@ -480,7 +480,7 @@ class RowPipeline {
       auto si = std::find(plan.staged.begin(), plan.staged.end(), v);
       if (si != plan.staged.end()) targets[v] = BufferTarget{st.staged_rows[size_t(si - plan.staged.begin())], row0};
       else if (input_buf_.count(v)) targets[v] = BufferTarget{input_buf_.at(v), nullptr};
-      else refuse(cat("the row passes read '", v->name(), "', not a kernel input (not lowered to loops yet)"));
+      else refuse(cat("the row passes read '", v->name(), "', not a kernel input (no emitter fuses this; its members stay separate kernels)"));
     }
     for (const Value* v : plan.passes.outputs) {
       KILN_CHECK(output_buf_.count(v) || v == st.next, "row pass output '", v->name(), "' has no buffer");
@@ -549,7 +549,7 @@ class RowPipeline {
     // OpenMP workers have small stacks (the emitter would heap-allocate bigger buffers per tile).
     if (local_bytes(tile_) > sched_.chain.max_local_bytes)
       refuse(cat("the rows of a chain of contractions take ", local_bytes(tile_), " bytes, more than the ", sched_.chain.max_local_bytes,
-                 " of local rows (not lowered to loops yet)"));
+                 " of local rows (no emitter fuses this; its members stay separate kernels)"));
     const int64_t per_batch = (m_ + tile_ - 1) / tile_;
     const int64_t tiles = shape_numel(Shape(o0.begin(), o0.begin() + ptrdiff_t(batch_))) * per_batch;
 

@@ -41,7 +41,7 @@ std::vector<bool> reduced_axes(const Node& n) {
     return red;
   }
   if (is_windowed_reduction(n) || op.rfind("Reduce", 0) != 0)
-    refuse(cat(op, " after a contraction is not lowered to loops yet"));
+    refuse(cat(op, " after a contraction is not fused by any emitter (its members stay separate kernels)"));
   const int64_t noop = n.attr_int("noop_with_empty_axes", 0);
   auto axes = constant_ints(n, 1, "axes");
   if (!axes || axes->empty()) {
@@ -74,7 +74,7 @@ ContractionRows plan_contraction_rows(const FusionGroup& grp, const Node* c, con
       on_r = on_r || (v && d_r.count(v));
     }
     if (is_reduction(n)) {
-      if (!on_y) refuse("a reduction in a contraction group that does not read the contraction's output is not lowered to loops yet");
+      if (!on_y) refuse("a reduction in a contraction group that does not read the contraction's output is not fused by any emitter (its members stay separate kernels)");
       on_r = true;
     }
     for (const Value* o : n->outputs()) {
@@ -95,22 +95,22 @@ ContractionRows plan_contraction_rows(const FusionGroup& grp, const Node* c, con
     const bool same = in.size() >= out_shape.size() && Shape(in.begin() + ptrdiff_t(lead), in.end()) == out_shape &&
                       std::all_of(in.begin(), in.begin() + ptrdiff_t(lead), [](int64_t e) { return e == 1; });
     if (p.shape.empty()) p.shape = in;
-    else if (in != p.shape) refuse("reductions of different shapes after a contraction are not lowered to loops yet");
+    else if (in != p.shape) refuse("reductions of different shapes after a contraction are not fused by any emitter (their members stay separate kernels)");
     if (!same)
-      refuse(cat(n->op_type(), " reduces ", shape_str(n->input(0)->shape()), ", not the contraction's output shape (not lowered to loops yet)"));
+      refuse(cat(n->op_type(), " reduces ", shape_str(n->input(0)->shape()), ", not the contraction's output shape (no emitter fuses this; its members stay separate kernels)"));
     std::vector<bool> r = reduced_axes(*n);
     if (red.empty()) red = r;
-    else if (r != red) refuse("reductions of different rows after a contraction are not lowered to loops yet");
+    else if (r != red) refuse("reductions of different rows after a contraction are not fused by any emitter (their members stay separate kernels)");
   }
   p.r0 = red.size();
   while (p.r0 > 0 && red[p.r0 - 1]) --p.r0;
   for (size_t i = 0; i < p.r0; ++i)
-    if (red[i]) refuse("a reduction after a contraction over non-trailing axes is not lowered to loops yet");
+    if (red[i]) refuse("a reduction after a contraction over non-trailing axes is not fused by any emitter (its members stay separate kernels)");
   p.row = 1;
   if (p.r0 < p.shape.size() - out_shape.size())
-    refuse("a reduction over the broadcast leading axes of a contraction's output is not lowered to loops yet");
+    refuse("a reduction over the broadcast leading axes of a contraction's output is not fused by any emitter (its members stay separate kernels)");
   for (size_t i = p.r0; i < p.shape.size(); ++i) p.row *= p.shape[i];
-  if (p.row < 2) refuse("a reduction over rows of one element after a contraction is not lowered to loops yet");
+  if (p.row < 2) refuse("a reduction over rows of one element after a contraction is not fused by any emitter (its members stay separate kernels)");
 
   // The passes' nodes: post nodes and their producers in the group other than pre nodes and c.
   std::unordered_set<const Node*> pre_set(pre.begin(), pre.end()), in_passes;
@@ -135,7 +135,7 @@ ContractionRows plan_contraction_rows(const FusionGroup& grp, const Node* c, con
         static const std::set<std::string> reshapes = {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity"};
         const auto k = op_kind_of_type(n->op_type());
         if ((!k || *k != OpKind::ElementWise) && !reshapes.count(n->op_type()))
-          refuse(cat(n->op_type(), " after a reduction in a contraction group is not lowered to loops yet"));
+          refuse(cat(n->op_type(), " after a reduction in a contraction group is not fused by any emitter (its members stay separate kernels)"));
       }
     }
   // Inputs of the passes: the group's inputs they read, and the staged values.
@@ -145,20 +145,20 @@ ContractionRows plan_contraction_rows(const FusionGroup& grp, const Node* c, con
       if (!v || produced.count(v) || !seen.insert(v).second) continue;
       if (d_y.count(v)) {
         if (v->shape() != out_shape && v->shape() != p.shape)
-          refuse(cat("the epilogue value '", v->name(), "' read by the row passes has shape ", shape_str(v->shape()), " (not lowered to loops yet)"));
+          refuse(cat("the epilogue value '", v->name(), "' read by the row passes has shape ", shape_str(v->shape()), " (no emitter fuses this; its members stay separate kernels)"));
         p.staged.push_back(v);
       } else if (std::find(grp.inputs.begin(), grp.inputs.end(), v) == grp.inputs.end()) {
         if (v->is_constant()) continue;  // read as immediates
-        refuse(cat("the row passes read '", v->name(), "', neither a group input nor an epilogue value (not lowered to loops yet)"));
+        refuse(cat("the row passes read '", v->name(), "', neither a group input nor an epilogue value (no emitter fuses this; its members stay separate kernels)"));
       }
       p.passes.inputs.push_back(v);
     }
   for (const Value* o : grp.outputs) {
     if (produced.count(o)) p.passes.outputs.push_back(o);
     else if (d_y.count(o)) p.first_outputs.push_back(o);
-    else refuse(cat("group output '", o->name(), "' is neither an epilogue nor a row-pass value (not lowered to loops yet)"));
+    else refuse(cat("group output '", o->name(), "' is neither an epilogue nor a row-pass value (no emitter fuses this; its members stay separate kernels)"));
   }
-  if (p.staged.empty()) refuse("row passes that read no epilogue value are not lowered to loops yet");
+  if (p.staged.empty()) refuse("row passes that read no epilogue value are not fused by any emitter (their members stay separate kernels)");
   p.passes.name = grp.name + "_rows";
   p.passes.kind = GroupKind::Reduction;
   return p;
@@ -171,7 +171,7 @@ std::vector<Stmt> contraction_row_passes(const ContractionRows& plan, const Shap
   LoweredGroup lg = lower_reduction_group(plan.passes, name, /*jam_rows=*/false, sched);
   if (!lg.kernel)
     refuse(lg.reason.find("not lowered to loops") == std::string::npos
-               ? cat(lg.reason, " (row reductions after a contraction: not lowered to loops yet)")
+               ? cat(lg.reason, " (row reductions after a contraction: no fused nest; its members stay separate kernels)")
                : lg.reason);
   const LoopKernel& rk = *lg.kernel;
   KILN_CHECK(rk.inputs.size() == plan.passes.inputs.size() && rk.outputs.size() == plan.passes.outputs.size(),
@@ -550,7 +550,7 @@ LoopKernel ContractionLowering::build_rows(const ContractionRows& plan) {
   }
   // OpenMP workers have small stacks (the emitter would heap-allocate; keep it bounded anyway).
   if (bytes > 64 * 1024)
-    refuse(cat("a row of ", bytes, " bytes after a contraction exceeds the 64 KiB local row (not lowered to loops yet)"));
+    refuse(cat("a row of ", bytes, " bytes after a contraction exceeds the 64 KiB local row (no emitter fuses this; its members stay separate kernels)"));
 
   // Outer loops i<d> (the row kernel's names), row loops kiln_c<d>, K loops kiln_k<j> (i<d> after
   // the outer loops' in the untiled nest).

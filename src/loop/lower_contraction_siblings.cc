@@ -181,7 +181,7 @@ class MultiContraction {
       for (const Node* n : trailing_.core) {
         const auto k = op_kind_of_type(n->op_type());
         if (!k || (*k != OpKind::ElementWise && *k != OpKind::Injective))
-          refuse(cat(n->op_type(), " after sibling contractions is not lowered to loops yet"));
+          refuse(cat(n->op_type(), " after sibling contractions is not fused by any emitter (its members stay separate kernels)"));
       }
       build(trailing_, cat(grp_.name, "_tail"), GroupKind::Elementwise);
       // What the trailing part reads from the parts: their outputs too.
@@ -197,7 +197,7 @@ class MultiContraction {
       }
     }
     for (const auto& part : parts_)
-      if (part.grp.outputs.empty()) refuse("a sibling contraction whose results are not used (not lowered to loops yet)");
+      if (part.grp.outputs.empty()) refuse("a sibling contraction whose results are not used (no emitter fuses this; its members stay separate kernels)");
   }
 
   // Parts of one contraction with the same left operand and constant weights become one GEMM
@@ -336,13 +336,13 @@ class ChainAnalysis {
       int s = -1;
       if (is_contraction(n)) {
         const size_t k = size_t(std::find(cs.begin(), cs.end(), n) - cs.begin());
-        if (n->op_type() != "MatMul") refuse(cat(n->op_type(), " in a chain of contractions is not lowered to loops yet"));
+        if (n->op_type() != "MatMul") refuse(cat(n->op_type(), " in a chain of contractions is not fused by any emitter (its members stay separate kernels)"));
         if (n->num_inputs() != 2 || !n->input(0) || !n->input(1) || n->num_outputs() != 1 || !n->output(0))
           refuse("MatMul needs two inputs and one output");
         if (p_.stage(n->input(1)) != -1)
-          refuse("a chained MatMul's right operand depends on another contraction (not lowered to loops yet)");
+          refuse("a chained MatMul's right operand depends on another contraction (no emitter fuses this; its members stay separate kernels)");
         if (p_.stage(n->input(0)) != int(k) - 1)
-          refuse("a chained MatMul's left operand is not computed from the previous contraction's rows (not lowered to loops yet)");
+          refuse("a chained MatMul's left operand is not computed from the previous contraction's rows (no emitter fuses this; its members stay separate kernels)");
         s = int(k);
         p_.stages[k].c = n;
       } else {
@@ -350,12 +350,12 @@ class ChainAnalysis {
           if (u) s = std::max(s, p_.stage(u));
         for (const Value* u : n->inputs())
           if (u && p_.stage(u) >= 0 && p_.stage(u) != s)
-            refuse(cat(name_of(n), " reads the results of two chained contractions (not lowered to loops yet)"));
+            refuse(cat(name_of(n), " reads the results of two chained contractions (no emitter fuses this; its members stay separate kernels)"));
         if (!is_reduction(n)) {
           const std::string why = unsupported_reason(*n);
           if (!why.empty()) refuse(why);
         } else if (s < 0) {
-          refuse(cat(name_of(n), " before the contractions of a chain is not lowered to loops yet"));
+          refuse(cat(name_of(n), " before the contractions of a chain is not fused by any emitter (its members stay separate kernels)"));
         }
         if (s >= 0) p_.stages[size_t(s)].nodes.push_back(n);
       }
@@ -364,7 +364,7 @@ class ChainAnalysis {
     }
     for (const Value* v : grp_.outputs)
       if (p_.stage(v) < 0)
-        refuse(cat("group output '", v->name(), "' depends on no contraction of the chain (not lowered to loops yet)"));
+        refuse(cat("group output '", v->name(), "' depends on no contraction of the chain (no emitter fuses this; its members stay separate kernels)"));
     for (size_t s = 1; s < p_.stages.size(); ++s) p_.stages[s - 1].next = p_.stages[s].c->input(0);
   }
 
@@ -373,7 +373,7 @@ class ChainAnalysis {
   void geometry(size_t s) {
     ChainStage& st = p_.stages[s];
     const MatMulGeometry g = matmul_geometry(*st.c);
-    if (g.a_vec || g.b_vec) refuse("a chained MatMul with a vector operand is not lowered to loops yet");
+    if (g.a_vec || g.b_vec) refuse("a chained MatMul with a vector operand is not fused by any emitter (its members stay separate kernels)");
     st.dtype = g.dtype;
     st.k = g.k;
     st.n = g.n;
@@ -382,12 +382,12 @@ class ChainAnalysis {
     st.out = g.out;
     if (st.out != st.c->output(0)->shape())
       refuse(cat("MatMul output is ", shape_str(st.c->output(0)->shape()), ", expected ", shape_str(st.out)));
-    if (shape_numel(st.out) == 0 || st.k == 0) refuse("an empty MatMul in a chain is not lowered to loops yet");
+    if (shape_numel(st.out) == 0 || st.k == 0) refuse("an empty MatMul in a chain is not fused by any emitter (its members stay separate kernels)");
     if (s > 0) {
       if (st.c->input(0)->shape() != p_.stages[s - 1].out)
-        refuse("a chained MatMul's left operand does not have the previous MatMul's output shape (not lowered to loops yet)");
+        refuse("a chained MatMul's left operand does not have the previous MatMul's output shape (no emitter fuses this; its members stay separate kernels)");
       if (g.batch != st.a_batch)
-        refuse("a chained MatMul that broadcasts its left operand over batches is not lowered to loops yet");
+        refuse("a chained MatMul that broadcasts its left operand over batches is not fused by any emitter (its members stay separate kernels)");
     }
   }
 
@@ -418,7 +418,7 @@ class ChainAnalysis {
       syn.outputs.push_back(st.next);
     st.plan = plan_contraction_rows(syn, st.c, st.out);
     if (st.plan->shape != st.out || st.plan->r0 + 1 != st.out.size())
-      refuse("row reductions in a chain of contractions over other than the last axis are not lowered to loops yet");
+      refuse("row reductions in a chain of contractions over other than the last axis are not fused by any emitter (their members stay separate kernels)");
   }
 
   const FusionGroup& grp_;

@@ -126,7 +126,8 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
 //
 // Column panels outside and row tiles inside, so a panel of B (kc × nr) serves every row tile of
 // the block from L1 (with RowTileProduct::panels_inside and two panels, both inside each row
-// tile instead, so that a big A's block is read once). The row count is an expression: the last tile of a row loop may be shorter.
+// tile instead, so that a big A's block is read once). The row count is an expression: the last
+// tile of a row loop may be shorter.
 // Used by the tiled rows nest (lower_contraction_rows.cc, a block of whole rows before the row
 // passes) and by every stage of the chain (lower_contraction_chain.cc): one loop structure.
 struct RowTileProduct {

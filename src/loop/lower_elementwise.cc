@@ -168,9 +168,9 @@ std::string unsupported_reason(const Node& n) {
   auto kind = op_kind_of_type(n.op_type());
   if (!kind) return cat(n.op_type(), " is not lowered to loops");
   if (*kind == OpKind::Injective) return unsupported_injective(n);
-  if (*kind != OpKind::ElementWise) return cat(n.op_type(), " is not lowered to loops yet");
+  if (*kind != OpKind::ElementWise) return cat(n.op_type(), " is not elementwise: no elementwise nest fuses it");
   auto it = elementwise_types().find(n.op_type());
-  if (it == elementwise_types().end()) return cat(n.op_type(), " is not lowered to loops yet");
+  if (it == elementwise_types().end()) return cat(n.op_type(), " has no loop form");
   for (size_t i = 0; i < n.num_inputs(); ++i)
     if (n.input(i) && n.input(i)->dtype() == DType::Undefined) return cat(n.op_type(), " has an untyped input");
   if (n.num_inputs() == 0 || !n.input(0)) return cat(n.op_type(), " has no input 0");

@@ -97,7 +97,7 @@ std::string unsupported_injective(const Node& n, bool any_length) {
                                            "Transpose", "Concat", "Split", "Slice", "Gather", "GatherElements",
                                            "Expand", "Tile", "Pad", "DepthToSpace", "SpaceToDepth", "Trilu",
                                            "EyeLike", "ConstantOfShape", "GatherND", "OneHot", "Range", "CumSum", "TopK"};
-  if (!ok.count(op)) return cat(op, " is not lowered to loops yet");
+  if (!ok.count(op)) return cat(op, " has no loop form");
   if (n.num_outputs() == 0) return cat(op, " has no outputs");
   if (op != "ConstantOfShape" && (n.num_inputs() == 0 || !n.input(0))) return cat(op, " has no input 0");
   if (has_runtime_params(n)) return runtime_params_refusal(n);

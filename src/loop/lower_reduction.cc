@@ -430,7 +430,7 @@ LoopKernel RowKernelBuilder::build(const std::string& name) {
         return build_pool(name, *n);
       }
       auto k = reduce_kind(n->op_type());
-      if (!k) refuse(cat(n->op_type(), " is not lowered to loops yet"));
+      if (!k) refuse(cat(n->op_type(), " has no row-kernel form"));
       reds.push_back({n, *k});
     } else {
       std::string why = unsupported_reason(*n);
