@@ -170,7 +170,7 @@ std::vector<Stmt> contraction_row_passes(const ContractionRows& plan, const Shap
                                          const Schedule& sched) {
   LoweredGroup lg = lower_reduction_group(plan.passes, name, /*jam_rows=*/false, sched);
   if (!lg.kernel)
-    refuse(lg.reason.find("not lowered to loops") == std::string::npos
+    refuse(lg.reason.find("separate kernels") == std::string::npos
                ? cat(lg.reason, " (row reductions after a contraction: no fused nest; its members stay separate kernels)")
                : lg.reason);
   const LoopKernel& rk = *lg.kernel;
