@@ -34,6 +34,10 @@ class ContractionLowering {
   // refused unless lower() builds the plain tiled nest (no row passes, not the stencil). The
   // view's expressions use kernel()'s buffers (B's packed weights among kernel().packed_inputs).
   GemmView sibling_view();
+  // For a depthwise conv whose input a fused pointwise conv computes per channel block
+  // (lower_pointwise_depthwise.cc): the stencil nest lower() would build, refused when lower()
+  // would not take it.
+  LoopKernel lower_stencil();
   const LoopKernel& kernel() const { return k_; }
   const Node* contraction() const { return c_; }
   const nn::WindowGeometry& window() const { return geo_; }

@@ -76,6 +76,11 @@ void parallelize(LoopKernel& k, const std::string& loop);
 // Returns the local buffer's name.
 std::string cache_read(LoopKernel& k, const std::string& buffer, const std::string& at);
 
+// Loads of a fixed element of a kernel input inside a loop (a Clip's bounds) become Lets at the
+// start of the outermost loop that reads them (hoist_uniform_loads.cc): GCC does not always
+// vectorise a loop whose selects read memory.
+void hoist_uniform_loads(LoopKernel& k);
+
 // The policy for elementwise / reduction nests, on loops still Serial (lowerings mark some loops
 // themselves): an innermost loop with a constant extent ≤ s.unroll is unrolled, another innermost
 // loop vectorized to s.vector_width; then each outermost loop whose work (iterations × the

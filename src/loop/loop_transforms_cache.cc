@@ -278,6 +278,7 @@ void apply_default_schedule(LoopKernel& k, const Schedule& s) {
     } catch (const ScheduleError&) {
     }
   }
+  hoist_uniform_loads(k);
 }
 
 }  // namespace kiln::loop

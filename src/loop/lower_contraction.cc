@@ -71,6 +71,13 @@ LoopKernel ContractionLowering::lower() {
   return build_rows(no_rows());
 }
 
+LoopKernel ContractionLowering::lower_stencil() {
+  prepare();
+  if (has_reductions_) refuse(cat(c_->op_type(), " with row reductions in the same kernel has its own nest"));
+  if (!stencil_conv()) refuse(cat(c_->op_type(), " ", c_->name(), " does not take the stencil nest (its window, strides or working set)"));
+  return build_stencil();
+}
+
 // A member besides the contraction whose op is a transcendental function (or null).
 const Node* ContractionLowering::transcendental_member() const {
   static const std::set<std::string> transcendental = {"Exp", "Log", "Sigmoid", "Tanh", "Erf", "Pow",

@@ -626,6 +626,8 @@ class RowPipeline {
 };
 
 LoopKernel lower_contraction_chain(const FusionGroup& grp, const std::string& kernel_name, const Schedule& sched) {
+  // A 1x1 conv into a depthwise conv is a chain over channel blocks, not rows.
+  if (is_pointwise_depthwise(grp)) return lower_pointwise_depthwise(grp, kernel_name, sched);
   return RowPipeline(grp, kernel_name, sched).lower();
 }
 

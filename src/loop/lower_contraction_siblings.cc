@@ -32,10 +32,7 @@
 
 namespace kiln::loop::detail {
 
-namespace {
-
-// The members of grp in `nodes` as a group of its own (in grp's order), its inputs the values they
-// read and do not produce, in the order first read; no outputs.
+// lower_internal.h
 FusionGroup subgroup(const FusionGroup& grp, const std::unordered_set<const Node*>& nodes, const std::string& name,
                      GroupKind kind) {
   FusionGroup g;
@@ -53,6 +50,8 @@ FusionGroup subgroup(const FusionGroup& grp, const std::unordered_set<const Node
       if (v && !produced.count(v) && std::find(g.inputs.begin(), g.inputs.end(), v) == g.inputs.end()) g.inputs.push_back(v);
   return g;
 }
+
+namespace {
 
 struct Part {
   FusionGroup grp;

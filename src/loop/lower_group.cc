@@ -523,6 +523,8 @@ bool depends_within(const FusionGroup& grp, const Node* a, const Node* b) {
 //                 side, the others' nests spliced into the same kernel
 //                 (lower_contraction_siblings.cc, lower_contraction_sibling_gemm.cc)
 //   chain         MatMul → row-local ops → MatMul as a row pipeline (attention, MLP)
+//   pointwise-depthwise  1x1 conv → elementwise → depthwise conv → elementwise over blocks of
+//                 the expanded channels, kept in a local buffer (lower_pointwise_depthwise.cc)
 //   scatter       ScatterElements / ScatterND alone: a copy of data, then the updates in the
 //                 reference's order (lower_scatter.cc)
 //   scan, select  CumSum / TopK over rows longer than their unrolled spellings take, alone: a
@@ -551,7 +553,11 @@ void describe(const FusionGroup& grp, LoweredGroup& r) {
   else if (grp.nodes.size() == 1 && detail::needs_row_loop(*grp.nodes[0]))
     r.emitter = grp.nodes[0]->op_type() == "CumSum" ? "scan" : "select";
   else if (grp.kind == GroupKind::Reduction) r.emitter = windowed ? "pool" : "rows";
-  else if (contraction) r.emitter = anchors.size() == 1 ? "contraction" : chained ? "chain" : "siblings";
+  else if (contraction)
+    r.emitter = anchors.size() == 1               ? "contraction"
+                : !chained                          ? "siblings"
+                : detail::is_pointwise_depthwise(grp) ? "pointwise-depthwise"
+                                                    : "chain";
   else r.emitter = "elementwise";
 
   r.placements.clear();

@@ -18,6 +18,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "fusion/fusion_plan.h"
@@ -335,6 +336,16 @@ LoweredGroup lower_recurrent_group(const FusionGroup& grp, const std::string& ke
 // (MatMul -> row-local ops -> MatMul: attention, an MLP) as a row pipeline, and refuses
 // (throws Refusal) what it does not cover.
 size_t contraction_count(const FusionGroup& grp);
+// The members of grp in `nodes` as a group of its own (in grp's order), its inputs the values they
+// read and do not produce, in the order first read; no outputs.
+FusionGroup subgroup(const FusionGroup& grp, const std::unordered_set<const Node*>& nodes, const std::string& name,
+                     GroupKind kind);
+// A pointwise conv feeding a depthwise conv through elementwise ops, and elementwise ops after it
+// (lower_pointwise_depthwise.cc): the expanded channels a block at a time into a local buffer that
+// the depthwise stencil reads. is_pointwise_depthwise: the group's shape (the emitter it goes to);
+// the lowering refuses what it does not cover.
+bool is_pointwise_depthwise(const FusionGroup& grp);
+LoopKernel lower_pointwise_depthwise(const FusionGroup& grp, const std::string& kernel_name, const Schedule& sched);
 LoweredGroup lower_multi_contraction_group(const FusionGroup& grp, const std::string& kernel_name,
                                            const Schedule& sched = Schedule{});
 LoopKernel lower_contraction_chain(const FusionGroup& grp, const std::string& kernel_name, const Schedule& sched);

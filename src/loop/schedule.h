@@ -83,6 +83,11 @@ struct Schedule {
   // Whether a strided depthwise conv takes the stencil too (lower_conv_stencil.cc; 0: the
   // untiled nest, unless its epilogue is transcendental or its input computed).
   int stencil_strided_depthwise = 0;
+  // A pointwise conv feeding a depthwise conv in one kernel (lower_pointwise_depthwise.cc): the
+  // expanded channels are computed a block at a time into a local buffer of at most this many
+  // bytes (at least one micro-kernel row block of channels), which the depthwise stencil reads
+  // from L2 instead of the expanded tensor going through memory. 0: never fused.
+  int64_t pointwise_depthwise_bytes = 256 * 1024;
   bool tile_contractions = true;      // false: the naive dot-product nest (a reference for tests)
   bool default_transforms = true;     // apply_default_schedule after lowering (loop_transforms.h)
 

@@ -33,6 +33,7 @@ const std::vector<Field>& fields() {
       {"stencil_bytes", [](S& s) -> int64_t& { return s.stencil_bytes; }, nullptr},
       {"stencil_max_group_width", [](S& s) -> int64_t& { return s.stencil_max_group_width; }, nullptr},
       {"stencil_strided_depthwise", nullptr, [](S& s) -> int& { return s.stencil_strided_depthwise; }},
+      {"pointwise_depthwise_bytes", [](S& s) -> int64_t& { return s.pointwise_depthwise_bytes; }, nullptr},
       {"chain.max_pack_bytes", [](S& s) -> int64_t& { return s.chain.max_pack_bytes; }, nullptr},
       {"chain.max_row_blocks", [](S& s) -> int64_t& { return s.chain.max_row_blocks; }, nullptr},
       {"chain.min_tiles", [](S& s) -> int64_t& { return s.chain.min_tiles; }, nullptr},

@@ -79,6 +79,10 @@ std::vector<Dimension> search_space(const FusionGroup& grp, const loop::Schedule
       d.push_back(dim("stencil_max_group_width", {0, 8, 16, 32, 64, 128, 256}, dflt));
       d.push_back(dim("stencil_strided_depthwise", {0, 1}, dflt));
     }
+    // The expanded channel block of a pointwise -> depthwise kernel (0 would unfuse it: the
+    // fusion search measures that alternative, not the schedule search).
+    if (grp.emitter == "pointwise-depthwise")
+      d.push_back(dim("pointwise_depthwise_bytes", {64 * KiB, 128 * KiB, 256 * KiB, 512 * KiB, 1024 * KiB}, dflt));
   }
   if (grp.emitter == "chain" || (contraction && has_op(grp, "MatMul"))) {
     d.push_back(dim("chain.max_row_blocks", {2, 4, 8, 16, 32}, dflt));

@@ -672,10 +672,11 @@ TEST(LowerChain, Refusals) {
   %y: f32[3,4] = MatMul(%c, %s) name="mm2"
 )", "%a: f32[4,5], %b: f32[5,4], %c: f32[3,4]", "%y", true},
        "right operand depends on another contraction"},
-      {{"conv_chain", R"(  %a: f32[1,2,4,4] = Conv(%x, %w1) {kernel_shape=[1,1]} name="pw"
-  %r: f32[1,2,4,4] = Relu(%a) name="relu"
-  %y: f32[1,2,4,4] = Conv(%r, %w2) {kernel_shape=[3,3], pads=[1,1,1,1], group=2} name="dw"
-)", "%x: f32[1,3,4,4], %w1: f32[2,3,1,1], %w2: f32[2,1,3,3]", "%y", true},
+      // A depthwise conv into a 1x1 conv (a 1x1 into a depthwise is lower_pointwise_depthwise.cc's).
+      {{"conv_chain", R"(  %a: f32[1,3,4,4] = Conv(%x, %w1) {kernel_shape=[3,3], pads=[1,1,1,1], group=3} name="dw"
+  %r: f32[1,3,4,4] = Relu(%a) name="relu"
+  %y: f32[1,2,4,4] = Conv(%r, %w2) {kernel_shape=[1,1]} name="pw"
+)", "%x: f32[1,3,4,4], %w1: f32[3,1,3,3], %w2: f32[2,3,1,1]", "%y", true},
        "Conv in a chain of contractions"},
       {{"column_reduction", R"(  %ax = constant i64[1] [0]
   %s: f32[4,6] = MatMul(%a, %b) name="mm1"

@@ -1,0 +1,260 @@
+// A pointwise (1x1) conv feeding a depthwise conv — the first half of MobileNet's inverted
+// residual block — as one kernel, the expanded tensor never written to memory:
+//
+//   for (n, channel block [c0, c0 + rows)) of the expanded channels      Parallel when big
+//     u[r][p] = bias[c0 + r]  (0 without one)                              u: Local, rows × H·W
+//     u[r][p] += Σ_k W[c0 + r][k] · x[n][k][p]     micro-kernel tiles (row_tile_product): A the
+//                                                  weights in place, B the input in place
+//     for m < rows: channel c = c0 + m, the depthwise stencil's body for (n, c)
+//       (lower_conv_stencil.cc): its phase planes staged from u[m] through the elementwise ops
+//       between the convs (Clip, HardSwish, SiLU: evaluated once per element there), the
+//       window, the epilogue after the depthwise conv, the stores
+//
+// The 1x1 conv's output channel c feeds only depthwise channel c, so blocking the expanded
+// channels needs no recomputation and no halo: a block is all its channels' whole planes. The
+// block is as many micro-kernel row blocks of channels as Schedule::pointwise_depthwise_bytes
+// holds (so u stays in L2 while the stencil reads it), fewer while there are less than four
+// blocks for the threads. The input image x[n] is read once per block, from L2 after the first.
+// Apart, the expansion writes C·H·W floats and the depthwise conv reads them back: MobileNetV2's
+// 16 -> 96 expansion over 112x112 writes 4.8 MB, about 0.3 ms each way at this machine's 16 GB/s.
+//
+// Numerics: the 1x1 conv's bias is the accumulators' starting value (the reference adds it after
+// the sum), with FMA; the default numerics contract allows both. Under --strict-fp
+// (Schedule::reorder_sums false) the group is refused and the convs stay separate kernels.
+//
+// Refused (the convs then stay separate kernels): a 1x1 conv that is not stride 1 without
+// padding, group 1, float32 with constant weights read in place (no prologue); a depthwise conv
+// with a channel multiplier, or one the stencil does not take; a member other than the two convs
+// that is not elementwise; the expanded tensor (or a value computed from it before the depthwise
+// conv) needed outside the kernel or at another shape; pointwise_depthwise_bytes 0.
+#include <algorithm>
+#include <map>
+#include <unordered_set>
+
+#include "fusion/op_kind.h"
+#include "loop/contraction_lowering.h"
+#include "loop/lower_contraction_tiled.h"
+#include "loop/lower_internal.h"
+#include "loop/rebind_buffers.h"
+#include "support/error.h"
+
+namespace kiln::loop::detail {
+
+namespace {
+
+struct PointwiseDepthwise {
+  const Node* p = nullptr;  // the 1x1 conv
+  const Node* d = nullptr;  // the depthwise conv
+};
+
+bool member_of(const FusionGroup& grp, const Node* n) {
+  return std::find(grp.nodes.begin(), grp.nodes.end(), n) != grp.nodes.end();
+}
+
+bool depends_in(const FusionGroup& grp, const Node* a, const Node* b) {
+  return depends_through(a, b, [&](const Node* n) { return member_of(grp, n); });
+}
+
+// The two convs when the group has exactly two contractions, both Conv, the second a 2-D
+// depthwise conv reading the first (through members), the first with a 1x1 kernel and group 1.
+std::optional<PointwiseDepthwise> match(const FusionGroup& grp) {
+  std::vector<const Node*> cs;
+  for (const Node* n : grp.nodes)
+    if (is_contraction(n)) cs.push_back(n);
+  if (cs.size() != 2) return std::nullopt;
+  for (int first = 0; first < 2; ++first) {
+    const Node* p = cs[size_t(first)];
+    const Node* d = cs[size_t(1 - first)];
+    if (p->op_type() != "Conv" || d->op_type() != "Conv" || !depends_in(grp, d, p)) continue;
+    const Value* pw = p->num_inputs() > 1 ? p->input(1) : nullptr;
+    const Value* dx = d->input(0);
+    const Value* dw = d->num_inputs() > 1 ? d->input(1) : nullptr;
+    if (!pw || !dx || !dw || pw->shape().size() != 4 || dw->shape().size() != 4 || dx->shape().size() != 4) continue;
+    if (p->attr_int("group", 1) != 1 || pw->shape()[2] != 1 || pw->shape()[3] != 1) continue;
+    const int64_t c = dx->shape()[1];
+    if (d->attr_int("group", 1) != c || dw->shape()[0] != c || dw->shape()[1] != 1) continue;
+    return PointwiseDepthwise{p, d};
+  }
+  return std::nullopt;
+}
+
+class PointwiseDepthwiseLowering {
+ public:
+  PointwiseDepthwiseLowering(const FusionGroup& grp, const std::string& name, const Schedule& sched)
+      : grp_(grp), name_(name), sched_(sched) {}
+
+  LoopKernel lower() {
+    const auto m = match(grp_);
+    KILN_CHECK(m, "pointwise-depthwise: the group is not a 1x1 conv feeding a depthwise conv");
+    p_ = m->p;
+    d_ = m->d;
+    check();
+    return build();
+  }
+
+ private:
+  void check() {
+    const std::string pl = p_->describe();
+    if (!sched_.reorder_sums)
+      refuse(cat(pl, " feeding a depthwise conv: the fused kernel adds the bias first, which --strict-fp forbids "
+                     "(no emitter fuses this; its members stay separate kernels)"));
+    if (sched_.pointwise_depthwise_bytes <= 0 || !sched_.tile_contractions)
+      refuse(cat(pl, " feeding a depthwise conv: the schedule keeps them apart (pointwise_depthwise_bytes 0)"));
+    const Value* x = p_->input(0);
+    const Value* w = p_->input(1);
+    const Value* b = p_->num_inputs() > 2 ? p_->input(2) : nullptr;
+    for (const Value* v : {x, w, b})
+      if (v && !is_input(v))
+        refuse(cat(pl, " feeding a depthwise conv: its operand '", v->name(), "' is computed in the kernel; the fused "
+                       "kernel reads the 1x1 conv's operands in place"));
+    if (x->dtype() != DType::Float32 || w->dtype() != DType::Float32 || p_->output(0)->dtype() != DType::Float32)
+      refuse(cat(pl, " feeding a depthwise conv: only float32 is fused"));
+    if (!w->is_constant()) refuse(cat(pl, " feeding a depthwise conv: its weights are not constant"));
+    for (int64_t s : p_->attr_ints("strides", {}))
+      if (s != 1) refuse(cat(pl, " feeding a depthwise conv: a strided 1x1 conv is not fused with it"));
+    for (int64_t pad : p_->attr_ints("pads", {}))
+      if (pad != 0) refuse(cat(pl, " feeding a depthwise conv: a padded 1x1 conv is not fused with it"));
+    const Shape& xs = x->shape();
+    const Shape& ps = p_->output(0)->shape();
+    if (xs.size() != 4 || ps.size() != 4 || xs[2] != ps[2] || xs[3] != ps[3] || xs[0] != ps[0])
+      refuse(cat(pl, " feeding a depthwise conv: its output is not its input's positions"));
+    if (shape_numel(ps) == 0) refuse(cat(pl, " has an empty output"));
+    // Every member but the two convs is elementwise; what the depthwise conv reads from the 1x1
+    // conv (its "expanded" values) stays inside the kernel and keeps the expanded shape, so each
+    // such value at (n, c, y, x) needs only channel c of image n: the block in u.
+    std::unordered_set<const Value*> expanded = {p_->output(0)};
+    for (const Node* n : grp_.nodes) {
+      if (n == p_) continue;
+      if (n != d_) {
+        const OpKind k = op_kind(*n);
+        if (k != OpKind::ElementWise && k != OpKind::Broadcast)
+          refuse(cat(n->describe(), " (", op_kind_name(k), ") with a 1x1 conv feeding a depthwise conv: only "
+                                                            "elementwise ops are fused around them (its members stay separate kernels)"));
+        if (depends_in(grp_, p_, n))
+          refuse(cat(n->describe(), " computes an input of the 1x1 conv; the fused kernel reads that input in place"));
+      }
+      bool reads = false;
+      for (const Value* v : n->inputs()) reads = reads || (v && expanded.count(v));
+      if (!reads || n == d_) continue;
+      for (const Value* o : n->outputs())
+        if (o) {
+          if (o->shape() != ps)
+            refuse(cat(n->describe(), " gives the expanded values another shape; the fused kernel holds them per channel"));
+          expanded.insert(o);
+        }
+    }
+    for (const Value* o : grp_.outputs)
+      if (expanded.count(o))
+        refuse(cat("'", o->name(), "' (the 1x1 conv's channels before the depthwise conv) is needed outside the kernel; "
+                   "fused, it would still be written"));
+  }
+
+  bool is_input(const Value* v) const { return std::count(grp_.inputs.begin(), grp_.inputs.end(), v) > 0; }
+
+  LoopKernel build() {
+    const Value* pout = p_->output(0);
+    const Shape& ps = pout->shape();
+    const int64_t nb = ps[0], ce = ps[1], hw = ps[2] * ps[3], kin = p_->input(0)->shape()[1];
+    const int64_t mr = std::max(1, sched_.contraction.mr), nr = std::max(1, sched_.contraction.nr);
+
+    // The depthwise stencil over the 1x1 conv's output as an input: every member but the 1x1 conv.
+    std::unordered_set<const Node*> rest;
+    for (const Node* n : grp_.nodes)
+      if (n != p_) rest.insert(n);
+    FusionGroup sg = subgroup(grp_, rest, cat(grp_.name, "_depthwise"), GroupKind::Contraction);
+    sg.outputs = grp_.outputs;
+    ContractionLowering cl(sg, cat(name_, "_depthwise"), sched_);
+    LoopKernel sk = cl.lower_stencil();
+    KILN_CHECK(sk.packed_inputs.empty(), "pointwise-depthwise: the stencil reads packed weights");
+    const StmtNode& outer = *sk.body;
+    KILN_CHECK(outer.kind == StmtKind::For && outer.var == "kiln_dt", "pointwise-depthwise: unexpected stencil nest");
+
+    // The channel block: whole micro-kernel row blocks in the budget (at least one), at least four
+    // blocks (per image) to share among threads where the channels allow.
+    const int64_t per_channel = hw * int64_t(sizeof(float));
+    int64_t mb = std::max<int64_t>(1, sched_.pointwise_depthwise_bytes / per_channel) / mr * mr;
+    mb = std::max(mb, mr);
+    while (mb > mr && nb * ((ce + mb - 1) / mb) < 4) mb -= mr;
+    mb = std::min(mb, ce);
+    const int64_t blocks = (ce + mb - 1) / mb;
+
+    LoopKernel k;
+    std::unordered_map<const Value*, BufferPtr> where;
+    bind_kernel(grp_, name_, k, {"acc"}, &where, &where);
+    auto u = std::make_shared<Buffer>(Buffer{"kiln_pu", DType::Float32, {mb * hw}, Scope::Local});
+
+    const Expr t = var("kiln_pt"), n = var("kiln_pn"), c0 = var("kiln_pc0"), rows = var("kiln_prows");
+    std::vector<Stmt> body = {let("kiln_pn", div_floor(t, int_imm(blocks))),
+                              let("kiln_pc0", mul(mod(t, int_imm(blocks)), int_imm(mb))),
+                              let("kiln_prows", binary(BinOp::Min, int_imm(mb), sub(int_imm(ce), c0)))};
+    std::vector<Stmt> inner;
+    // u = the bias per channel row.
+    {
+      const Value* b = p_->num_inputs() > 2 ? p_->input(2) : nullptr;
+      const Expr r = var("kiln_pr"), q = var("kiln_pq");
+      const Expr init = b ? load(where.at(b), add(c0, r)) : float_imm(0);
+      inner.push_back(for_loop("kiln_pr", rows,
+                               {for_loop("kiln_pq", int_imm(hw), {store(u, add(mul(r, int_imm(hw)), q), init)}, ForKind::Vectorized)}));
+    }
+    // u += W[c0.., :] · x[n]: A the weights in place (rows K apart), B the image in place.
+    {
+      RowTileProduct prod;
+      prod.a = where.at(p_->input(1));
+      prod.a_at = [c0, kin](Expr r, Expr k0) { return add(mul(add(c0, std::move(r)), int_imm(kin)), std::move(k0)); };
+      prod.as_i = kin;
+      prod.b = where.at(p_->input(0));
+      prod.b_at = [n, kin, hw](Expr j0, Expr k0) { return add(mul(add(mul(n, int_imm(kin)), std::move(k0)), int_imm(hw)), std::move(j0)); };
+      prod.bs_k = hw;
+      prod.acc = u;
+      prod.ld = hw;
+      prod.k = kin;
+      prod.n = hw;
+      prod.kc = kin;
+      prod.mr = mr;
+      prod.nr = nr;
+      prod.rows = mb == ce ? int_imm(ce) : rows;
+      prod.prefix = "kiln_pw";
+      for (Stmt& s : row_tile_product(prod)) inner.push_back(std::move(s));
+    }
+    // The stencil per channel of the block, its reads of the 1x1 conv's output from u.
+    {
+      BufferMap map;
+      for (size_t j = 0; j < sg.inputs.size(); ++j) {
+        const Value* v = sg.inputs[j];
+        // Channel kiln_dt of all at u's row kiln_pm: the base in terms of kiln_dt, so that the
+        // affine index folds to kiln_pm · H·W + position (with the block's first channel as a
+        // separate term GCC saw a "complicated access pattern" and staged unvectorised:
+        // MobileNetV2's 24 -> 144 pair over 56x56 0.68 -> ... ms).
+        if (v == pout) map[sk.inputs[j].get()] = BufferTarget{u, nullptr, mul(sub(var("kiln_dt"), var("kiln_pm")), int_imm(hw))};
+        else map[sk.inputs[j].get()] = BufferTarget{where.at(v), nullptr};
+      }
+      for (size_t j = 0; j < sg.outputs.size(); ++j) map[sk.outputs[j].get()] = BufferTarget{where.at(sg.outputs[j]), nullptr};
+      std::vector<Stmt> channel = {let("kiln_dt", add(add(mul(n, int_imm(ce)), c0), var("kiln_pm")))};
+      const std::map<std::string, int64_t> extents = {{"kiln_pm", mb}, {"kiln_dt", nb * ce}};
+      for (const Stmt& s : outer.body) channel.push_back(fold_index_divmod(rebind_buffers(s, map), extents));
+      inner.push_back(for_loop("kiln_pm", rows, {scoped(std::move(channel))}));
+    }
+    body.push_back(allocate(u, std::move(inner)));
+    const int64_t window = d_->input(1)->shape()[2] * d_->input(1)->shape()[3];
+    const int64_t work = nb * ce * hw * (kin + window);
+    const bool parallel = nb * blocks > 1 && work >= sched_.parallel_min_work;
+    k.body = for_loop("kiln_pt", int_imm(nb * blocks), std::move(body), parallel ? ForKind::Parallel : ForKind::Serial);
+    return k;
+  }
+
+  const FusionGroup& grp_;
+  std::string name_;
+  const Schedule& sched_;
+  const Node* p_ = nullptr;
+  const Node* d_ = nullptr;
+};
+
+}  // namespace
+
+bool is_pointwise_depthwise(const FusionGroup& grp) { return match(grp).has_value(); }
+
+LoopKernel lower_pointwise_depthwise(const FusionGroup& grp, const std::string& kernel_name, const Schedule& sched) {
+  return PointwiseDepthwiseLowering(grp, kernel_name, sched).lower();
+}
+
+}  // namespace kiln::loop::detail
