@@ -35,6 +35,10 @@ struct ContractionTile {
   int64_t store_run = 128;
   int64_t store_tile_floats = 4096;
   int64_t store_max_k = 64;  // fewer rows per tile only up to this K (B panels re-read per M block)
+  // A conv with row passes (a global pool) takes the tiled rows — positions as columns, in whole
+  // vectors — only when at least this percentage of those lanes hold positions; else the conv and
+  // the row passes stay apart (lower_contraction_rows.cc).
+  int64_t rows_min_column_percent = 85;
 };
 
 // Row pipelines (chains of MatMuls such as attention and MLPs, lower_contraction_chain.cc).

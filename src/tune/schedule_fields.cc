@@ -29,6 +29,8 @@ const std::vector<Field>& fields() {
       {"contraction.store_run", [](S& s) -> int64_t& { return s.contraction.store_run; }, nullptr},
       {"contraction.store_tile_floats", [](S& s) -> int64_t& { return s.contraction.store_tile_floats; }, nullptr},
       {"contraction.store_max_k", [](S& s) -> int64_t& { return s.contraction.store_max_k; }, nullptr},
+      {"contraction.rows_min_column_percent", [](S& s) -> int64_t& { return s.contraction.rows_min_column_percent; },
+       nullptr},
       {"rows_block_bytes", [](S& s) -> int64_t& { return s.rows_block_bytes; }, nullptr},
       {"stencil_bytes", [](S& s) -> int64_t& { return s.stencil_bytes; }, nullptr},
       {"stencil_max_group_width", [](S& s) -> int64_t& { return s.stencil_max_group_width; }, nullptr},

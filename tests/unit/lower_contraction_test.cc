@@ -461,16 +461,33 @@ TEST(LowerContraction, OneKBlockGemmTakesWideShortTiles) {
 // panels (32 + 17), both computed inside each row tile so that the weights (A, 512 rows) are
 // read once, not once per panel (RowTileProduct::panels_inside): no column-panel loop.
 TEST(LowerContraction, ConvPoolRowsReadTheWeightsOnce) {
-  const std::vector<ConvCase> cases = {
-      {"conv_gap_7x7", R"(  %c: f32[1,512,7,7] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name="conv"
+  const ConvCase c = {"conv_gap_7x7", R"(  %c: f32[1,512,7,7] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name="conv"
   %r: f32[1,512,7,7] = Relu(%c) name="relu"
   %y: f32[1,512,1,1] = GlobalAveragePool(%r) name="gap"
-)", "%x: f32[1,64,7,7]", "%y", {{"w", {512, 64, 1, 1}}, {"b", {512}}}},
-  };
-  const std::vector<std::string> nests = default_nests(cases, "conv_pool_rows");
-  ASSERT_EQ(nests.size(), 1u);
-  EXPECT_NE(nests[0].find("tiled rows"), std::string::npos) << nests[0];
-  EXPECT_EQ(nests[0].find("kiln_tr_jt"), std::string::npos) << nests[0];
+)", "%x: f32[1,64,7,7]", "%y", {{"w", {512, 64, 1, 1}}, {"b", {512}}}};
+  auto g = make_conv_graph(c);
+  // By default 49 positions fill 49 of 64 lanes of the tiled rows' columns: the conv and the pool
+  // stay apart, and the refusal says why.
+  FusionPlan apart = partition(*g);
+  EXPECT_EQ(apart.groups.size(), 2u);
+  bool said = false;
+  for (const auto& r : apart.rejected) said = said || r.reason.find("49 of 64 vector lanes") != std::string::npos;
+  EXPECT_TRUE(said);
+  // Allowed (rows_min_column_percent 0): the tiled rows, both column panels inside each row tile.
+  loop::Schedule sched;
+  sched.contraction.rows_min_column_percent = 0;
+  FusionOptions o;
+  o.schedule = sched;
+  FusionPlan plan = partition(*g, o);
+  ASSERT_EQ(plan.groups.size(), 1u);
+  auto lg = loop::lower_group(plan.groups[0], c.name, sched);
+  ASSERT_TRUE(lg.kernel) << lg.reason;
+  const std::string nest = loop::print_kernel(*lg.kernel);
+  EXPECT_NE(nest.find("tiled rows"), std::string::npos) << nest;
+  EXPECT_EQ(nest.find("kiln_tr_jt"), std::string::npos) << nest;
+  auto values = run_reference_values(*g, random_inputs(*g, 3, {}, false));
+  auto got = testing::interpret_group(*lg.kernel, plan.groups[0], values);
+  EXPECT_EQ(testing::within_max_magnitude(got[0], values.at(plan.groups[0].outputs[0]), 1e-5), "");
 }
 
 // Skipping a kernel position's products over the padding drops terms 0 · w, which is exact only
