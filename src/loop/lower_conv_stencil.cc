@@ -96,8 +96,27 @@ LoopKernel ContractionLowering::build_stencil() {
   auto over_j = [&](std::vector<Stmt> body) {
     return for_loop("kiln_djo", int_imm(blocks), {for_loop("kiln_dj", int_imm(lanes), std::move(body), ForKind::Vectorized)});
   };
-  std::vector<Stmt> per_channel_body = {over_j({store(acc, j, float_imm(0))})};
-  {
+  // One input channel per group (depthwise) and output rows of at least stencil_direct_min_width
+  // positions: the window's sum goes straight into the epilogue's row loop, with no accumulator
+  // plane to zero, store and read back (the same operations in the same order: bit-identical).
+  // Narrower rows keep the plane-wide loop, whose lanes run across rows (7x7: 61 lanes, not 7x7).
+  const bool direct = cg == 1 && wo >= sched_.stencil_direct_min_width;
+  Expr direct_sum;
+  std::vector<Stmt> per_channel_body;
+  if (direct) {
+    const Expr jd = add(mul(var("kiln_dy"), int_imm(ph.wq)), var("kiln_dx"));
+    direct_sum = float_imm(0);
+    for (int64_t tap = 0; tap < taps; ++tap) {
+      const std::string wname = "kiln_dw" + std::to_string(tap);
+      Expr wv = to_compute(L_.value_at(w, Index::from_dims(ws, {co, int_imm(0), int_imm(tap / kw), int_imm(tap % kw)})));
+      per_channel_body.push_back(let(wname, wv));
+      const Expr xv = load(planes, add(int_imm(ph.offset[size_t(tap)]), jd));
+      direct_sum = binary(BinOp::Add, direct_sum, binary(BinOp::Mul, var(wname, DType::Float32), xv));
+    }
+  } else {
+    per_channel_body.push_back(over_j({store(acc, j, float_imm(0))}));
+  }
+  if (!direct) {
     std::vector<Stmt> per_ci;
     const Expr ci = cg == 1 ? int_imm(0) : var("kiln_dci");
     Expr sum = load(acc, j);
@@ -118,7 +137,7 @@ LoopKernel ContractionLowering::build_stencil() {
   {
     const Expr y = var("kiln_dy"), x = var("kiln_dx");
     Index point = Index::from_dims(out_shape_, {n, co, y, x});
-    const Expr a = load(acc, add(mul(y, int_imm(ph.wq)), x));
+    const Expr a = direct ? direct_sum : load(acc, add(mul(y, int_imm(ph.wq)), x));
     std::vector<std::pair<Expr, Expr>> stores = epilogue_stores(point, result(a, bias_ ? co : nullptr));
     std::vector<Stmt> body;
     int next_let = 0;
@@ -130,8 +149,9 @@ LoopKernel ContractionLowering::build_stencil() {
 
   const int64_t work = numel * cg * taps;
   const bool parallel = nb * group_ > 1 && work >= sched_.parallel_min_work;
-  k_.body = for_loop("kiln_dt", int_imm(nb * group_), {allocate(planes, zero_tail ? std::vector<Stmt>{fill, zero_tail, allocate(acc, {channels})}
-                                                               : std::vector<Stmt>{fill, allocate(acc, {channels})})},
+  Stmt compute = direct ? channels : allocate(acc, {channels});
+  k_.body = for_loop("kiln_dt", int_imm(nb * group_), {allocate(planes, zero_tail ? std::vector<Stmt>{fill, zero_tail, compute}
+                                                               : std::vector<Stmt>{fill, compute})},
                      parallel ? ForKind::Parallel : ForKind::Serial);
   return std::move(k_);
 }

@@ -87,6 +87,9 @@ struct Schedule {
   // Whether a strided depthwise conv takes the stencil too (lower_conv_stencil.cc; 0: the
   // untiled nest, unless its epilogue is transcendental or its input computed).
   int stencil_strided_depthwise = 0;
+  // A depthwise stencil whose output rows have at least this many positions sums its window in
+  // the epilogue's row loop, with no accumulator plane (lower_conv_stencil.cc).
+  int64_t stencil_direct_min_width = 16;
   // A pointwise conv feeding a depthwise conv in one kernel (lower_pointwise_depthwise.cc): the
   // expanded channels are computed a block at a time into a local buffer of at most this many
   // bytes (at least one micro-kernel row block of channels), which the depthwise stencil reads

@@ -35,6 +35,7 @@ const std::vector<Field>& fields() {
       {"stencil_bytes", [](S& s) -> int64_t& { return s.stencil_bytes; }, nullptr},
       {"stencil_max_group_width", [](S& s) -> int64_t& { return s.stencil_max_group_width; }, nullptr},
       {"stencil_strided_depthwise", nullptr, [](S& s) -> int& { return s.stencil_strided_depthwise; }},
+      {"stencil_direct_min_width", [](S& s) -> int64_t& { return s.stencil_direct_min_width; }, nullptr},
       {"pointwise_depthwise_bytes", [](S& s) -> int64_t& { return s.pointwise_depthwise_bytes; }, nullptr},
       {"chain.max_pack_bytes", [](S& s) -> int64_t& { return s.chain.max_pack_bytes; }, nullptr},
       {"chain.max_row_blocks", [](S& s) -> int64_t& { return s.chain.max_row_blocks; }, nullptr},

@@ -93,17 +93,23 @@ TEST(LowerConvStencil, MatchesReference) {
       ++convs;
       // The whole case is one kernel: prologue and epilogue fused into the stencil.
       EXPECT_EQ(grp.nodes.size(), g->nodes().size());
-      for (int mode = 0; mode < 3; ++mode) {
-        const loop::Schedule sched = mode == 0 ? par : mode == 1 ? stencil_schedule() : strict_schedule();
+      // Modes 3 and 4: every depthwise case sums its window in the epilogue's row loop (no
+      // accumulator plane), default and strict numerics.
+      loop::Schedule direct = stencil_schedule(), direct_strict = strict_schedule();
+      direct.stencil_direct_min_width = direct_strict.stencil_direct_min_width = 1;
+      for (int mode = 0; mode < 5; ++mode) {
+        const loop::Schedule sched = mode == 0 ? par : mode == 1 ? stencil_schedule() : mode == 2 ? strict_schedule() : mode == 3 ? direct : direct_strict;
         auto lg = loop::lower_group(grp, c.name + "_" + std::to_string(mode), sched);
         ASSERT_TRUE(lg.kernel) << lg.reason;
         const std::string nest = loop::print_kernel(*lg.kernel);
         EXPECT_NE(nest.find("kiln_dph"), std::string::npos) << "not the stencil nest:\n" << nest;
+        const bool depthwise = c.name.rfind("dw_", 0) == 0 && c.name != "dw_multiplier_2";
+        if (mode >= 3 && depthwise) EXPECT_EQ(nest.find("kiln_dacc"), std::string::npos) << "an accumulator plane:\n" << nest;
         auto got = testing::interpret_group(*lg.kernel, grp, values);
         for (size_t o = 0; o < got.size(); ++o)
           EXPECT_EQ(testing::compare_tensors(got[o], values.at(grp.outputs[o])), "") << "interpreted, output " << o;
-        if (mode == 1) fma.add(std::move(*lg.kernel), grp, values);
-        if (mode == 2) strict.add(std::move(*lg.kernel), grp, values);
+        if (mode == 1 || mode == 3) fma.add(std::move(*lg.kernel), grp, values);
+        else if (mode == 2 || mode == 4) strict.add(std::move(*lg.kernel), grp, values);
       }
     }
     EXPECT_EQ(convs, 1);
