@@ -227,6 +227,48 @@ def fam_conv(b):
     return y
 
 
+def fam_inverted_residual(b):
+    """MobileNet's block: a 1x1 expansion, an activation, a depthwise conv (3x3 or 5x5, stride 1 or 2,
+    sometimes dilated or asymmetric padding), an activation, sometimes a 1x1 projection with a
+    residual (kiln fuses the expansion into the depthwise conv: lower_pointwise_depthwise.cc)."""
+    x = b.pick(lambda v: v.rank == 4 and v.shape[1] <= 32)
+    n, c, h, w = x.shape
+    e = c * b.choice([2, 3, 4, 6])
+    if n * e * h * w > MAX_ELEMS or e * c > MAX_ELEMS:
+        raise Skip()
+    x = ops.tame(b, x, 10.0)
+    ins = [x, b.weight((e, c, 1, 1), 1 / math.sqrt(c))]
+    if b.chance(0.7):
+        ins.append(b.weight((e,), 0.5, "bias"))
+    y = b.op1("Conv", ins, (n, e, h, w), 1.5 * x.mag + 2, kernel_shape=[1, 1])
+    y = ops.unary(b, y, b.choice(["Relu", "Clip", "HardSwish", "Swish"]))
+    k = b.choice([3, 3, 5])
+    s = b.choice([1, 1, 2])
+    d = b.choice([1, 1, 1, 2])
+    pb = d * (k - 1) // 2
+    pads = [pb, pb, pb, pb] if b.chance(0.8) else [b.randint(0, pb) for _ in range(4)]
+    ho, wo = conv_out(h, k, s, d, pads[0], pads[2]), conv_out(w, k, s, d, pads[1], pads[3])
+    if min(ho, wo) < 1 or d * (k - 1) + 1 > min(h + pads[0] + pads[2], w + pads[1] + pads[3]):
+        raise Skip()
+    dins = [y, b.weight((e, 1, k, k), 1 / k)]
+    if b.chance(0.7):
+        dins.append(b.weight((e,), 0.5, "bias"))
+    attrs = {"kernel_shape": [k, k], "pads": pads, "group": e}
+    if s != 1:
+        attrs["strides"] = [s, s]
+    if d != 1:
+        attrs["dilations"] = [d, d]
+    z = b.op1("Conv", dins, (n, e, ho, wo), k * y.mag + 2, **attrs)
+    if b.chance(0.7):
+        z = ops.unary(b, z, b.choice(["Relu", "Clip", "HardSwish", "Swish"]))
+    if b.chance(0.5):
+        z = b.op1("Conv", [ops.tame(b, z, 10.0), b.weight((c, e, 1, 1), 1 / math.sqrt(e))], (n, c, ho, wo), 12.0,
+                  kernel_shape=[1, 1])
+        if z.shape == x.shape and b.chance(0.6):
+            z = b.op1("Add", [z, x], z.shape, z.mag + x.mag)
+    return z
+
+
 def batchnorm(b, x):
     c = x.shape[1]
     ins = [x, b.weight((c,), 0.3, "gamma"), b.weight((c,), 0.3, "beta"), b.weight((c,), 0.3, "mean"),
