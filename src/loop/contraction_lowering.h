@@ -135,6 +135,7 @@ class ContractionLowering {
   void narrow_panels(int64_t cout);
   GemmView implicit_conv_view();
   GemmView staged_im2col_view();
+  bool window_channel_rows() const;
   struct PhasePlanes {
     BufferPtr buffer;
     int64_t slots = 0, hq = 0, wq = 0, plane = 0;

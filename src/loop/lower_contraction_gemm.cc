@@ -326,14 +326,10 @@ GemmView ContractionLowering::conv_view() {
 // stride-1, unpadded conv of a kernel input reads the input itself. K runs in another order than
 // the reference's, so strict numerics (Schedule::reorder_sums false) keep the im2col form below.
 //
-// With few input channels (a 3-channel stem: a kernel position's segment would be 3 terms, and
-// the micro-kernel would load and store its accumulators every 3 multiply-adds) the staging is
-// instead the transposed im2col, one row per k = (ci, ky, kx) in the reference's order, holding the
-// input each output position reads for that k: A(p, k) = staged[k · M + p], uniform over all of K
-// (one segment, any numerics). Each staged row is a vectorised copy of shifted input rows, once
-// per call — not a gather per tile — stored in blocks of the tile's M block (128 positions × K) so
-// that a tile's K rows lie within a few pages (row-major over all positions, every k of a tile was
-// another page: ResNet's stem 1.8 -> 2.3 ms).
+// Over many output positions, and with few input channels, the output channels are the rows
+// instead (window_channel_rows, staged_im2col_view): K in the reference's (ci, ky, kx) order, one
+// segment, any numerics, and each tile's B panel packed from the same phase planes, one
+// contiguous run of a plane per K row.
 
 // Kernel position `kpos` (a loop expression) -> the constant table[kpos] (contraction_lowering.h;
 // the tiled rows' panel packing looks up phase offsets with it too).
@@ -363,9 +359,10 @@ bool ContractionLowering::implicit_conv() const {
       return false;
   }
   const int64_t c = c_->input(0)->shape()[1], ks = pg.kernel[0] * pg.kernel[1];
+  const bool rows_are_channels = window_channel_rows();
   // The few-channel form (staged_im2col_view) is 2-D only.
   if (geo_.rank() != 2 && c < 16 && ks > 1) return false;
-  if (!sched_.reorder_sums && !(c < 16 && ks > 1)) return false;
+  if (!sched_.reorder_sums && !rows_are_channels) return false;
   const Value* w = c_->input(1);
   if (!is_group_input(w) || !w->is_constant() || w->dtype() != DType::Float32 || c_->input(0) == w) return false;
   for (const Node* m : grp_.nodes)
@@ -373,8 +370,8 @@ bool ContractionLowering::implicit_conv() const {
       for (const Value* in : m->inputs())
         if (in == w) return false;
   if (shape_numel(c_->input(0)->shape()) == 0) return false;
-  // Few input channels: output channels are the rows (staged_im2col_view), any count of them.
-  if (c < 16 && ks > 1) return true;
+  // Output channels are the rows (staged_im2col_view), any count of them.
+  if (rows_are_channels) return true;
   // Output channels fill the micro-kernel's columns; fewer than nr with a window (a U-Net
   // decoder's 16-channel 3x3 convs, whose im2col form packs a gathered panel per tile) take a
   // panel as narrow as a whole number of vectors (narrow_panels); fewer than one vector would run
@@ -382,6 +379,34 @@ bool ContractionLowering::implicit_conv() const {
   // reductions over 28x28: 4 % slower as a 16x16 implicit GEMM).
   const int64_t cout = w->shape()[0];
   return cout >= sched_.contraction.nr || (!unit_window() && cout >= sched_.vector_width);
+}
+
+// A 2-D windowed conv with the output channels as rows and the positions as columns
+// (staged_im2col_view): with few input channels always (a 3-channel stem: a kernel position's
+// segment of the implicit form would be 3 terms, and the micro-kernel would load and store its
+// accumulators every 3 multiply-adds), else from ContractionTile::window_channel_rows_positions
+// output positions when the phase planes' lines are at most a quarter wider than the output's
+// (a large dilation's padding would be computed as columns; the implicit form skips it per
+// line). Over many positions the output-channel rows beat the implicit form's positions as rows:
+// its stores are contiguous runs of an output channel (no transposed copy of the tile), its A is
+// the weights in place, and its B panel one contiguous run of a plane per K row. 1 thread,
+// `kiln bench` of Conv + Relu: 64 -> 64 at 56x56 1.61 -> 1.55 ms, 128 -> 128 at 28x28 1.71 ->
+// 1.57, 256 -> 256 at 14x14 1.73 -> 1.62, 64 -> 128 stride 2 over 56x56 0.92 -> 0.81, 5x5 32 ->
+// 64 at 56x56 2.44 -> 2.10, 128 -> 128 at 112x112 33.8 -> 27.9; 512 -> 512 at 7x7 1.92 -> 1.99
+// (49 positions: one column tile and a rest). With few output channels the rows are few, and each
+// packed B panel serves only their row tiles, where the implicit form packs nothing per call:
+// DenseNet-121's 128 -> 32 3x3 convs 1.77 -> 2.10 ms over 56x56, 0.44 -> 0.56 over 28x28
+// (ContractionTile::window_channel_rows_min_cout). The K order is the reference's (ci, ky, kx), so
+// --strict-fp keeps this form too.
+bool ContractionLowering::window_channel_rows() const {
+  if (c_->op_type() != "Conv" || group_ != 1 || geo_.rank() != 2 || unit_window()) return false;
+  const int64_t c = c_->input(0)->shape()[1];
+  if (c < 16) return true;
+  const int64_t wo = geo_.out[1];
+  const auto& cr = sched_.contraction;
+  if (shape_numel(geo_.out) < cr.window_channel_rows_positions || c_->input(1)->shape()[0] < cr.window_channel_rows_min_cout)
+    return false;
+  return phase_geometry().wq * 4 <= wo * 5;
 }
 
 // An implicit conv with fewer output channels than the micro-kernel's columns: panels of
@@ -408,7 +433,7 @@ GemmView ContractionLowering::implicit_conv_view() {
   const int64_t cout = w->shape()[0], ks = kh * kw;
   // The padded input every window reads: hp × wp.
   const int64_t hp = (ho - 1) * sy + (kh - 1) * dy + 1, wp = (wo - 1) * sx + (kw - 1) * dx + 1;
-  if (c < 16 && ks > 1) return staged_im2col_view();
+  if (window_channel_rows()) return staged_im2col_view();
   narrow_panels(cout);
   const bool direct = is_group_input(x) && ks == 1 && sy == 1 && sx == 1 && pt == 0 && pl == 0 && hp == h && wp == wd;
   const PhasePlanes ph = direct ? PhasePlanes{} : stage_phase_planes();
@@ -483,13 +508,13 @@ GemmView ContractionLowering::implicit_conv_view() {
   return g;
 }
 
-// implicit_conv() with few input channels: a GEMM with the output channels as rows (A = the
-// weights in place, K in the reference's (ci, ky, kx) order) and the positions as columns. The
-// input is staged once per call into phase planes (small: the input's size); each tile packs its
-// B panel — kc × nr im2col values, contiguous runs of phase rows — from them, and its stores are
-// contiguous runs of an output channel's positions. (The whole im2col staged once per call was
-// K times the input — 7.4 MB for ResNet's stem — and went through L3/DRAM between the staging
-// and the tiles: the stem took 2.0 ms inside the model against 1.15 ms alone.)
+// A windowed conv with the output channels as rows (window_channel_rows): A = the weights in
+// place, K in the reference's (ci, ky, kx) order, the positions as columns. The input is staged
+// once per call into phase planes (small: the input's size); each tile packs its B panel — kc ×
+// nr im2col values — from them, and its stores are contiguous runs of an output channel's
+// positions. (The whole im2col staged once per call was K times the input — 7.4 MB for ResNet's
+// stem — and went through L3/DRAM between the staging and the tiles: the stem took 2.0 ms inside
+// the model against 1.15 ms alone.)
 GemmView ContractionLowering::staged_im2col_view() {
   const Value* x = c_->input(0);
   const Value* w = c_->input(1);
@@ -497,12 +522,20 @@ GemmView ContractionLowering::staged_im2col_view() {
   const int64_t nb = xs[0], c = xs[1], ho = geo_.out[0], wo = geo_.out[1];
   const int64_t kh = geo_.kernel[0], kw = geo_.kernel[1];
   const int64_t cout = w->shape()[0], ks = kh * kw, m = ho * wo, kk = c * ks;
+  const PhasePlanes ph = stage_phase_planes();
+  const int64_t wq = ph.wq;
   GemmView g;
   g.batch = {nb};
   g.m = cout;
-  g.n = m;
+  // Columns are the positions y · wq + x of a phase plane's lines, the first wo of each line
+  // outputs (GemmView::col_line): a K row of a tile's panel is then one contiguous run of a
+  // plane. (Columns as output positions y · wo + x split a panel row at every output line into
+  // short copies — library memmove calls — ResNet's 64-channel 3x3 convs over 56x56 1.76 ->
+  // 1.58 ms.)
+  g.n = (ho - 1) * wq + wo;
   g.k = kk;
-  const PhasePlanes ph = stage_phase_planes();
+  g.col_line = wq;
+  g.col_line_valid = wo;
   g.staging_locals.push_back(ph.buffer);
   g.staging.push_back(ph.fill);
   // Row k = (ci, ky, kx) of image 0 starts at koff[k] = ci · slots · plane + offset(ky, kx) in
@@ -515,31 +548,31 @@ GemmView ContractionLowering::staged_im2col_view() {
       "kiln_xk", int_imm(kk),
       {store(koff, xk, add(mul(div_floor(xk, int_imm(ks)), int_imm(ph.slots * ph.plane)), table_lookup(mod(xk, int_imm(ks)), ph.offset)))}));
   const BufferPtr planes = ph.buffer;
-  const int64_t image = c * ph.slots * ph.plane, wq = ph.wq;
+  const int64_t image = c * ph.slots * ph.plane;
   GemmOperand::Packer pk;
   pk.setup = [](const std::vector<Expr>&, Expr, Expr) { return std::vector<Stmt>{}; };
-  // Columns jj < nc of the tile are positions p = j0 + jj; they cover output rows y0 .. y0 + ny − 1,
-  // row y contributing the run [max(j0, y·wo), min(j0 + nc, (y + 1)·wo)) — phase row y of the
-  // k's plane from column p − y·wo, contiguous on both sides.
+  // Columns jj < nc of the tile are plane positions j0 + jj: row k of the panel is the run
+  // planes[image + koff[k] + j0 ..] (in bounds: the last column is an output's, whose window
+  // lies in the planes).
   pk.pack = [=](const std::vector<Expr>& bt, Expr k0, Expr kc, const BufferPtr& bpack, int64_t ld, Expr col0, Expr width) {
-    const Expr j0 = var("kiln_j0"), nc = var("kiln_nc"), yy = add(var("kiln_xy0"), var("kiln_xyl"));
-    const Expr lo = var("kiln_xlo"), e = var("kiln_xe");
+    const Expr j0 = var("kiln_j0"), nc = var("kiln_nc");
     const Expr dst_row = add(mul(var("kiln_ck"), int_imm(ld)), col0);
-    std::vector<Stmt> run = {
-        let("kiln_xlo", binary(BinOp::Max, j0, mul(yy, int_imm(wo)))),
-        let("kiln_xhi", binary(BinOp::Min, add(j0, nc), add(mul(yy, int_imm(wo)), int_imm(wo)))),
-        for_loop("kiln_xe", sub(var("kiln_xhi"), lo),
-                 {store(bpack, add(add(dst_row, sub(lo, j0)), e),
-                        load(planes, add(add(var("kiln_xkb"), add(mul(yy, int_imm(wq)), sub(lo, mul(yy, int_imm(wo))))), e)))},
-                 ForKind::Vectorized)};
-    std::vector<Stmt> row = {let("kiln_xkb", add(mul(bt[0], int_imm(image)), load(koff, add(k0, var("kiln_ck"))))),
-                             for_loop("kiln_xyl", var("kiln_xny"), std::move(run))};
-    // Columns past nc (the last tile's) are zeros: the micro-kernel reads whole panels.
-    row.push_back(for_loop("kiln_xz", sub(width, nc), {store(bpack, add(add(dst_row, nc), var("kiln_xz")), float_imm(0))},
-                           ForKind::Vectorized));
-    return std::vector<Stmt>{let("kiln_xy0", div_floor(j0, int_imm(wo))),
-                             let("kiln_xny", add(sub(div_floor(sub(add(j0, nc), int_imm(1)), int_imm(wo)), var("kiln_xy0")), int_imm(1))),
-                             for_loop("kiln_ck", kc, std::move(row))};
+    auto copy = [&](Expr count) {
+      return for_loop("kiln_xe", std::move(count),
+                      {store(bpack, add(dst_row, var("kiln_xe")), load(planes, add(var("kiln_xkb"), var("kiln_xe"))))},
+                      ForKind::Vectorized);
+    };
+    std::vector<Stmt> row = {let("kiln_xkb", add(add(mul(bt[0], int_imm(image)), load(koff, add(k0, var("kiln_ck")))), j0))};
+    // A whole panel row is a copy of constant length (with the tile's width a runtime value GCC
+    // made every row a memmove call, 10 % of ResNet's stem); the last tile's columns past nc are
+    // zeros: the micro-kernel reads whole panels.
+    std::vector<Stmt> rest = {copy(nc), for_loop("kiln_xz", sub(width, nc), {store(bpack, add(add(dst_row, nc), var("kiln_xz")), float_imm(0))},
+                                                 ForKind::Vectorized)};
+    if (width->kind == ExprKind::IntImm)
+      row.push_back(if_then(binary(BinOp::Eq, nc, width), {copy(width)}, std::move(rest)));
+    else
+      for (auto& st : rest) row.push_back(std::move(st));
+    return std::vector<Stmt>{for_loop("kiln_ck", kc, std::move(row))};
   };
   g.b.packer = std::move(pk);
   g.b.value = [](const std::vector<Expr>&, Expr, Expr) -> Expr { refuse("staged im2col: B is packed from the phase planes"); };

@@ -460,6 +460,37 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
     Stmt both = block({values, block(std::move(copies))});
     for (size_t o = tmps.size(); o-- > 0;) both = allocate(tmps[o], {both});
     in_acc.push_back(both);
+  } else if (v.col_line > 0) {
+    // Columns are positions over padded lines: per row, each line's valid run within the panel,
+    // stored contiguously; the padding columns are computed and dropped.
+    KILN_CHECK(v.column_parts.empty() && v.col_line_valid > 0 && v.col_line_valid <= v.col_line,
+               "tiled GEMM: column lines need one part and valid columns within a line");
+    const Expr i = add(var("kiln_m0"), var("kiln_ei"));
+    const Expr L = int_imm(v.col_line), lnv = var("kiln_ln"), x = var("kiln_x");
+    std::vector<TileStore> stores = v.epilogue(batch, i, add(mul(lnv, int_imm(v.col_line_valid)), x),
+                                               load(acc, add(mul(var("kiln_ei"), int_imm(nc)), sub(add(mul(lnv, L), x), panel0))));
+    std::vector<Stmt> body;
+    SharedExprHoister h(next_let);
+    for (auto& st : stores) {
+      h.count(st.value);
+      h.count(st.index);
+    }
+    if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused epilogue has ", h.dag_size(), " nodes"));
+    std::vector<BufferPtr> bufs;
+    std::vector<std::pair<Expr, Expr>> pairs;
+    for (auto& st : stores) {
+      pairs.push_back({h.rewrite(st.index, body), h.rewrite(st.value, body)});
+      bufs.push_back(st.buffer);
+    }
+    append_stores(body, bufs, std::move(pairs), next_let);
+    std::vector<Stmt> per_line = {
+        let("kiln_ln", add(div_floor(panel0, L), var("kiln_el"))),
+        let("kiln_xa", binary(BinOp::Max, sub(panel0, mul(lnv, L)), int_imm(0))),
+        let("kiln_xb", minimum(sub(add(panel0, panel_n), mul(lnv, L)), int_imm(v.col_line_valid))),
+        for_loop("kiln_ex", sub(var("kiln_xb"), var("kiln_xa")), {let("kiln_x", add(var("kiln_xa"), var("kiln_ex"))), block(std::move(body))},
+                 ForKind::Vectorized)};
+    const Expr lines = add(sub(div_floor(sub(add(panel0, panel_n), int_imm(1)), L), div_floor(panel0, L)), int_imm(1));
+    in_acc.push_back(for_loop("kiln_ei", mcv, {for_loop("kiln_el", lines, std::move(per_line))}));
   } else {
     const Expr i = add(var("kiln_m0"), var("kiln_ei"));
     for (size_t p = 0; p < parts.size(); ++p) {

@@ -96,6 +96,12 @@ struct GemmView {
   int64_t line = 0, line_valid = 0;
   std::function<std::vector<TileStore>(const std::vector<Expr>& batch, Expr line, Expr x, Expr j, Expr acc)>
       line_epilogue;
+  // Optional, with `epilogue` (and no column parts): the columns are lines of `col_line` columns
+  // of which the first `col_line_valid` are outputs (a conv with the output channels as rows and
+  // its positions over a padded phase plane as columns, so that B's rows are contiguous runs of
+  // the plane). The epilogue is called with j = line · col_line_valid + x, the output position,
+  // and only the valid columns are stored, as contiguous runs per line.
+  int64_t col_line = 0, col_line_valid = 0;
   // Statements run once before the tiles (staging an operand), with the buffers they fill
   // allocated around the whole nest.
   std::vector<BufferPtr> staging_locals;

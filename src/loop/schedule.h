@@ -26,6 +26,11 @@ struct ContractionTile {
   int64_t channel_rows_positions = 2048;
   int64_t channel_rows_positions_few_k = 512;
   int64_t channel_rows_few_k = 128;
+  // A windowed 2-D conv over at least this many output positions is a GEMM with output channels
+  // as rows and the positions over its staged phase planes as columns (staged_im2col_view in
+  // lower_contraction_gemm.cc); below it the implicit GEMM with positions as rows.
+  int64_t window_channel_rows_positions = 128;
+  int64_t window_channel_rows_min_cout = 64;  // ... and has at least this many output channels
   // A GEMM whose K is one block stores as much as it computes (a 1x1 conv with 16-64 input
   // channels: 2K flops per stored float). Its tile rows are output rows far apart (an output
   // channel's positions), each a memory stream of the tile's width: a tile is then at least

@@ -24,6 +24,15 @@ bool has_pointwise_conv(const FusionGroup& grp) {
   return false;
 }
 
+// A group-1 conv with a window (not 1x1).
+bool has_windowed_conv(const FusionGroup& grp) {
+  for (const Node* n : grp.nodes)
+    if (n->op_type() == "Conv" && n->attr_int("group", 1) == 1 && n->num_inputs() > 1 && n->input(1) &&
+        n->input(1)->shape().size() == 4 && n->input(1)->shape()[2] * n->input(1)->shape()[3] > 1)
+      return true;
+  return false;
+}
+
 bool has_grouped_conv(const FusionGroup& grp) {
   for (const Node* n : grp.nodes)
     if (n->op_type() == "Conv" && n->attr_int("group", 1) > 1) return true;
@@ -72,6 +81,11 @@ std::vector<Dimension> search_space(const FusionGroup& grp, const loop::Schedule
       d.push_back(dim("contraction.channel_rows_positions", {0, 512, 1024, 2048, 4096, 8192, kNever}, dflt));
       d.push_back(dim("contraction.channel_rows_positions_few_k", {0, 256, 512, 1024, kNever}, dflt));
       d.push_back(dim("contraction.channel_rows_few_k", {32, 64, 128, 256}, dflt));
+    }
+    // Output channels or positions as a windowed conv's rows (staged_im2col_view).
+    if (has_windowed_conv(grp)) {
+      d.push_back(dim("contraction.window_channel_rows_positions", {0, 64, 128, 256, 1024, 4096, kNever}, dflt));
+      d.push_back(dim("contraction.window_channel_rows_min_cout", {16, 32, 64, 128}, dflt));
     }
     if (has_grouped_conv(grp)) {
       d.push_back(dim("stencil_bytes", {l2 / 8, l2 / 4, l2 / 2, l2, 2 * l2}, dflt));

@@ -330,6 +330,17 @@ std::vector<ConvCase> implicit_conv_cases() {
 )", "%x: f32[2,3,11,9]", "%y", {{"w", {40, 3, 7, 7}}, {"b", {40}}}},
       {"ic_stem_im2col_few_out", R"(  %y: f32[1,16,7,9] = Conv(%x, %w) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
 )", "%x: f32[1,3,7,9]", "%y", {{"w", {16, 3, 3, 3}}}},
+      // Many positions (>= ContractionTile::window_channel_rows_positions) and output channels
+      // (>= window_channel_rows_min_cout): output channels as rows too, the columns positions over
+      // the phase planes' lines (GemmView::col_line; their padding columns computed, not stored);
+      // a residual and ReLU epilogue, 70 output channels (a rest of rows), two images; a strided
+      // conv with asymmetric padding over two phases of rows and columns.
+      {"ic_rows_3x3_residual", R"(  %c: f32[2,70,12,14] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
+  %a: f32[2,70,12,14] = Add(%c, %r) name="res"
+  %y: f32[2,70,12,14] = Relu(%a) name="relu"
+)", "%x: f32[2,24,12,14], %r: f32[2,70,12,14]", "%y", {{"w", {70, 24, 3, 3}}, {"b", {70}}}},
+      {"ic_rows_stride2_asym", R"(  %y: f32[1,64,14,11] = Conv(%x, %w) {kernel_shape=[3,3], pads=[1,0,2,1], strides=[2,2]} name="conv"
+)", "%x: f32[1,17,26,23]", "%y", {{"w", {64, 17, 3, 3}}}},
       // Fewer output channels than the default nr (32): narrower panels (a 16x16 tile), and 20
       // channels: panels of two vectors, the last one partly zero.
       {"ic_narrow_out_16", R"(  %y: f32[1,16,9,8] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
@@ -384,7 +395,7 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
         // The implicit form: weights packed from their [Cout][Cin][kh][kw] order, K in segments
         // (or, with few channels, the weights in place as A and each tile's B panel packed from
         // the phase planes staged once per call).
-        if (c.name.rfind("ic_stem_im2col", 0) == 0) {
+        if (c.name.rfind("ic_stem_im2col", 0) == 0 || c.name.rfind("ic_rows_", 0) == 0) {
           EXPECT_NE(nest.find("kiln_xkoff"), std::string::npos) << nest;
           EXPECT_NE(nest.find("B packed"), std::string::npos) << nest;
         } else {
@@ -494,8 +505,10 @@ TEST(LowerContraction, ConvPoolRowsReadTheWeightsOnce) {
 // for finite weights (0 · inf is NaN, as the reference computes it): with one infinite weight
 // nothing is skipped.
 TEST(LowerContraction, ImplicitConvSkipsPaddingOnlyWithFiniteWeights) {
-  const ConvCase c = implicit_conv_cases()[10];
-  ASSERT_EQ(c.name, "ic_dilated_aspp_skip");
+  const auto cases = implicit_conv_cases();
+  const auto it = std::find_if(cases.begin(), cases.end(), [](const ConvCase& k) { return k.name == "ic_dilated_aspp_skip"; });
+  ASSERT_NE(it, cases.end());
+  const ConvCase c = *it;
   for (bool finite : {true, false}) {
     auto g = make_conv_graph(c);
     if (!finite)
@@ -579,6 +592,34 @@ TEST(LowerContraction, ComputedInputOfWindowedConvIsStagedOnce) {
   check_staged_conv(c, /*fma_exact=*/false, [](const std::string& nest, bool strict) {
     EXPECT_NE(nest.find(strict ? "kiln_xin" : "kiln_xph"), std::string::npos) << nest;  // staged once per call
   });
+}
+
+// A windowed conv over many positions with many output channels takes the output channels as
+// rows (window_channel_rows), its computed input staged once into phase planes; K stays in the
+// reference's order, so --strict-fp keeps this form and is bit-identical to the reference.
+TEST(LowerContraction, WindowedConvOverManyPositionsHasChannelRows) {
+  const ConvCase c{"rows_3x3", R"(  %s: f32[1,20,15,13] = Sigmoid(%x) name="sig"
+  %m: f32[1,20,15,13] = Mul(%x, %s) name="silu"
+  %y: f32[1,72,15,13] = Conv(%m, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
+)", "%x: f32[1,20,15,13]", "%y", {{"w", {72, 20, 3, 3}}, {"b", {72}}}};
+  check_staged_conv(c, /*fma_exact=*/false, [](const std::string& nest, bool) {
+    EXPECT_NE(nest.find("kiln_xkoff"), std::string::npos) << nest;      // B's rows from the staged planes
+    EXPECT_NE(nest.find("kiln_xph"), std::string::npos) << nest;        // staged once per call
+    EXPECT_EQ(nest.find("K in segments"), std::string::npos) << nest;  // not the implicit form
+  });
+  // Below either threshold: the implicit form (positions as rows).
+  for (const auto& [positions, cout] : std::vector<std::pair<int64_t, int64_t>>{{196, 64}, {64, 128}}) {
+    loop::Schedule sched;
+    sched.contraction.window_channel_rows_positions = positions;
+    sched.contraction.window_channel_rows_min_cout = cout;
+    auto g = make_conv_graph(c);
+    for (const auto& grp : partition(*g).groups)
+      if (is_contraction_group(grp)) {
+        auto lg = loop::lower_group(grp, "r", sched);
+        ASSERT_TRUE(lg.kernel) << lg.reason;
+        EXPECT_NE(loop::print_kernel(*lg.kernel).find("K in segments"), std::string::npos) << positions << " " << cout;
+      }
+  }
 }
 
 // Under strict numerics (reorder_sums false) convs keep the reference's K order: im2col.
