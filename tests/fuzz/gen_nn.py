@@ -227,6 +227,36 @@ def fam_conv(b):
     return y
 
 
+def fam_wide_conv(b):
+    """A group-1 conv with a 3x3 or 5x5 window and 64-96 output channels over a map of at least 128
+    positions (kiln computes it with the output channels as rows, columns over the padded phase
+    planes: lower_contraction_gemm.cc window_channel_rows), strided, dilated or asymmetrically
+    padded at times, with a bias, an activation and sometimes a residual."""
+    x = b.pick(lambda v: v.rank == 4 and v.shape[2] * v.shape[3] >= 128 and v.shape[1] <= 96)
+    n, c, h, w = x.shape
+    m = b.choice([64, 72, 96])
+    k = b.choice([3, 3, 5])
+    s = b.choice([1, 1, 2])
+    d = b.choice([1, 1, 1, 2])
+    pb = [b.randint(0, d * (k - 1)) for _ in range(2)]
+    pe = [b.randint(0, d * (k - 1)) for _ in range(2)] if b.chance(0.3) else list(pb)
+    ho, wo = conv_out(h, k, s, d, pb[0], pe[0]), conv_out(w, k, s, d, pb[1], pe[1])
+    if min(ho, wo) < 1 or m * c * k * k > MAX_ELEMS or n * m * ho * wo > MAX_ELEMS:
+        raise Skip()
+    x = ops.tame(b, x, 10.0)
+    ins = [x, b.weight((m, c, k, k), 1 / math.sqrt(c * k * k))]
+    if b.chance(0.7):
+        ins.append(b.weight((m,), 0.5, "bias"))
+    y = b.op1("Conv", ins, (n, m, ho, wo), 1.5 * x.mag + 2, kernel_shape=[k, k], pads=pb + pe, strides=[s, s],
+              dilations=[d, d])
+    if b.chance(0.6):
+        y = ops.unary(b, y, b.choice(["Relu", "Clip", "HardSwish", "Swish"]))
+    if b.chance(0.3):
+        r = b.graph_input(y.shape) if b.chance(0.5) else y
+        y = b.op1("Add", [y, r], y.shape, 2 * y.mag)
+    return y
+
+
 def fam_inverted_residual(b):
     """MobileNet's block: a 1x1 expansion, an activation, a depthwise conv (3x3 or 5x5, stride 1 or 2,
     sometimes dilated or asymmetric padding), an activation, sometimes a 1x1 projection with a
