@@ -85,7 +85,7 @@ std::string explain_text(const Graph& g, const FusionPlan& plan, const ExplainEx
                             "1e-4 of the reference (--strict-fp for its bits)\n");
   if (extras.arena_bytes >= 0)
     os << "memory: peak arena " << human_bytes(extras.arena_bytes) << " for " << human_bytes(extras.intermediate_sum_bytes)
-       << " of intermediates (liveness-planned, in-place where elementwise)\n";
+       << " of intermediates (liveness-planned, in-place where elementwise or in a contraction's epilogue)\n";
   return os.str();
 }
 
