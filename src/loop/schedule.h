@@ -44,6 +44,10 @@ struct ContractionTile {
   // vectors — only when at least this percentage of those lanes hold positions; else the conv and
   // the row passes stay apart (lower_contraction_rows.cc).
   int64_t rows_min_column_percent = 85;
+  // An in-place B whose K rows lie a page or more apart is copied per tile into a contiguous
+  // panel when a K block has at least this many rows (and the tile at least two row tiles);
+  // 0: always read in place (lower_contraction_tiled.cc).
+  int64_t copy_b_min_k = 128;
 };
 
 // Row pipelines (chains of MatMuls such as attention and MLPs, lower_contraction_chain.cc).

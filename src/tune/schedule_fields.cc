@@ -35,6 +35,7 @@ const std::vector<Field>& fields() {
       {"contraction.store_max_k", [](S& s) -> int64_t& { return s.contraction.store_max_k; }, nullptr},
       {"contraction.rows_min_column_percent", [](S& s) -> int64_t& { return s.contraction.rows_min_column_percent; },
        nullptr},
+      {"contraction.copy_b_min_k", [](S& s) -> int64_t& { return s.contraction.copy_b_min_k; }, nullptr},
       {"rows_block_bytes", [](S& s) -> int64_t& { return s.rows_block_bytes; }, nullptr},
       {"stencil_bytes", [](S& s) -> int64_t& { return s.stencil_bytes; }, nullptr},
       {"stencil_max_group_width", [](S& s) -> int64_t& { return s.stencil_max_group_width; }, nullptr},
