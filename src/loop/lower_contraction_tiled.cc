@@ -168,8 +168,8 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   // each) is copied per tile and K block into a contiguous kc × nr panel when the tile's row
   // tiles reuse it: read in place, every micro-kernel call touched kc pages, more than the L1
   // TLB holds, and its B loads stalled on the page walks and on lines no prefetcher followed
-  // (ResNet-50's 256 -> 128 1x1 conv over 56x56: 1.62 -> 1.45 ms in a harness, ONNX Runtime
-  // 1.41). The copy is one pass of constant-length runs; its last tile's columns past N are
+  // (ResNet-50's 256 -> 128 1x1 conv over 56x56, `kiln bench --threads 1`: 1.44 -> 1.25 ms,
+  // ONNX Runtime 1.41; with K = 64 copying was 5 % slower). The copy is one pass of constant-length runs; its last tile's columns past N are
   // zeros, so every call runs the whole-panel micro-kernel. ContractionTile::copy_b_min_k.
   const bool copy_b = !pack_b && !panel_b && s.contraction.copy_b_min_k > 0 && kc >= s.contraction.copy_b_min_k &&
                       v.b.stride_r * int64_t(sizeof(float)) >= 4096 && mc >= 2 * mr;
@@ -253,15 +253,14 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
                       {store(bpack, add(mul(var("kiln_pk"), int_imm(nr)), var("kiln_pj")), load(v.b.buffer, add(src, var("kiln_pj"))))},
                       ForKind::Vectorized);
     };
-    std::vector<Stmt> row = {copy(int_imm(nr))};
-    if (v.n % nr != 0) {
-      // A whole panel row is a copy of constant length; the last column tile's rest is zeros.
-      Stmt zeros = for_loop("kiln_pz", sub(int_imm(nr), ncv),
-                            {store(bpack, add(add(mul(var("kiln_pk"), int_imm(nr)), ncv), var("kiln_pz")), float_imm(0))},
-                            ForKind::Vectorized);
-      row = {if_then(binary(BinOp::Eq, ncv, int_imm(nr)), {copy(int_imm(nr))}, {copy(ncv), zeros})};
-    }
-    coltile.push_back(for_loop("kiln_pk", kcv, std::move(row)));
+    // A whole panel row is a copy of constant length; the last column tile's rest is zeros.
+    Stmt row = copy(int_imm(nr));
+    if (v.n % nr != 0)
+      row = if_then(binary(BinOp::Eq, ncv, int_imm(nr)), {row},
+                    {copy(ncv), for_loop("kiln_pz", sub(int_imm(nr), ncv),
+                                         {store(bpack, add(add(mul(var("kiln_pk"), int_imm(nr)), ncv), var("kiln_pz")), float_imm(0))},
+                                         ForKind::Vectorized)});
+    coltile.push_back(for_loop("kiln_pk", kcv, {row}));
   } else if (pack_b) {
     // Columns past N are zeros (their accumulators are never stored); the value is only read at a
     // clamped, in-range column so every load stays in bounds.

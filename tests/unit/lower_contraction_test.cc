@@ -594,6 +594,32 @@ TEST(LowerContraction, ComputedInputOfWindowedConvIsStagedOnce) {
   });
 }
 
+// A pointwise conv whose input channels lie pages apart (2070 positions each) with K blocks of 128
+// rows: its in-place B is copied per tile into a contiguous panel (ContractionTile::copy_b_min_k),
+// the last column tile's 22 columns padded with zeros; both numerics modes match the reference.
+// With copy_b_min_k above K it is read in place.
+TEST(LowerContraction, FarApartInPlaceBIsCopiedPerTile) {
+  const ConvCase c{"copy_b", R"(  %s: f32[1,128,46,45] = Sigmoid(%x) name="sig"
+  %m: f32[1,128,46,45] = Mul(%x, %s) name="silu"
+  %y: f32[1,24,46,45] = Conv(%m, %w, %b) {kernel_shape=[1,1]} name="conv"
+)", "%x: f32[1,128,46,45]", "%y", {{"w", {24, 128, 1, 1}}, {"b", {24}}}};
+  check_staged_conv(c, /*fma_exact=*/true, [](const std::string& nest, bool) {
+    EXPECT_NE(nest.find("B copied per tile"), std::string::npos) << nest;
+    EXPECT_NE(nest.find("kiln_pz"), std::string::npos) << nest;  // the rest tile's zero columns
+  });
+  loop::Schedule sched;
+  sched.contraction.copy_b_min_k = 256;
+  auto g = make_conv_graph(c);
+  for (const auto& grp : partition(*g).groups)
+    if (is_contraction_group(grp)) {
+      auto lg = loop::lower_group(grp, "c", sched);
+      ASSERT_TRUE(lg.kernel) << lg.reason;
+      const std::string nest = loop::print_kernel(*lg.kernel);
+      EXPECT_EQ(nest.find("B copied per tile"), std::string::npos) << nest;
+      EXPECT_EQ(nest.find("kiln_bpack"), std::string::npos) << nest;
+    }
+}
+
 // A windowed conv over many positions with many output channels takes the output channels as
 // rows (window_channel_rows), its computed input staged once into phase planes; K stays in the
 // reference's order, so --strict-fp keeps this form and is bit-identical to the reference.
