@@ -191,6 +191,11 @@ struct LoopKernel {
   // out-of-range index sets to its site (threads may store concurrently; any one site is kept).
   // Kernels without data-dependent indices have neither the argument nor any check.
   std::vector<IndexCheck> index_checks;
+  // 512: the C backend asks the compiler to prefer 512-bit vectors for this kernel's loops (GCC's
+  // target("prefer-vector-width=512"); its tuning for several AVX-512 cores prefers 256-bit ones
+  // under -march=native). 0: the compiler's default. Set by lowerings whose loops run in whole
+  // 16-lane vectors (Schedule::stencil_whole_vectors).
+  int vector_bits = 0;
 };
 
 // The message for a status word `status` (> 0) after a call of a kernel with these checks: the

@@ -55,6 +55,15 @@ std::vector<StencilCase> stencil_cases() {
   %s: f32[1,6,3,3] = Sigmoid(%c) name="sig"
   %y: f32[1,6,3,3] = Mul(%c, %s) name="silu"
 )", "%x: f32[1,6,6,5], %r: f32[1,6,6,5]", "%y", {{"w", {6, 1, 3, 3}}, {"b", {6}}}},
+      // Rows that 16-lane targets run as whole vectors (28 -> 32 lanes, stores masked), with an
+      // epilogue, and with a residual read along the row (which keeps the row's own width).
+      {"dw_3x3_rows_28_silu", R"(  %c: f32[2,5,3,28] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1], group=5} name="conv"
+  %s: f32[2,5,3,28] = Sigmoid(%c) name="sig"
+  %y: f32[2,5,3,28] = Mul(%c, %s) name="silu"
+)", "%x: f32[2,5,3,28]", "%y", {{"w", {5, 1, 3, 3}}, {"b", {5}}}},
+      {"dw_5x5_rows_14_residual", R"(  %c: f32[1,3,4,14] = Conv(%x, %w) {kernel_shape=[5,5], pads=[2,2,2,2], group=3} name="conv"
+  %y: f32[1,3,4,14] = Add(%c, %r) name="res"
+)", "%x: f32[1,3,4,14], %r: f32[1,3,4,14]", "%y", {{"w", {3, 1, 5, 5}}}},
   };
 }
 
@@ -97,8 +106,12 @@ TEST(LowerConvStencil, MatchesReference) {
       // accumulator plane), default and strict numerics.
       loop::Schedule direct = stencil_schedule(), direct_strict = strict_schedule();
       direct.stencil_direct_min_width = direct_strict.stencil_direct_min_width = 1;
-      for (int mode = 0; mode < 5; ++mode) {
-        const loop::Schedule sched = mode == 0 ? par : mode == 1 ? stencil_schedule() : mode == 2 ? strict_schedule() : mode == 3 ? direct : direct_strict;
+      // Modes 5 and 6: a 16-lane target, whose rows of 12+ positions run in whole vectors.
+      loop::Schedule wide = direct, wide_strict = direct_strict;
+      wide.vector_width = wide_strict.vector_width = 16;
+      for (int mode = 0; mode < 7; ++mode) {
+        const loop::Schedule sched = mode == 0 ? par : mode == 1 ? stencil_schedule() : mode == 2 ? strict_schedule() : mode == 3 ? direct
+                                     : mode == 4 ? direct_strict : mode == 5 ? wide : wide_strict;
         auto lg = loop::lower_group(grp, c.name + "_" + std::to_string(mode), sched);
         ASSERT_TRUE(lg.kernel) << lg.reason;
         const std::string nest = loop::print_kernel(*lg.kernel);
@@ -108,14 +121,55 @@ TEST(LowerConvStencil, MatchesReference) {
         auto got = testing::interpret_group(*lg.kernel, grp, values);
         for (size_t o = 0; o < got.size(); ++o)
           EXPECT_EQ(testing::compare_tensors(got[o], values.at(grp.outputs[o])), "") << "interpreted, output " << o;
-        if (mode == 1 || mode == 3) fma.add(std::move(*lg.kernel), grp, values);
-        else if (mode == 2 || mode == 4) strict.add(std::move(*lg.kernel), grp, values);
+        if (mode == 1 || mode == 3 || mode == 5) fma.add(std::move(*lg.kernel), grp, values);
+        else if (mode == 2 || mode == 4 || mode == 6) strict.add(std::move(*lg.kernel), grp, values);
       }
     }
     EXPECT_EQ(convs, 1);
   }
   fma.check("stencil_fma", /*contract=*/true);
   strict.check("stencil_strict", /*contract=*/false);
+}
+
+// On a 16-lane target a row filling at least three quarters of its vectors runs in whole ones
+// (the loop over x padded, the stores guarded, their values computed before the guard so that no
+// load is masked) and the kernel asks for 512-bit vectors; a row read along by a residual keeps
+// its width (the extra lanes would read past the buffer), narrow rows and 8-lane targets are
+// left alone, and so is every row under stencil_whole_vectors = 0.
+TEST(LowerConvStencil, WholeVectorRows) {
+  auto lower = [](const std::string& name, int width, int whole) {
+    for (const StencilCase& c : stencil_cases()) {
+      if (c.name != name) continue;
+      auto g = make_graph(c);
+      for (const auto& grp : partition(*g).groups) {
+        if (grp.kind != GroupKind::Contraction) continue;
+        loop::Schedule s;
+        s.vector_width = width;
+        s.stencil_whole_vectors = whole;
+        auto lg = loop::lower_group(grp, "k", s);
+        EXPECT_TRUE(lg.kernel) << lg.reason;
+        if (lg.kernel) return std::make_pair(loop::print_kernel(*lg.kernel), lg.kernel->vector_bits);
+      }
+    }
+    ADD_FAILURE() << "no kernel for " << name;
+    return std::make_pair(std::string(), -1);
+  };
+  auto [silu, silu_bits] = lower("dw_3x3_rows_28_silu", 16, 1);
+  EXPECT_EQ(silu_bits, 512);
+  EXPECT_NE(silu.find("for kiln_dx in [0, 32)"), std::string::npos) << silu;
+  EXPECT_NE(silu.find("if (kiln_dx < 28)"), std::string::npos) << silu;
+  auto [res, res_bits] = lower("dw_5x5_rows_14_residual", 16, 1);
+  EXPECT_EQ(res_bits, 512);
+  EXPECT_NE(res.find("for kiln_dx in [0, 14)"), std::string::npos) << res;
+  EXPECT_EQ(res.find("if ("), std::string::npos) << res;
+  auto [narrow, narrow_bits] = lower("dw_3x3_s1_bias_clip", 16, 1);  // rows of 9 in 16 lanes
+  EXPECT_EQ(narrow_bits, 0);
+  EXPECT_EQ(narrow.find("if ("), std::string::npos) << narrow;
+  for (auto [width, whole] : {std::pair{8, 1}, std::pair{16, 0}}) {
+    auto [nest, bits] = lower("dw_3x3_rows_28_silu", width, whole);
+    EXPECT_EQ(bits, 0);
+    EXPECT_NE(nest.find("for kiln_dx in [0, 28)"), std::string::npos) << nest;
+  }
 }
 
 // Depthwise and groups of up to Schedule::stencil_max_group_width channels take the stencil, wider

@@ -53,7 +53,7 @@ class CEmitter final : public CStyleEmitter {
   void emit_kernel(std::ostream& os, const LoopKernel& k) {
     begin_kernel(k);
     kernel_comment(os, k);
-    os << "void " << k.name << "(void* const* args) {\n";
+    os << (k.vector_bits == 512 ? "KILN_PREFER_512 " : "") << "void " << k.name << "(void* const* args) {\n";
     size_t arg = 0;
     for (const auto& b : k.inputs) {
       const std::string t = storage_type(b->dtype);

@@ -295,6 +295,12 @@ std::string c_prelude(bool strict_fp) {
      // released in reverse order). Steady-state runs allocate nothing, and no buffer pays for
      // fresh pages (a malloc above glibc's mmap threshold would, on every call). Past the
      // reservation a buffer falls back to malloc.
+     // A kernel whose loops run in whole 16-lane vectors (LoopKernel::vector_bits) asks GCC to
+     // vectorise it with 512-bit registers, which its tuning for several AVX-512 cores does not
+     // prefer under -march=native. Other compilers keep their choice.
+     << "#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)\n"
+     << "#define KILN_PREFER_512 __attribute__((target(\"prefer-vector-width=512\")))\n"
+     << "#else\n#define KILN_PREFER_512\n#endif\n\n"
      << "#define KILN_SCRATCH_BYTES ((size_t)256 << 20)\n"
      << "static _Thread_local unsigned char* kiln_scratch_base_;\n"
      << "static _Thread_local size_t kiln_scratch_top_;\n"
