@@ -61,6 +61,11 @@ std::vector<StencilCase> stencil_cases() {
   %s: f32[2,5,3,28] = Sigmoid(%c) name="sig"
   %y: f32[2,5,3,28] = Mul(%c, %s) name="silu"
 )", "%x: f32[2,5,3,28]", "%y", {{"w", {5, 1, 3, 3}}, {"b", {5}}}},
+      // A costly prologue (sigmoid) before a stride-2 conv whose column phases read every input
+      // column: staged through one computed row per input row (kiln_xline).
+      {"dw_3x3_s2_sigmoid_prologue", R"(  %s: f32[1,4,9,10] = Sigmoid(%x) name="sig"
+  %y: f32[1,4,5,5] = Conv(%s, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1], strides=[2,2], group=4} name="conv"
+)", "%x: f32[1,4,9,10]", "%y", {{"w", {4, 1, 3, 3}}, {"b", {4}}}},
       {"dw_5x5_rows_14_residual", R"(  %c: f32[1,3,4,14] = Conv(%x, %w) {kernel_shape=[5,5], pads=[2,2,2,2], group=3} name="conv"
   %y: f32[1,3,4,14] = Add(%c, %r) name="res"
 )", "%x: f32[1,3,4,14], %r: f32[1,3,4,14]", "%y", {{"w", {3, 1, 5, 5}}}},
@@ -116,6 +121,7 @@ TEST(LowerConvStencil, MatchesReference) {
         ASSERT_TRUE(lg.kernel) << lg.reason;
         const std::string nest = loop::print_kernel(*lg.kernel);
         EXPECT_NE(nest.find("kiln_dph"), std::string::npos) << "not the stencil nest:\n" << nest;
+        EXPECT_EQ(nest.find("kiln_xline") != std::string::npos, c.name == "dw_3x3_s2_sigmoid_prologue") << nest;
         const bool depthwise = c.name.rfind("dw_", 0) == 0 && c.name != "dw_multiplier_2";
         if (mode >= 3 && depthwise) EXPECT_EQ(nest.find("kiln_dacc"), std::string::npos) << "an accumulator plane:\n" << nest;
         auto got = testing::interpret_group(*lg.kernel, grp, values);
@@ -222,7 +228,9 @@ TEST(LowerConvStencil, StridedDepthwiseTakesTheUntiledNest) {
       const auto strides = conv->attr_ints("strides");
       const bool strided = std::any_of(strides.begin(), strides.end(), [](int64_t s) { return s > 1; });
       const bool small_window = ws[2] <= 3 && ws[3] <= 3;  // 3x3 at most (lower_conv_stencil.cc)
-      const bool untiled = depthwise && strided && small_window && c.name != "dw_prologue_silu_epilogue";
+      // (Both cases with a computed input: a transcendental epilogue, a sigmoid prologue.)
+      const bool untiled = depthwise && strided && small_window && c.name != "dw_prologue_silu_epilogue" &&
+                           c.name != "dw_3x3_s2_sigmoid_prologue";
       auto lg = loop::lower_group(grp, c.name, loop::Schedule{});
       ASSERT_TRUE(lg.kernel) << lg.reason;
       const std::string nest = loop::print_kernel(*lg.kernel);
