@@ -38,6 +38,9 @@ class ContractionLowering {
   // (lower_pointwise_depthwise.cc): the stencil nest lower() would build, refused when lower()
   // would not take it.
   LoopKernel lower_stencil();
+  // Whether lower_stencil() / lower() build the channel-blocked stencil (16 channels per vector,
+  // the outer loop over images × channel blocks) rather than a plane per channel. After either.
+  bool stencil_in_channel_blocks() const { return stencil_conv() && channel_block_stencil(); }
   const LoopKernel& kernel() const { return k_; }
   const Node* contraction() const { return c_; }
   const nn::WindowGeometry& window() const { return geo_; }
@@ -166,6 +169,9 @@ class ContractionLowering {
   bool stencil_conv() const;
   const Node* transcendental_member() const;
   LoopKernel build_stencil();
+  // A depthwise conv over narrow rows, 16 channels per vector (lower_conv_stencil.cc).
+  bool channel_block_stencil() const;
+  LoopKernel build_channel_block_stencil();
   BufferPtr pack_constant_weights(const Value* w, const PanelLayout& layout);
   void conv_weights_and_stores(GemmView& g, const Value* w, const PanelLayout& layout, int64_t line, int64_t valid);
 

@@ -53,7 +53,7 @@ void ContractionLowering::prepare() {
 LoopKernel ContractionLowering::lower() {
   prepare();
   if (has_reductions_) return build_rows(plan_contraction_rows(grp_, c_, out_shape_));
-  if (stencil_conv()) return build_stencil();
+  if (stencil_conv()) return channel_block_stencil() ? build_channel_block_stencil() : build_stencil();
   if (tiled()) return build_tiled();
   // The untiled nest applies the epilogue per output element after its K loop, unvectorised: an
   // epilogue with a transcendental op (SiLU's sigmoid after a depthwise conv) then costs more than
@@ -75,7 +75,7 @@ LoopKernel ContractionLowering::lower_stencil() {
   prepare();
   if (has_reductions_) refuse(cat(c_->op_type(), " with row reductions in the same kernel has its own nest"));
   if (!stencil_conv()) refuse(cat(c_->op_type(), " ", c_->name(), " does not take the stencil nest (its window, strides or working set)"));
-  return build_stencil();
+  return channel_block_stencil() ? build_channel_block_stencil() : build_stencil();
 }
 
 // A member besides the contraction whose op is a transcendental function (or null).

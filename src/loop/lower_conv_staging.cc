@@ -12,9 +12,9 @@ namespace {
 // Whether computing `e` costs more than a few instructions per element: a transcendental function,
 // a division or a call (SiLU's sigmoid, HardSwish's division).
 bool costly(const Expr& e) {
-  if (!e) return false;
+  if (!e || e->kind == ExprKind::Load) return false;  // a load's index is address arithmetic
   if (e->kind == ExprKind::Call) return true;
-  if (e->kind == ExprKind::Binary && e->bin == BinOp::Div) return true;
+  if (e->kind == ExprKind::Binary && e->bin == BinOp::Div && is_float(e->type)) return true;
   if (e->kind == ExprKind::Unary) switch (e->un) {
       case UnOp::Neg: case UnOp::Not: case UnOp::Abs: case UnOp::Floor: case UnOp::Ceil: case UnOp::Round:
       case UnOp::IsNaN: case UnOp::IsInf:

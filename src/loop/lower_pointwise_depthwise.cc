@@ -10,6 +10,11 @@
 //       between the convs (Clip, HardSwish, SiLU: evaluated once per element there), the
 //       window, the epilogue after the depthwise conv, the stores
 //
+// When the depthwise conv takes the channel-blocked stencil (rows narrower than
+// Schedule::stencil_channel_blocks_below, lower_conv_stencil.cc), the per-channel loop above is
+// one over blocks of 16 channels, each staging its 16 channels from u interleaved, and a block of
+// expanded channels is whole 16-channel blocks.
+//
 // The 1x1 conv's output channel c feeds only depthwise channel c, so blocking the expanded
 // channels needs no recomputation and no halo: a block is all its channels' whole planes. The
 // block is as many micro-kernel row blocks of channels as Schedule::pointwise_depthwise_bytes
@@ -29,6 +34,7 @@
 // conv) needed outside the kernel or at another shape; pointwise_depthwise_bytes 0.
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <unordered_set>
 
 #include "fusion/op_kind.h"
@@ -165,6 +171,9 @@ class PointwiseDepthwiseLowering {
     sg.outputs = grp_.outputs;
     ContractionLowering cl(sg, cat(name_, "_depthwise"), sched_);
     LoopKernel sk = cl.lower_stencil();
+    // The stencil's outer loop runs over channels, or over blocks of 16 (the channel-blocked
+    // stencil of narrow rows): a block of the expanded channels is then whole 16-channel blocks.
+    const int64_t per_dt = cl.stencil_in_channel_blocks() ? 16 : 1;
     KILN_CHECK(sk.packed_inputs.empty(), "pointwise-depthwise: the stencil reads packed weights");
     const StmtNode& outer = *sk.body;
     KILN_CHECK(outer.kind == StmtKind::For && outer.var == "kiln_dt", "pointwise-depthwise: unexpected stencil nest");
@@ -172,9 +181,10 @@ class PointwiseDepthwiseLowering {
     // The channel block: whole micro-kernel row blocks in the budget (at least one), at least four
     // blocks (per image) to share among threads where the channels allow.
     const int64_t per_channel = hw * int64_t(sizeof(float));
-    int64_t mb = std::max<int64_t>(1, sched_.pointwise_depthwise_bytes / per_channel) / mr * mr;
-    mb = std::max(mb, mr);
-    while (mb > mr && nb * ((ce + mb - 1) / mb) < 4) mb -= mr;
+    const int64_t step = std::lcm<int64_t>(mr, per_dt);
+    int64_t mb = std::max<int64_t>(1, sched_.pointwise_depthwise_bytes / per_channel) / step * step;
+    mb = std::max(mb, step);
+    while (mb > step && nb * ((ce + mb - 1) / mb) < 4) mb -= step;
     mb = std::min(mb, ce);
     const int64_t blocks = (ce + mb - 1) / mb;
 
@@ -226,14 +236,17 @@ class PointwiseDepthwiseLowering {
         // affine index folds to kiln_pm · H·W + position (with the block's first channel as a
         // separate term GCC saw a "complicated access pattern" and staged unvectorised:
         // MobileNetV2's 24 -> 144 pair over 56x56 0.68 -> ... ms).
-        if (v == pout) map[sk.inputs[j].get()] = BufferTarget{u, nullptr, mul(sub(var("kiln_dt"), var("kiln_pm")), int_imm(hw))};
+        if (v == pout)
+          map[sk.inputs[j].get()] = BufferTarget{u, nullptr, mul(sub(var("kiln_dt"), var("kiln_pm")), int_imm(per_dt * hw))};
         else map[sk.inputs[j].get()] = BufferTarget{where.at(v), nullptr};
       }
       for (size_t j = 0; j < sg.outputs.size(); ++j) map[sk.outputs[j].get()] = BufferTarget{where.at(sg.outputs[j]), nullptr};
-      std::vector<Stmt> channel = {let("kiln_dt", add(add(mul(n, int_imm(ce)), c0), var("kiln_pm")))};
-      const std::map<std::string, int64_t> extents = {{"kiln_pm", mb}, {"kiln_dt", nb * ce}};
+      // kiln_dt: the stencil's channel (block) — (n · ce + c0) / per_dt + kiln_pm.
+      const Expr first = add(mul(n, int_imm(ce)), c0);
+      std::vector<Stmt> channel = {let("kiln_dt", add(per_dt == 1 ? first : div_floor(first, int_imm(per_dt)), var("kiln_pm")))};
+      const std::map<std::string, int64_t> extents = {{"kiln_pm", mb / per_dt}, {"kiln_dt", nb * ce / per_dt}};
       for (const Stmt& s : outer.body) channel.push_back(fold_index_divmod(rebind_buffers(s, map), extents));
-      inner.push_back(for_loop("kiln_pm", rows, {scoped(std::move(channel))}));
+      inner.push_back(for_loop("kiln_pm", per_dt == 1 ? rows : div_floor(rows, int_imm(per_dt)), {scoped(std::move(channel))}));
     }
     body.push_back(allocate(u, std::move(inner)));
     const int64_t window = d_->input(1)->shape()[2] * d_->input(1)->shape()[3];

@@ -106,6 +106,13 @@ struct Schedule {
   // 8-lane and four scalar iterations, and a SiLU epilogue ran its scalar tail: EfficientNet's 5x5
   // depthwise conv + SiLU over 28x28 (240 channels) 0.33 -> 0.20 ms in a C harness, 1 thread.
   int stencil_whole_vectors = 1;
+  // On 16-lane targets a depthwise conv whose output rows are narrower than this, with a multiple
+  // of 16 channels, runs 16 channels per vector (lower_conv_stencil.cc, the channel-blocked
+  // stencil) instead of a plane per channel: a 7x7 plane (EfficientNet's and MnasNet's last
+  // stages) fills 49 of 128 lanes per channel that way. Rows of 12+ run in whole vectors instead
+  // (stencil_whole_vectors): MobileNetV2's 14x14 blocks were 1.2-1.3x slower in channel blocks.
+  // 0: never.
+  int64_t stencil_channel_blocks_below = 12;
   // A pointwise conv feeding a depthwise conv in one kernel (lower_pointwise_depthwise.cc): the
   // expanded channels are computed a block at a time into a local buffer of at most this many
   // bytes (at least one micro-kernel row block of channels), which the depthwise stencil reads

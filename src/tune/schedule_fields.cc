@@ -42,6 +42,7 @@ const std::vector<Field>& fields() {
       {"stencil_strided_depthwise", nullptr, [](S& s) -> int& { return s.stencil_strided_depthwise; }},
       {"stencil_direct_min_width", [](S& s) -> int64_t& { return s.stencil_direct_min_width; }, nullptr},
       {"stencil_whole_vectors", nullptr, [](S& s) -> int& { return s.stencil_whole_vectors; }},
+      {"stencil_channel_blocks_below", [](S& s) -> int64_t& { return s.stencil_channel_blocks_below; }, nullptr},
       {"pointwise_depthwise_bytes", [](S& s) -> int64_t& { return s.pointwise_depthwise_bytes; }, nullptr},
       {"chain.max_pack_bytes", [](S& s) -> int64_t& { return s.chain.max_pack_bytes; }, nullptr},
       {"chain.max_row_blocks", [](S& s) -> int64_t& { return s.chain.max_row_blocks; }, nullptr},

@@ -47,6 +47,23 @@ expect("NaN against NaN agrees", cmp(np.array([np.nan], np.float32), np.array([n
 expect("inf against a large number differs", cmp(np.array([np.inf], np.float32), np.array([3e38], np.float32)) is not None)
 expect("ints compare exactly", cmp(np.array([1, 2], np.int64), np.array([1, 3], np.int64)) is not None)
 expect("bools compare exactly", cmp(np.array([True]), np.array([False])) is not None)
+
+# TopK indices at a near tie: values 1 ulp apart sorted the other way are the same answer; an
+# index that points elsewhere (or at a value beyond the tolerance) is not.
+_rv = np.array([[1.2055743, 1.2055742, 0.5], [3.0, 2.0, 1.0]], np.float32)
+_ri = np.array([[6, 4, 9], [0, 1, 2]], np.int64)
+_ties = fuzz_check.tie_mask(np.array([[4, 6, 9], [0, 1, 2]], np.int64), _ri, _rv, -1, 1e-4, fuzz_check.ATOL)
+expect("TopK near-tie swap explained", _ties.tolist() == [[True, True, False], [False, False, False]], str(_ties))
+_ties = fuzz_check.tie_mask(np.array([[6, 4, 9], [1, 0, 2]], np.int64), _ri, _rv, -1, 1e-4, fuzz_check.ATOL)
+expect("TopK swap of distinct values not explained", not _ties.any(), str(_ties))
+_ties = fuzz_check.tie_mask(np.array([[6, 4, 7], [0, 1, 2]], np.int64), _ri, _rv, -1, 1e-4, fuzz_check.ATOL)
+expect("TopK index outside the row's picks not explained", not _ties.any(), str(_ties))
+with tempfile.TemporaryDirectory() as _d:
+    np.save(os.path.join(_d, "g.npy"), np.array([4, 6, 9], np.int64))
+    np.save(os.path.join(_d, "r.npy"), np.array([6, 4, 9], np.int64))
+    _g, _r = os.path.join(_d, "g.npy"), os.path.join(_d, "r.npy")
+    expect("ints: allowed elements pass", fuzz_check.compare(_g, _r, 1e-4, 0, np.array([np.inf, np.inf, 0])) is None)
+    expect("ints: others still compare exactly", fuzz_check.compare(_g, _r, 1e-4, 0, np.array([np.inf, 0, 0])) is not None)
 expect("shape differs", cmp(ref.reshape(1, 3), ref) is not None)
 expect("dtype differs", cmp(ref.astype(np.float64), ref) is not None)
 

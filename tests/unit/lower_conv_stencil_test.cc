@@ -13,6 +13,7 @@
 #include "kernels/microkernel.h"
 #include "loop/loop_interpreter.h"
 #include "lower_group_test_util.h"
+#include "support/error.h"
 
 namespace kiln {
 namespace {
@@ -66,6 +67,16 @@ std::vector<StencilCase> stencil_cases() {
       {"dw_3x3_s2_sigmoid_prologue", R"(  %s: f32[1,4,9,10] = Sigmoid(%x) name="sig"
   %y: f32[1,4,5,5] = Conv(%s, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1], strides=[2,2], group=4} name="conv"
 )", "%x: f32[1,4,9,10]", "%y", {{"w", {4, 1, 3, 3}}, {"b", {4}}}},
+      // 16 channels per vector on 16-lane targets (rows narrower than 16, channels a multiple of
+      // 16): a 5x5 window over 7x7 with SiLU; stride 2 with asymmetric padding, a residual and
+      // two images.
+      {"dw_5x5_7x7_blocks_silu", R"(  %c: f32[1,32,7,7] = Conv(%x, %w, %b) {kernel_shape=[5,5], pads=[2,2,2,2], group=32} name="conv"
+  %s: f32[1,32,7,7] = Sigmoid(%c) name="sig"
+  %y: f32[1,32,7,7] = Mul(%c, %s) name="silu"
+)", "%x: f32[1,32,7,7]", "%y", {{"w", {32, 1, 5, 5}}, {"b", {32}}}},
+      {"dw_3x3_s2_blocks_residual", R"(  %c: f32[2,16,5,4] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,0,1,1], strides=[2,2], group=16} name="conv"
+  %y: f32[2,16,5,4] = Add(%c, %r) name="res"
+)", "%x: f32[2,16,9,8], %r: f32[2,16,5,4]", "%y", {{"w", {16, 1, 3, 3}}, {"b", {16}}}},
       {"dw_5x5_rows_14_residual", R"(  %c: f32[1,3,4,14] = Conv(%x, %w) {kernel_shape=[5,5], pads=[2,2,2,2], group=3} name="conv"
   %y: f32[1,3,4,14] = Add(%c, %r) name="res"
 )", "%x: f32[1,3,4,14], %r: f32[1,3,4,14]", "%y", {{"w", {3, 1, 5, 5}}}},
@@ -111,16 +122,18 @@ TEST(LowerConvStencil, MatchesReference) {
       // accumulator plane), default and strict numerics.
       loop::Schedule direct = stencil_schedule(), direct_strict = strict_schedule();
       direct.stencil_direct_min_width = direct_strict.stencil_direct_min_width = 1;
-      // Modes 5 and 6: a 16-lane target, whose rows of 12+ positions run in whole vectors.
+      // Modes 0-4 have 16 lanes (the default): rows of 12+ positions in whole vectors, narrow rows
+      // of 16k channels in channel blocks. Modes 5 and 6 an 8-lane target, which takes neither.
       loop::Schedule wide = direct, wide_strict = direct_strict;
-      wide.vector_width = wide_strict.vector_width = 16;
+      wide.vector_width = wide_strict.vector_width = 8;
       for (int mode = 0; mode < 7; ++mode) {
         const loop::Schedule sched = mode == 0 ? par : mode == 1 ? stencil_schedule() : mode == 2 ? strict_schedule() : mode == 3 ? direct
                                      : mode == 4 ? direct_strict : mode == 5 ? wide : wide_strict;
         auto lg = loop::lower_group(grp, c.name + "_" + std::to_string(mode), sched);
         ASSERT_TRUE(lg.kernel) << lg.reason;
         const std::string nest = loop::print_kernel(*lg.kernel);
-        EXPECT_NE(nest.find("kiln_dph"), std::string::npos) << "not the stencil nest:\n" << nest;
+        const bool blocks = mode < 5 && c.name.find("_blocks") != std::string::npos;
+        EXPECT_NE(nest.find(blocks ? "kiln_dbp" : "kiln_dph"), std::string::npos) << "not the stencil nest:\n" << nest;
         EXPECT_EQ(nest.find("kiln_xline") != std::string::npos, c.name == "dw_3x3_s2_sigmoid_prologue") << nest;
         const bool depthwise = c.name.rfind("dw_", 0) == 0 && c.name != "dw_multiplier_2";
         if (mode >= 3 && depthwise) EXPECT_EQ(nest.find("kiln_dacc"), std::string::npos) << "an accumulator plane:\n" << nest;
@@ -176,6 +189,40 @@ TEST(LowerConvStencil, WholeVectorRows) {
     EXPECT_EQ(bits, 0);
     EXPECT_NE(nest.find("for kiln_dx in [0, 28)"), std::string::npos) << nest;
   }
+}
+
+// A depthwise conv over rows narrower than stencil_channel_blocks_below with a multiple of 16
+// channels runs 16 channels per vector on a 16-lane target (kiln_dbp: planes interleaved by
+// channel), asking for 512-bit vectors; other channel counts, 8-lane targets and
+// stencil_channel_blocks_below = 0 keep the plane per channel.
+TEST(LowerConvStencil, ChannelBlocks) {
+  auto nest_of = [](const std::string& body, const std::string& inputs, const std::vector<std::pair<std::string, Shape>>& consts,
+                    const loop::Schedule& sched) {
+    auto g = make_graph({"c", body, inputs, "%y", consts});
+    for (const auto& grp : partition(*g).groups)
+      if (grp.kind == GroupKind::Contraction) {
+        auto lg = loop::lower_group(grp, "k", sched);
+        EXPECT_TRUE(lg.kernel) << lg.reason;
+        if (lg.kernel) return std::make_pair(loop::print_kernel(*lg.kernel), lg.kernel->vector_bits);
+      }
+    return std::make_pair(std::string(), -1);
+  };
+  auto dw = [](int c) {
+    return cat("  %y: f32[1,", c, ",7,7] = Conv(%x, %w) {kernel_shape=[3,3], pads=[1,1,1,1], group=", c, "} name=\"conv\"\n");
+  };
+  auto in = [](int c) { return cat("%x: f32[1,", c, ",7,7]"); };
+  loop::Schedule wide;
+  wide.vector_width = 16;
+  auto [blocked, bits] = nest_of(dw(48), in(48), {{"w", {48, 1, 3, 3}}}, wide);
+  EXPECT_NE(blocked.find("kiln_dbp"), std::string::npos) << blocked;
+  EXPECT_NE(blocked.find("for kiln_dt in [0, 3)"), std::string::npos) << blocked;  // 3 blocks of 16
+  EXPECT_EQ(bits, 512);
+  EXPECT_NE(nest_of(dw(24), in(24), {{"w", {24, 1, 3, 3}}}, wide).first.find("kiln_dph"), std::string::npos);
+  loop::Schedule off = wide, narrow;
+  off.stencil_channel_blocks_below = 0;
+  narrow.vector_width = 8;
+  EXPECT_NE(nest_of(dw(48), in(48), {{"w", {48, 1, 3, 3}}}, off).first.find("kiln_dph"), std::string::npos);
+  EXPECT_NE(nest_of(dw(48), in(48), {{"w", {48, 1, 3, 3}}}, narrow).first.find("kiln_dph"), std::string::npos);
 }
 
 // Depthwise and groups of up to Schedule::stencil_max_group_width channels take the stencil, wider
@@ -234,7 +281,8 @@ TEST(LowerConvStencil, StridedDepthwiseTakesTheUntiledNest) {
       auto lg = loop::lower_group(grp, c.name, loop::Schedule{});
       ASSERT_TRUE(lg.kernel) << lg.reason;
       const std::string nest = loop::print_kernel(*lg.kernel);
-      EXPECT_EQ(nest.find("kiln_dph") == std::string::npos, untiled) << nest;
+      const bool stencil = nest.find("kiln_dph") != std::string::npos || nest.find("kiln_dbp") != std::string::npos;
+      EXPECT_EQ(!stencil, untiled) << nest;
       if (untiled) batch.add(std::move(*lg.kernel), grp, values);
     }
   }

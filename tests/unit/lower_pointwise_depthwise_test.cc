@@ -64,6 +64,15 @@ std::vector<PwDwCase> cases() {
   %t: f32[1,24,8,8] = Sigmoid(%d) name="sig2"
   %y: f32[1,24,8,8] = Mul(%d, %t) name="silu2"
 )", "%x: f32[1,10,8,8]", {{"w1", {24, 10, 1, 1}}, {"b1", {24}}, {"w2", {24, 1, 3, 3}}, {"b2", {24}}}},
+      // 32 expanded channels over narrow rows: the channel-blocked stencil (two blocks of 16),
+      // SiLU before and after, a 5x5 window.
+      {"silu_channel_blocks", R"(  %a: f32[1,32,7,7] = Conv(%x, %w1, %b1) {kernel_shape=[1,1]} name="pw"
+  %s: f32[1,32,7,7] = Sigmoid(%a) name="sig1"
+  %m: f32[1,32,7,7] = Mul(%a, %s) name="silu1"
+  %d: f32[1,32,7,7] = Conv(%m, %w2, %b2) {kernel_shape=[5,5], pads=[2,2,2,2], group=32} name="dw"
+  %t: f32[1,32,7,7] = Sigmoid(%d) name="sig2"
+  %y: f32[1,32,7,7] = Mul(%d, %t) name="silu2"
+)", "%x: f32[1,6,7,7]", {{"w1", {32, 6, 1, 1}}, {"b1", {32}}, {"w2", {32, 1, 5, 5}}, {"b2", {32}}}},
       // After the depthwise conv: a residual of the expanded shape and a per-channel scale; a
       // dilated window; two outputs.
       {"residual_dilated_two_outputs", R"(  %a: f32[1,9,7,6] = Conv(%x, %w1, %b1) {kernel_shape=[1,1]} name="pw"
@@ -111,6 +120,9 @@ TEST(LowerPointwiseDepthwise, MatchesReference) {
         // The expanded channels live in the block buffer only: no buffer of the expanded tensor.
         EXPECT_NE(nest.find("allocate kiln_pu"), std::string::npos) << nest;
         EXPECT_EQ(nest.find("kiln_mid"), std::string::npos) << nest;
+        // 16k channels over rows narrower than 16: the stencil in channel blocks.
+        const bool blocks = c.name == "silu_channel_blocks" || c.name == "relu_s2_batch2_no_bias";
+        EXPECT_EQ(nest.find("kiln_dbp") != std::string::npos, blocks) << nest;
         auto got = testing::interpret_group(*lg.kernel, grp, values);
         for (size_t o = 0; o < got.size(); ++o)
           EXPECT_EQ(testing::within_max_magnitude(got[o], values.at(grp.outputs[o])), "") << "output " << o;
