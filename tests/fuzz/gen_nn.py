@@ -264,6 +264,8 @@ def fam_inverted_residual(b):
     x = b.pick(lambda v: v.rank == 4 and v.shape[1] <= 32)
     n, c, h, w = x.shape
     e = c * b.choice([2, 3, 4, 6])
+    if b.chance(0.3):  # a multiple of 16: the channel-blocked stencil of narrow rows (lower_conv_stencil.cc)
+        e = -(-e // 16) * 16
     if n * e * h * w > MAX_ELEMS or e * c > MAX_ELEMS:
         raise Skip()
     x = ops.tame(b, x, 10.0)
