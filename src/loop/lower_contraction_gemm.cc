@@ -349,13 +349,16 @@ bool ContractionLowering::implicit_conv() const {
   // with K = 16 that store costs more than the products (MobileNetV2's 16 -> 96 expansion at
   // 112x112 + Clip: 0.82 -> 0.33 ms; ORT 0.37). With few positions the implicit form wins (a
   // 7x7 output leaves the channel-rows GEMM one full column tile and a 17-wide rest: 512 -> 2048
-  // at 7x7 0.55 -> 2.5 ms). bench/kernel_sweep.py --set conv,mobile --only "k1 s1", 1 thread.
+  // at 7x7 0.55 -> 2.5 ms while that rest ran the generic micro-kernel; models 1.00-1.04 still
+  // with its specialisation). bench/kernel_sweep.py --set conv,mobile --only "k1 s1", 1 thread;
+  // wide convs from 128 positions (schedule.h, channel_rows_wide_positions).
   // (A computed input — a fused prologue such as squeeze-excitation's channel scale — is staged
   // once into a plain buffer first, conv_view.)
   if (unit_window()) {
-    const int64_t p = shape_numel(geo_.out), k = c_->input(0)->shape()[1];
+    const int64_t p = shape_numel(geo_.out), k = c_->input(0)->shape()[1], cout = c_->input(1)->shape()[0];
     const auto& cr = sched_.contraction;
-    if (p >= cr.channel_rows_positions || (p >= cr.channel_rows_positions_few_k && k <= cr.channel_rows_few_k))
+    if (p >= cr.channel_rows_positions || (p >= cr.channel_rows_positions_few_k && k <= cr.channel_rows_few_k) ||
+        (p >= cr.channel_rows_wide_positions && cout >= cr.channel_rows_wide_min_cout))
       return false;
   }
   const int64_t c = c_->input(0)->shape()[1], ks = pg.kernel[0] * pg.kernel[1];
