@@ -19,6 +19,10 @@ namespace kiln::loop::detail {
 
 inline constexpr const char* kAcc = "acc";
 
+// The phase rows (columns) i < count of a stride-s phase p whose input row i·s + p − pad lies in
+// [0, extent): [lo, hi) (lower_conv_staging.cc; the rest of a phase plane is zero padding).
+std::pair<int64_t, int64_t> phase_interior(int64_t s, int64_t p, int64_t pad, int64_t extent, int64_t count);
+
 // Kernel position `kpos` (a loop expression) -> the constant table[kpos], as a chain of selects.
 Expr table_lookup(const Expr& kpos, const std::vector<int64_t>& table);
 
@@ -169,6 +173,7 @@ class ContractionLowering {
   bool stencil_conv() const;
   const Node* transcendental_member() const;
   LoopKernel build_stencil();
+  int64_t conv_sized_outputs();
   // A depthwise conv over narrow rows, 16 channels per vector (lower_conv_stencil.cc).
   bool channel_block_stencil() const;
   LoopKernel build_channel_block_stencil();

@@ -1,6 +1,7 @@
 #include "loop/lower_contraction_tiled.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "kernels/microkernel.h"
 #include "loop/lower_internal.h"
@@ -337,25 +338,28 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   // but the last has mc rows, the last M mod mc) the rest tile has a constant height too, so it
   // runs a specialised micro-kernel instead of the generic loop (a 61-row block: 7 tiles of 8 and
   // one of 5).
+  // The calls `at(cols)` of a column tile with its width as a constant. Column tiles start at
+  // multiples of nr, so the one narrower than nr (an in-place B's, whose panels are not padded) is
+  // the last, N mod nr wide: a constant, for which the micro-kernel has a specialisation (its last
+  // vector masked) where the generic loop carried each accumulator through memory from k to k.
+  // MobileNet-style 1x1 convs over 14x14 (196 = 6·32 + 4 columns) spent 30 % of their time in
+  // that one tile.
+  auto by_width = [&](const std::function<Stmt(Expr)>& at) -> Stmt {
+    if (b_full_panels || v.n % nr == 0) return at(int_imm(nr));
+    return if_then(binary(BinOp::Eq, ncv, int_imm(nr)), {at(int_imm(nr))}, {at(int_imm(v.n % nr))});
+  };
   auto row_tiles = [&](Expr rows) {
     std::vector<Stmt> out;
     const Expr full_rows = rows->kind == ExprKind::IntImm ? int_imm(rows->int_value / mr) : div_floor(rows, int_imm(mr));
     const Expr row = mul(var("kiln_r"), int_imm(mr));
-    Stmt full = for_loop("kiln_r", full_rows, {mk(int_imm(mr), int_imm(nr), row)});
-    // Column tiles start at multiples of nr, so the one narrower than nr is the last, N mod nr
-    // wide: a constant, for which the micro-kernel has a specialisation (its last vector masked)
-    // where the generic loop carried each accumulator through memory from k to k. MobileNet-style
-    // 1x1 convs over 14x14 (196 = 6·32 + 4 columns) spent 30 % of their time in that one tile.
-    if (!b_full_panels && v.n % nr != 0)
-      full = if_then(binary(BinOp::Eq, ncv, int_imm(nr)), {full},
-                     {for_loop("kiln_r", full_rows, {mk(int_imm(mr), int_imm(v.n % nr), row)})});
-    out.push_back(full);
+    out.push_back(by_width([&](Expr cols) { return for_loop("kiln_r", full_rows, {mk(int_imm(mr), cols, row)}); }));
     if (rows->kind == ExprKind::IntImm) {
       const int64_t rest = rows->int_value % mr;
-      if (rest > 0) out.push_back(mk(int_imm(rest), b_full_panels ? int_imm(nr) : ncv, int_imm(rows->int_value - rest)));
+      if (rest > 0)
+        out.push_back(by_width([&](Expr cols) { return mk(int_imm(rest), cols, int_imm(rows->int_value - rest)); }));
     } else if (v.m % mr != 0 || mc % mr != 0) {
       const Expr rest_row = mul(full_rows, int_imm(mr));
-      out.push_back(if_then(lt(rest_row, rows), {mk(sub(rows, rest_row), b_full_panels ? int_imm(nr) : ncv, rest_row)}));
+      out.push_back(if_then(lt(rest_row, rows), {by_width([&](Expr cols) { return mk(sub(rows, rest_row), cols, rest_row); })}));
     }
     return out;
   };

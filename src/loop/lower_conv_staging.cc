@@ -29,6 +29,14 @@ bool costly(const Expr& e) {
 
 }  // namespace
 
+std::pair<int64_t, int64_t> phase_interior(int64_t s, int64_t p, int64_t pad, int64_t extent, int64_t count) {
+  int64_t lo = 0;
+  while (lo < count && lo * s + p - pad < 0) ++lo;
+  int64_t hi = lo;
+  while (hi < count && hi * s + p - pad < extent) ++hi;
+  return {lo, hi};
+}
+
 // The conv input staged into zero-padded phase planes (implicit_conv_view's comment): plane
 // (n, ci, slot) at ((n · c + ci) · slots + slot) · plane; row r of phase (py, px) is padded row
 // r · sy + py (input row r · sy + py − pt); kernel position kpos reads slot slot_of[kpos] at offset
@@ -137,14 +145,6 @@ std::vector<Stmt> ContractionLowering::stage_channel_phases(const PhasePlanes& p
   const nn::WindowGeometry g = planar_geometry();
   const int64_t h = g.in[0], wd = g.in[1], sy = g.stride[0], sx = g.stride[1];
   const int64_t pt = g.pad_begin[0], pl = g.pad_begin[1];
-  // The phase rows (columns) r whose input row r·s + p − pad lies in [0, extent): [lo, hi).
-  auto inside = [](int64_t s, int64_t p, int64_t pad, int64_t extent, int64_t count) {
-    int64_t lo = 0;
-    while (lo < count && lo * s + p - pad < 0) ++lo;
-    int64_t hi = lo;
-    while (hi < count && hi * s + p - pad < extent) ++hi;
-    return std::pair<int64_t, int64_t>{lo, hi};
-  };
   std::vector<Stmt> per_phase;
   const Expr row = var("kiln_xy"), q = var("kiln_xx");
   // Phases of one row phase py read the same input rows (a stride-2 conv's (py, 0) and (py, 1)):
@@ -155,7 +155,7 @@ std::vector<Stmt> ContractionLowering::stage_channel_phases(const PhasePlanes& p
   for (int64_t first = 0; first < ph.slots; ++first) {
     if (done[size_t(first)]) continue;
     const int64_t py = ph.phases[size_t(first)].first;
-    const auto [r0, r1] = inside(sy, py, pt, h, ph.hq);
+    const auto [r0, r1] = phase_interior(sy, py, pt, h, ph.hq);
     std::vector<int64_t> slots;
     for (int64_t sl = first; sl < ph.slots; ++sl)
       if (ph.phases[size_t(sl)].first == py) {
@@ -194,7 +194,7 @@ std::vector<Stmt> ContractionLowering::stage_channel_phases(const PhasePlanes& p
                                 ForKind::Vectorized));
       for (int64_t sl : slots) {
         const int64_t px = ph.phases[size_t(sl)].second;
-        const auto [q0, q1] = inside(sx, px, pl, wd, ph.wq);
+        const auto [q0, q1] = phase_interior(sx, px, pl, wd, ph.wq);
         const Expr plane = add(base, int_imm(sl * ph.plane));
         if (q0 > 0) body.push_back(zeros(plane, r, 0, q0));
         if (q1 > q0) {

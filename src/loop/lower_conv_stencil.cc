@@ -110,11 +110,18 @@ bool ContractionLowering::stencil_conv() const {
   return bytes <= sched_.stencil_bytes;
 }
 
-LoopKernel ContractionLowering::build_stencil() {
+// The conv's output size, refusing a group output of another size (the stencils store every
+// output at the conv's output positions).
+int64_t ContractionLowering::conv_sized_outputs() {
   const int64_t numel = shape_numel(out_shape_);
   for (const Value* v : grp_.outputs)
     if (shape_numel(v->shape()) != numel)
       refuse(cat("group output '", v->name(), "' has another size than the ", c_->op_type(), " output"));
+  return numel;
+}
+
+LoopKernel ContractionLowering::build_stencil() {
+  const int64_t numel = conv_sized_outputs();
   const Value* w = c_->input(1);
   const Shape& xs = c_->input(0)->shape();
   const Shape& ws = w->shape();
@@ -256,10 +263,7 @@ bool ContractionLowering::channel_block_stencil() const {
 }
 
 LoopKernel ContractionLowering::build_channel_block_stencil() {
-  const int64_t numel = shape_numel(out_shape_);
-  for (const Value* v : grp_.outputs)
-    if (shape_numel(v->shape()) != numel)
-      refuse(cat("group output '", v->name(), "' has another size than the ", c_->op_type(), " output"));
+  const int64_t numel = conv_sized_outputs();
   const Value* x = c_->input(0);
   const Value* w = c_->input(1);
   const Shape& ws = w->shape();
@@ -286,18 +290,10 @@ LoopKernel ContractionLowering::build_channel_block_stencil() {
   }
   const nn::WindowGeometry g = planar_geometry();
   const int64_t h = g.in[0], wd = g.in[1], sy = g.stride[0], sx = g.stride[1], pt = g.pad_begin[0], pl = g.pad_begin[1];
-  // The phase rows (columns) i whose input row i·s + p − pad lies in [0, extent): [lo, hi).
-  auto inside = [](int64_t s, int64_t p, int64_t pad, int64_t extent, int64_t count) {
-    int64_t lo = 0;
-    while (lo < count && lo * s + p - pad < 0) ++lo;
-    int64_t hi = lo;
-    while (hi < count && hi * s + p - pad < extent) ++hi;
-    return std::pair<int64_t, int64_t>{lo, hi};
-  };
   for (int64_t sl = 0; sl < ph.slots; ++sl) {
     const auto [py, px] = ph.phases[size_t(sl)];
-    const auto [r0, r1] = inside(sy, py, pt, h, ph.hq);
-    const auto [q0, q1] = inside(sx, px, pl, wd, ph.wq);
+    const auto [r0, r1] = phase_interior(sy, py, pt, h, ph.hq);
+    const auto [q0, q1] = phase_interior(sx, px, pl, wd, ph.wq);
     if (r1 <= r0 || q1 <= q0) continue;
     const Expr r = add(var("kiln_xy"), int_imm(r0)), q = add(var("kiln_xx"), int_imm(q0));
     const Expr y = sub(add(mul(r, int_imm(sy)), int_imm(py)), int_imm(pt));

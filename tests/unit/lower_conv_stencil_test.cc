@@ -150,6 +150,19 @@ TEST(LowerConvStencil, MatchesReference) {
   strict.check("stencil_strict", /*contract=*/false);
 }
 
+// The case's conv group lowered under `sched`: its printed nest and LoopKernel::vector_bits.
+std::pair<std::string, int> lowered_conv(const StencilCase& c, const loop::Schedule& sched) {
+  auto g = make_graph(c);
+  for (const auto& grp : partition(*g).groups)
+    if (grp.kind == GroupKind::Contraction) {
+      auto lg = loop::lower_group(grp, "k", sched);
+      EXPECT_TRUE(lg.kernel) << lg.reason;
+      if (lg.kernel) return {loop::print_kernel(*lg.kernel), lg.kernel->vector_bits};
+    }
+  ADD_FAILURE() << "no conv kernel for " << c.name;
+  return {std::string(), -1};
+}
+
 // On a 16-lane target a row filling at least three quarters of its vectors runs in whole ones
 // (the loop over x padded, the stores guarded, their values computed before the guard so that no
 // load is masked) and the kernel asks for 512-bit vectors; a row read along by a residual keeps
@@ -157,20 +170,12 @@ TEST(LowerConvStencil, MatchesReference) {
 // left alone, and so is every row under stencil_whole_vectors = 0.
 TEST(LowerConvStencil, WholeVectorRows) {
   auto lower = [](const std::string& name, int width, int whole) {
-    for (const StencilCase& c : stencil_cases()) {
-      if (c.name != name) continue;
-      auto g = make_graph(c);
-      for (const auto& grp : partition(*g).groups) {
-        if (grp.kind != GroupKind::Contraction) continue;
-        loop::Schedule s;
-        s.vector_width = width;
-        s.stencil_whole_vectors = whole;
-        auto lg = loop::lower_group(grp, "k", s);
-        EXPECT_TRUE(lg.kernel) << lg.reason;
-        if (lg.kernel) return std::make_pair(loop::print_kernel(*lg.kernel), lg.kernel->vector_bits);
-      }
-    }
-    ADD_FAILURE() << "no kernel for " << name;
+    loop::Schedule s;
+    s.vector_width = width;
+    s.stencil_whole_vectors = whole;
+    for (const StencilCase& c : stencil_cases())
+      if (c.name == name) return lowered_conv(c, s);
+    ADD_FAILURE() << "no case " << name;
     return std::make_pair(std::string(), -1);
   };
   auto [silu, silu_bits] = lower("dw_3x3_rows_28_silu", 16, 1);
@@ -197,16 +202,7 @@ TEST(LowerConvStencil, WholeVectorRows) {
 // stencil_channel_blocks_below = 0 keep the plane per channel.
 TEST(LowerConvStencil, ChannelBlocks) {
   auto nest_of = [](const std::string& body, const std::string& inputs, const std::vector<std::pair<std::string, Shape>>& consts,
-                    const loop::Schedule& sched) {
-    auto g = make_graph({"c", body, inputs, "%y", consts});
-    for (const auto& grp : partition(*g).groups)
-      if (grp.kind == GroupKind::Contraction) {
-        auto lg = loop::lower_group(grp, "k", sched);
-        EXPECT_TRUE(lg.kernel) << lg.reason;
-        if (lg.kernel) return std::make_pair(loop::print_kernel(*lg.kernel), lg.kernel->vector_bits);
-      }
-    return std::make_pair(std::string(), -1);
-  };
+                    const loop::Schedule& sched) { return lowered_conv({"c", body, inputs, "%y", consts}, sched); };
   auto dw = [](int c) {
     return cat("  %y: f32[1,", c, ",7,7] = Conv(%x, %w) {kernel_shape=[3,3], pads=[1,1,1,1], group=", c, "} name=\"conv\"\n");
   };
@@ -230,16 +226,7 @@ TEST(LowerConvStencil, ChannelBlocks) {
 // untiled nest.
 TEST(LowerConvStencil, ChosenByGroupWidthAndBudget) {
   auto nest_of = [](const std::string& body, const std::string& inputs, const std::vector<std::pair<std::string, Shape>>& consts,
-                    const loop::Schedule& sched) {
-    auto g = make_graph({"c", body, inputs, "%y", consts});
-    for (const auto& grp : partition(*g).groups)
-      if (grp.kind == GroupKind::Contraction) {
-        auto lg = loop::lower_group(grp, "k", sched);
-        EXPECT_TRUE(lg.kernel) << lg.reason;
-        return lg.kernel ? loop::print_kernel(*lg.kernel) : std::string();
-      }
-    return std::string();
-  };
+                    const loop::Schedule& sched) { return lowered_conv({"c", body, inputs, "%y", consts}, sched).first; };
   const std::string dw = R"(  %y: f32[1,4,16,16] = Conv(%x, %w) {kernel_shape=[3,3], pads=[1,1,1,1], group=4} name="conv"
 )";
   EXPECT_NE(nest_of(dw, "%x: f32[1,4,16,16]", {{"w", {4, 1, 3, 3}}}, {}).find("kiln_dph"), std::string::npos);
