@@ -47,6 +47,8 @@ class ContractionLowering {
   bool stencil_in_channel_blocks() const { return stencil_conv() && channel_block_stencil(); }
   const LoopKernel& kernel() const { return k_; }
   const Node* contraction() const { return c_; }
+  // The schedule the view was built under (an implicit conv fits mr and kc to its geometry).
+  const Schedule& schedule() const { return sched_; }
   const nn::WindowGeometry& window() const { return geo_; }
 
  private:
@@ -143,6 +145,7 @@ class ContractionLowering {
   GemmView implicit_conv_view();
   GemmView staged_im2col_view();
   bool window_channel_rows() const;
+  int position_rows(bool direct, int64_t ho, int64_t wo, int64_t rs, int64_t m) const;
   struct PhasePlanes {
     BufferPtr buffer;
     int64_t slots = 0, hq = 0, wq = 0, plane = 0;

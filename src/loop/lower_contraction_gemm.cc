@@ -387,29 +387,51 @@ bool ContractionLowering::implicit_conv() const {
 // A 2-D windowed conv with the output channels as rows and the positions as columns
 // (staged_im2col_view): with few input channels always (a 3-channel stem: a kernel position's
 // segment of the implicit form would be 3 terms, and the micro-kernel would load and store its
-// accumulators every 3 multiply-adds), else from ContractionTile::window_channel_rows_positions
-// output positions when the phase planes' lines are at most a quarter wider than the output's
-// (a large dilation's padding would be computed as columns; the implicit form skips it per
-// line). Over many positions the output-channel rows beat the implicit form's positions as rows:
-// its stores are contiguous runs of an output channel (no transposed copy of the tile), its A is
-// the weights in place, and its B panel one contiguous run of a plane per K row. 1 thread,
-// `kiln bench` of Conv + Relu: 64 -> 64 at 56x56 1.61 -> 1.55 ms, 128 -> 128 at 28x28 1.71 ->
-// 1.57, 256 -> 256 at 14x14 1.73 -> 1.62, 64 -> 128 stride 2 over 56x56 0.92 -> 0.81, 5x5 32 ->
-// 64 at 56x56 2.44 -> 2.10, 128 -> 128 at 112x112 33.8 -> 27.9; 512 -> 512 at 7x7 1.92 -> 1.99
-// (49 positions: one column tile and a rest). With few output channels the rows are few, and each
-// packed B panel serves only their row tiles, where the implicit form packs nothing per call:
-// DenseNet-121's 128 -> 32 3x3 convs 1.77 -> 2.10 ms over 56x56, 0.44 -> 0.56 over 28x28
-// (ContractionTile::window_channel_rows_min_cout). The K order is the reference's (ci, ky, kx), so
-// --strict-fp keeps this form too.
+// accumulators every 3 multiply-adds), else when its phase planes exceed
+// ContractionTile::window_channel_rows_plane_bytes (the L2): the implicit form's micro-kernel
+// broadcasts A from the planes, one line of a plane per K step, and beyond the L2 those come
+// from L3 (128 -> 128 3x3 conv over 112x112: 23.2 ms as positions, 20.7 as channel rows). Up to
+// it the implicit form with row tiles fitted to the output lines (position_rows) wins, Conv +
+// ReLU at 1 thread: 64 -> 64 over 56x56 1.29 -> 1.24 ms, 128 -> 128 over 28x28 1.32 -> 1.17,
+// 256 -> 256 over 14x14 1.36 -> 1.03, 96 -> 128 over 28x28 0.97 -> 0.86 (stride 2 64 -> 128 over
+// 56x56 and a 5x5 32 -> 64 over 56x56 within 3 % either way). The K order is the reference's
+// (ci, ky, kx), so --strict-fp keeps this form too. Lines much wider than the output's (a large
+// dilation's padding) stay with the implicit form, which skips that padding per line.
 bool ContractionLowering::window_channel_rows() const {
   if (c_->op_type() != "Conv" || group_ != 1 || geo_.rank() != 2 || unit_window()) return false;
   const int64_t c = c_->input(0)->shape()[1];
   if (c < 16) return true;
-  const int64_t wo = geo_.out[1];
+  const PhasePlanes ph = phase_geometry();
+  const int64_t bytes = c_->input(0)->shape()[0] * c * ph.slots * ph.plane * int64_t(sizeof(float));
+  return bytes > sched_.contraction.window_channel_rows_plane_bytes &&
+         c_->input(1)->shape()[0] >= sched_.contraction.window_channel_rows_min_cout && ph.wq * 4 <= geo_.out[1] * 5;
+}
+
+// The implicit GEMM's rows are output positions: a 1x1 conv's read in place (m contiguous rows),
+// else a phase plane's lines of rs positions, the first wo of each outputs. A row tile of mr
+// rows that divides wo covers whole lines exactly (GemmOperand::line_rows = wo): no padding
+// column is computed. Among the heights the registers allow (accumulator_registers / vectors
+// per row, at most 16), the one with the fewest computed rows weighted by the tile's per-row
+// overhead, (mr + 3) / mr — the B loads and call overhead a taller tile shares across more rows
+// (14 rows ≈ 1.2 per row, 7 ≈ 1.4: 512 -> 512 3x3 over 7x7 1.39 ms as 14-row tiles over
+// 9-wide lines, 1.20 as 7-row tiles of one line). Ties go to the taller tile.
+int ContractionLowering::position_rows(bool direct, int64_t ho, int64_t wo, int64_t rs, int64_t m) const {
   const auto& cr = sched_.contraction;
-  if (shape_numel(geo_.out) < cr.window_channel_rows_positions || c_->input(1)->shape()[0] < cr.window_channel_rows_min_cout)
-    return false;
-  return phase_geometry().wq * 4 <= wo * 5;
+  const int64_t vw = std::max(1, sched_.vector_width), nv = std::max<int64_t>(1, cr.nr / vw);
+  const int64_t top = std::clamp<int64_t>(cr.accumulator_registers / nv, 1, 16);
+  int best = cr.mr;
+  double best_cost = -1;
+  for (int64_t mr = top; mr >= 1; --mr) {
+    const int64_t wpad = (wo + mr - 1) / mr * mr;
+    int64_t rows = (m + mr - 1) / mr * mr;
+    if (!direct && ho > 1 && (wpad == wo || rs >= wpad + mr)) rows = ho * wpad;
+    const double cost = double(rows) * double(mr + 3) / double(mr);
+    if (best_cost < 0 || cost < best_cost - 1e-9) {
+      best_cost = cost;
+      best = int(mr);
+    }
+  }
+  return best;
 }
 
 // An implicit conv with fewer output channels than the micro-kernel's columns: panels of
@@ -444,6 +466,8 @@ GemmView ContractionLowering::implicit_conv_view() {
   GemmView g;
   g.batch = {nb};
   g.m = (ho - 1) * rs + wo;
+  if (sched_.contraction.fit_position_rows) sched_.contraction.mr = position_rows(direct, ho, wo, rs, g.m);
+  if (sched_.contraction.implicit_kc > 0) sched_.contraction.kc = std::min(sched_.contraction.kc, sched_.contraction.implicit_kc);
   g.n = cout;
   g.k = ks * c;
   g.k_segment = c;
@@ -474,12 +498,13 @@ GemmView ContractionLowering::implicit_conv_view() {
   layout.outer_stride = 1;
   layout.col_stride = c * ks;
   layout.batch_stride = 0;
-  // Rows are lines (output rows) of rs positions, the first wo of them outputs. Where a line has
-  // more padding than a micro-kernel tile (rs ≥ wo rounded up to mr, plus mr: DeepLabV3's
-  // dilation-12 3x3 conv over 14x14, rs = 38), each line computes only its whole tiles of
-  // outputs (GemmOperand::line_rows): 16 of 38 rows per line there.
+  // Rows are lines (output rows) of rs positions, the first wo of them outputs. Where row tiles
+  // cover a line's outputs exactly (mr divides wo: position_rows), or a line has more padding
+  // than a micro-kernel tile (rs ≥ wo rounded up to mr, plus mr: DeepLabV3's dilation-12 3x3 conv
+  // over 14x14, rs = 38), each line computes only its whole tiles of outputs
+  // (GemmOperand::line_rows): 16 of 38 rows per line there, 14 of 16 for a 3x3 conv over 14x14.
   const int64_t mr = std::max(1, sched_.contraction.mr), wpad = (wo + mr - 1) / mr * mr;
-  if (!direct && ho > 1 && rs >= wpad + mr) {
+  if (!direct && ho > 1 && (wpad == wo || rs >= wpad + mr)) {
     g.m = (ho - 1) * wpad + wo;
     g.a.line_rows = wpad;
     g.a.line_stride = rs;

@@ -48,6 +48,10 @@ bool SiblingGemms::same_a(const Candidate& x, const Candidate& y) const {
   const GemmView& u = x.view;
   const GemmView& v = y.view;
   if (cx->op_type() != cy->op_type() || x.a != y.a) return false;
+  // One tile loop: the same register tile and K blocks (an implicit conv fits them to its geometry).
+  const auto& tx = x.cl->schedule().contraction;
+  const auto& ty = y.cl->schedule().contraction;
+  if (tx.mr != ty.mr || tx.nr != ty.nr || tx.kc != ty.kc) return false;
   if (u.batch != v.batch || u.m != v.m || u.k != v.k || u.k_segment != v.k_segment || u.m_block != v.m_block ||
       u.line != v.line || u.line_valid != v.line_valid || bool(u.line_epilogue) != bool(v.line_epilogue))
     return false;
@@ -149,7 +153,8 @@ LoopKernel SiblingGemms::lower(const std::vector<size_t>& set, const FusionGroup
     begin += (c.view.n + nr - 1) / nr * nr;
   }
   int next_let = 0;
-  std::vector<Stmt> body = build_tiled_gemm(g, sched_, next_let);
+  // The parts' own schedule (same_a: every part's tile is the first's).
+  std::vector<Stmt> body = build_tiled_gemm(g, first.cl->schedule(), next_let);
 
   // The parts' buffers become the joined kernel's; the first part's packed weights its argument
   // holding every part's panels.

@@ -34,11 +34,28 @@ struct ContractionTile {
   // not (0.062 -> 0.080 ms at 2 threads: 32 rows re-read every B panel).
   int64_t channel_rows_wide_positions = 128;
   int64_t channel_rows_wide_min_cout = 64;
-  // A windowed 2-D conv over at least this many output positions is a GEMM with output channels
-  // as rows and the positions over its staged phase planes as columns (staged_im2col_view in
-  // lower_contraction_gemm.cc); below it the implicit GEMM with positions as rows.
-  int64_t window_channel_rows_positions = 128;
-  int64_t window_channel_rows_min_cout = 64;  // ... and has at least this many output channels
+  // A windowed 2-D conv whose staged phase planes take more than this many bytes (the L2, from
+  // the target) is a GEMM with output channels as rows and the positions over its planes as
+  // columns (staged_im2col_view in lower_contraction_gemm.cc); up to it the implicit GEMM with
+  // positions as rows, whose A (the planes) is then re-read from L2. ResNet's 128-channel 3x3
+  // conv over 112x112 (6.6 MB of planes): 20.7 ms as channel rows, 23.2 as positions.
+  int64_t window_channel_rows_plane_bytes = 1024 * 1024;
+  // ... and it has at least this many output channels: with few, each packed B panel serves few
+  // row tiles (DenseNet-121's 128 -> 32 3x3 convs over 56x56: 1.34 ms as positions with 14-row
+  // tiles, 1.62-1.77 as channel rows).
+  int64_t window_channel_rows_min_cout = 64;
+  // The implicit GEMM's row tile (positions as rows) is fitted to the output lines (1; 0: mr as
+  // given): mr at most accumulator_registers / (nr / vector width), chosen so that row tiles
+  // cover whole output lines with the fewest computed padding columns
+  // (ContractionLowering::position_rows). 256 -> 256 3x3 conv over 14x14: 8-row tiles over the
+  // phase planes' 16-wide lines 1.36 ms, 14-row tiles of exactly one line 1.03 ms.
+  int fit_position_rows = 1;
+  int accumulator_registers = 29;  // vector registers left for accumulators (the target's)
+  // The implicit GEMM's K block is at most this (and kc; 0: kc): its B block (kc × nr), the
+  // tile's accumulators (126 × nr) and the kc lines of A one micro-kernel call reads share the
+  // L1, which 256 filled (128 -> 128 3x3 conv over 28x28 with 14-row tiles: 1.29 ms at 256, 1.17
+  // at 128).
+  int64_t implicit_kc = 128;
   // A GEMM whose K is one block stores as much as it computes (a 1x1 conv with 16-64 input
   // channels: 2K flops per stored float). Its tile rows are output rows far apart (an output
   // channel's positions), each a memory stream of the tile's width: a tile is then at least

@@ -65,7 +65,7 @@ std::vector<Dimension> search_space(const FusionGroup& grp, const loop::Schedule
   if (contraction) {
     // The register tile first: it matters most (docs/codegen.md "Tiled contractions").
     std::vector<int64_t> mrs, nrs;
-    for (int mr = 1; mr <= 8; ++mr) mrs.push_back(mr);
+    for (int mr = 1; mr <= 16; ++mr) mrs.push_back(mr);
     const int vw = std::max(1, dflt.vector_width);
     for (int k = 1; k * vw <= 64; ++k) nrs.push_back(int64_t(k) * vw);
     d.push_back(dim("contraction.mr", mrs, dflt));
@@ -88,8 +88,11 @@ std::vector<Dimension> search_space(const FusionGroup& grp, const loop::Schedule
     }
     // Output channels or positions as a windowed conv's rows (staged_im2col_view).
     if (has_windowed_conv(grp)) {
-      d.push_back(dim("contraction.window_channel_rows_positions", {0, 64, 128, 256, 1024, 4096, kNever}, dflt));
+      d.push_back(dim("contraction.window_channel_rows_plane_bytes", {0, l2 / 4, l2, 4 * l2, kNever}, dflt));
       d.push_back(dim("contraction.window_channel_rows_min_cout", {16, 32, 64, 128}, dflt));
+      // The implicit form's row tile fitted to the output lines (0: contraction.mr) and K block.
+      d.push_back(dim("contraction.fit_position_rows", {0, 1}, dflt));
+      d.push_back(dim("contraction.implicit_kc", {64, 128, 192, 256, 512}, dflt));
     }
     if (has_grouped_conv(grp)) {
       d.push_back(dim("stencil_bytes", {l2 / 8, l2 / 4, l2 / 2, l2, 2 * l2}, dflt));

@@ -376,10 +376,17 @@ std::unique_ptr<Graph> make_conv_graph(const ConvCase& c) {
 TEST(LowerContraction, ImplicitConvMatchesReference) {
   loop::Schedule small;
   small.contraction = {2, 8, 5};  // remainders of rows, output channels and K blocks within segments
+  small.contraction.fit_position_rows = 0;  // keep mr = 2
   small.parallel_min_work = 1;
   KernelBatch batch;
   for (const ConvCase& c : implicit_conv_cases()) {
     SCOPED_TRACE(c.name);
+    // The ic_rows_ cases take the channel-rows form (their phase planes are below the L2 budget
+    // that sends a conv there by default).
+    const bool rows = c.name.rfind("ic_rows_", 0) == 0;
+    small.contraction.window_channel_rows_plane_bytes = rows ? 0 : loop::ContractionTile{}.window_channel_rows_plane_bytes;
+    loop::Schedule dflt;
+    if (rows) dflt.contraction.window_channel_rows_plane_bytes = 0;
     auto g = make_conv_graph(c);
     FusionPlan plan = partition(*g);
     const TensorMap inputs = random_inputs(*g, 3, {}, false);
@@ -389,7 +396,7 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
       if (!is_contraction_group(grp)) continue;
       ++convs;
       for (const loop::Schedule* sp : {static_cast<const loop::Schedule*>(&small), static_cast<const loop::Schedule*>(nullptr)}) {
-        auto lg = sp ? loop::lower_group(grp, "ic", *sp) : loop::lower_group(grp, c.name + "_" + grp.name);
+        auto lg = sp ? loop::lower_group(grp, "ic", *sp) : loop::lower_group(grp, c.name + "_" + grp.name, dflt);
         ASSERT_TRUE(lg.kernel) << lg.reason;
         const std::string nest = loop::print_kernel(*lg.kernel);
         // The implicit form: weights packed from their [Cout][Cin][kh][kw] order, K in segments
@@ -403,15 +410,19 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
           EXPECT_NE(nest.find("K in segments of"), std::string::npos) << nest;
           EXPECT_EQ(nest.find("kiln_bpack"), std::string::npos) << "no im2col panel: " << nest;
         }
+        // Narrow panels leave registers for more rows; the row tile is fitted to the output lines
+        // (position_rows): one line of 8 outputs (16 rows would compute 96 rows for 72 outputs).
         if (!sp && c.name == "ic_narrow_out_16") {
-          EXPECT_NE(nest.find("micro-kernel 16x16"), std::string::npos) << nest;
+          EXPECT_NE(nest.find("micro-kernel 8x16"), std::string::npos) << nest;
+          EXPECT_NE(nest.find("[72 x 216]"), std::string::npos) << nest;  // no padding columns computed
         }
         // (With 16 input channels at the default kc a call runs all nine kernel positions: no skip.)
         if ((sp && c.name == "ic_dilated_lines") || c.name == "ic_dilated_aspp_skip") {
           EXPECT_NE(nest.find("zero segments skipped per tile"), std::string::npos) << nest;
         }
         if (!sp && c.name == "ic_narrow_out_20") {
-          EXPECT_NE(nest.find("micro-kernel 8x32"), std::string::npos) << nest;
+          EXPECT_NE(nest.find("micro-kernel 7x32"), std::string::npos) << nest;  // one output line of 7
+          EXPECT_NE(nest.find("[35 x 144]"), std::string::npos) << nest;
         }
         auto got = testing::interpret_group(*lg.kernel, grp, values);
         for (size_t o = 0; o < got.size(); ++o)
@@ -536,12 +547,13 @@ TEST(LowerContraction, ImplicitConvSkipsPaddingOnlyWithFiniteWeights) {
 // lowered at default and strict numerics: `check_nest` sees each nest (strict: true), the
 // interpreted outputs match the reference (bit-exact under strict, and under the default too when
 // `fma_exact`), and both batches compile and run.
-void check_staged_conv(const ConvCase& c, bool fma_exact, const std::function<void(const std::string&, bool)>& check_nest) {
+void check_staged_conv(const ConvCase& c, bool fma_exact, const std::function<void(const std::string&, bool)>& check_nest,
+                       const loop::Schedule& base = {}) {
   auto g = make_conv_graph(c);
   const TensorMap inputs = random_inputs(*g, 3, {}, false);
   auto values = run_reference_values(*g, inputs);
   KernelBatch fma, strict;
-  loop::Schedule strict_sched;
+  loop::Schedule strict_sched = base;
   strict_sched.set_strict_numerics();
   int convs = 0;
   for (const auto& grp : partition(*g).groups) {
@@ -549,7 +561,7 @@ void check_staged_conv(const ConvCase& c, bool fma_exact, const std::function<vo
     ++convs;
     EXPECT_EQ(grp.nodes.size(), 3u);  // the prologue is fused
     for (const loop::Schedule* sp : {static_cast<const loop::Schedule*>(nullptr), static_cast<const loop::Schedule*>(&strict_sched)}) {
-      auto lg = sp ? loop::lower_group(grp, c.name + "_strict", *sp) : loop::lower_group(grp, c.name);
+      auto lg = sp ? loop::lower_group(grp, c.name + "_strict", *sp) : loop::lower_group(grp, c.name, base);
       ASSERT_TRUE(lg.kernel) << lg.reason;
       check_nest(loop::print_kernel(*lg.kernel), sp != nullptr);
       auto got = testing::interpret_group(*lg.kernel, grp, values);
@@ -632,22 +644,29 @@ TEST(LowerContraction, WindowedConvOverManyPositionsHasChannelRows) {
   %m: f32[1,20,15,13] = Mul(%x, %s) name="silu"
   %y: f32[1,72,15,13] = Conv(%m, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
 )", "%x: f32[1,20,15,13]", "%y", {{"w", {72, 20, 3, 3}}, {"b", {72}}}};
-  check_staged_conv(c, /*fma_exact=*/false, [](const std::string& nest, bool) {
-    EXPECT_NE(nest.find("kiln_xkoff"), std::string::npos) << nest;      // B's rows from the staged planes
-    EXPECT_NE(nest.find("kiln_xph"), std::string::npos) << nest;        // staged once per call
-    EXPECT_EQ(nest.find("K in segments"), std::string::npos) << nest;  // not the implicit form
-  });
-  // Below either threshold: the implicit form (positions as rows).
-  for (const auto& [positions, cout] : std::vector<std::pair<int64_t, int64_t>>{{196, 64}, {64, 128}}) {
+  // Its planes (20 KiB) are below the default budget: as if they exceeded it.
+  loop::Schedule over;
+  over.contraction.window_channel_rows_plane_bytes = 16 * 1024;
+  check_staged_conv(
+      c, /*fma_exact=*/false,
+      [](const std::string& nest, bool) {
+        EXPECT_NE(nest.find("kiln_xkoff"), std::string::npos) << nest;      // B's rows from the staged planes
+        EXPECT_NE(nest.find("kiln_xph"), std::string::npos) << nest;        // staged once per call
+        EXPECT_EQ(nest.find("K in segments"), std::string::npos) << nest;  // not the implicit form
+      },
+      over);
+  // Below either threshold (planes within the budget, or fewer output channels): the implicit
+  // form (positions as rows).
+  for (const auto& [plane_bytes, cout] : std::vector<std::pair<int64_t, int64_t>>{{int64_t(1) << 20, 64}, {0, 128}}) {
     loop::Schedule sched;
-    sched.contraction.window_channel_rows_positions = positions;
+    sched.contraction.window_channel_rows_plane_bytes = plane_bytes;
     sched.contraction.window_channel_rows_min_cout = cout;
     auto g = make_conv_graph(c);
     for (const auto& grp : partition(*g).groups)
       if (is_contraction_group(grp)) {
         auto lg = loop::lower_group(grp, "r", sched);
         ASSERT_TRUE(lg.kernel) << lg.reason;
-        EXPECT_NE(loop::print_kernel(*lg.kernel).find("K in segments"), std::string::npos) << positions << " " << cout;
+        EXPECT_NE(loop::print_kernel(*lg.kernel).find("K in segments"), std::string::npos) << plane_bytes << " " << cout;
       }
   }
 }
