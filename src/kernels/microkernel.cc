@@ -22,6 +22,64 @@ void microkernel_seg_f32(int64_t mr, int64_t nr, int64_t nseg, int64_t seglen, c
   for (int64_t s = 0; s < nseg; ++s) microkernel_f32(mr, nr, seglen, a + aoff[s], as_i, as_k, b + s * seglen * bs_k, bs_k, c, ldc);
 }
 
+void transpose_f32(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols) {
+  for (int64_t c = 0; c < cols; ++c)
+    for (int64_t r = 0; r < rows; ++r) dst[c * ldd + r] = src[r * lds + c];
+}
+
+std::string transpose_c_source() {
+  // A 16x16 block: 16 rows loaded (columns past `cols` masked to zero), transposed with the
+  // usual three rounds of lane shuffles (pairs of floats, pairs of pairs, 128-bit quarters), and
+  // the first cn results stored as 16-position runs (positions past `rows` masked). Strided reads
+  // of the tile one element at a time were a fifth of a 3x3 conv's epilogue.
+  return R"(/* Transposing copy (src/kernels/microkernel.h): dst[c*ldd + r] = src[r*lds + c]. */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+static void kiln_transpose_f32(float* restrict dst, int64_t ldd, const float* restrict src, int64_t lds, int64_t rows,
+    int64_t cols) {
+#if defined(__AVX512F__)
+  for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+    const int cn = cols - c0 < 16 ? (int)(cols - c0) : 16;
+    const __mmask16 cm = (__mmask16)((1u << cn) - 1u);
+    for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+      const int rn = rows - r0 < 16 ? (int)(rows - r0) : 16;
+      const __mmask16 rm = (__mmask16)((1u << rn) - 1u);
+      __m512 v[16], t[16];
+      for (int i = 0; i < 16; ++i) v[i] = i < rn ? _mm512_maskz_loadu_ps(cm, src + (r0 + i) * lds + c0) : _mm512_setzero_ps();
+      for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
+      }
+      for (int i = 0; i < 16; i += 4) {
+        v[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        v[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        v[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+        v[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+      }
+      for (int i = 0; i < 4; ++i) {
+        t[i] = _mm512_shuffle_f32x4(v[i], v[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(v[i], v[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_f32x4(v[i + 8], v[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(v[i + 8], v[i + 12], 0xdd);
+      }
+      for (int i = 0; i < 4; ++i) {
+        v[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        v[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+        v[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
+        v[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xdd);
+      }
+      for (int j = 0; j < cn; ++j) _mm512_mask_storeu_ps(dst + (c0 + j) * ldd + r0, rm, v[j]);
+    }
+  }
+#else
+  for (int64_t c = 0; c < cols; ++c)
+    for (int64_t r = 0; r < rows; ++r) dst[c * ldd + r] = src[r * lds + c];
+#endif
+}
+)";
+}
+
 bool has_specialisation(int64_t mr, int64_t nr) { return mr >= 1 && mr <= 16 && nr >= 1 && nr <= 64; }
 
 std::string specialisation_name(int64_t mr, int64_t nr, bool segmented) {

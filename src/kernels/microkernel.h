@@ -45,6 +45,16 @@ namespace kiln::kernels {
 inline constexpr const char* kMicroKernelF32 = "kiln_mk_f32";
 inline constexpr const char* kMicroKernelSegF32 = "kiln_mk_f32_seg";
 
+// The transposing copy of a tile whose rows are output positions into an output whose rows are
+// channels (the implicit conv's epilogue, lower_contraction_tiled.cc):
+//
+//   kiln_transpose_f32(dst, ldd, src, lds, rows, cols)
+//     for r < rows, c < cols:   dst[c*ldd + r] = src[r*lds + c]
+//
+// On AVX-512 in 16x16 blocks transposed in registers (masked at the edges), else the plain loops.
+// A pure copy: every target gives the same bits.
+inline constexpr const char* kTransposeF32 = "kiln_transpose_f32";
+
 // The interface's semantics in strict order (the loop interpreter runs this; the C
 // implementations must agree: bitwise in strict mode, within the FMA contract otherwise).
 void microkernel_f32(int64_t mr, int64_t nr, int64_t kc, const float* a, int64_t as_i, int64_t as_k, const float* b,
@@ -53,6 +63,11 @@ void microkernel_f32(int64_t mr, int64_t nr, int64_t kc, const float* a, int64_t
 // The segmented form's semantics (the calls one by one).
 void microkernel_seg_f32(int64_t mr, int64_t nr, int64_t nseg, int64_t seglen, const float* a, const int64_t* aoff,
                          int64_t as_i, int64_t as_k, const float* b, int64_t bs_k, float* c, int64_t ldc);
+
+// The transposing copy's semantics (the loop interpreter runs this).
+void transpose_f32(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols);
+// Its C source (emitted once into a module that calls it).
+std::string transpose_c_source();
 
 // Whether a specialised implementation exists for this tile (mr ≤ 16, nr ≤ 64): AVX-512 kernels
 // for every nr (the last vector masked), AVX2 for nr a multiple of 8, vector extensions for a

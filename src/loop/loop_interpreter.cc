@@ -128,6 +128,7 @@ class Interpreter {
   // element it touches checked to lie inside its buffer.
   void call_microkernel(const StmtNode& s) {
     if (s.text == kernels::kMicroKernelSegF32) return call_segmented_microkernel(s);
+    if (s.text == kernels::kTransposeF32) return call_transpose(s);
     KILN_CHECK(s.text == kernels::kMicroKernelF32 && s.call_args.size() == 10, "the interpreter cannot run call ",
                s.text);
     const auto& a = s.call_args;
@@ -150,6 +151,30 @@ class Interpreter {
     const float* pb = ptr(6, kc, bs_k, nr, 1);
     float* pc = ptr(8, mr, ldc, nr, 1);
     kernels::microkernel_f32(mr, nr, kc, pa, as_i, as_k, pb, bs_k, pc, ldc);
+  }
+
+  // kiln_transpose_f32(dst, ldd, src, lds, rows, cols), every element it touches checked.
+  void call_transpose(const StmtNode& s) {
+    KILN_CHECK(s.call_args.size() == 6, "kiln_transpose_f32 takes 6 arguments");
+    const auto& a = s.call_args;
+    auto i64 = [&](size_t k) { return eval(a[k]).i; };
+    const int64_t ldd = i64(1), lds = i64(3), rows = i64(4), cols = i64(5);
+    KILN_CHECK(ldd >= 0 && lds >= 0, "negative transpose stride");
+    auto ptr = [&](size_t k, int64_t last) -> float* {
+      KILN_CHECK(a[k]->kind == ExprKind::Address, "transpose argument ", k, " is not an address");
+      Tensor* t = tensor(a[k]->buffer);
+      KILN_CHECK(t->dtype() == DType::Float32, "transpose buffer '", a[k]->buffer->name, "' is not float32");
+      const int64_t base = eval(a[k]->args[0]).i;
+      if (rows > 0 && cols > 0) {
+        checked_index(a[k]->buffer, base);
+        checked_index(a[k]->buffer, base + last);
+      }
+      return t->data<float>() + base;
+    };
+    if (rows <= 0 || cols <= 0) return;
+    float* dst = ptr(0, (cols - 1) * ldd + rows - 1);
+    const float* src = ptr(2, (rows - 1) * lds + cols - 1);
+    kernels::transpose_f32(dst, ldd, src, lds, rows, cols);
   }
 
   // kiln_mk_f32_seg(mr, nr, nseg, seglen, a, aoff, as_i, as_k, b, bs_k, c, ldc): the plain call

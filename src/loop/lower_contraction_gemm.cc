@@ -5,7 +5,6 @@
 // the same machinery as the untiled nest.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 #include "kernels/microkernel.h"
 #include "loop/affine.h"
@@ -350,15 +349,18 @@ bool ContractionLowering::implicit_conv() const {
   // 112x112 + Clip: 0.82 -> 0.33 ms; ORT 0.37). With few positions the implicit form wins (a
   // 7x7 output leaves the channel-rows GEMM one full column tile and a 17-wide rest: 512 -> 2048
   // at 7x7 0.55 -> 2.5 ms while that rest ran the generic micro-kernel; models 1.00-1.04 still
-  // with its specialisation). bench/kernel_sweep.py --set conv,mobile --only "k1 s1", 1 thread;
-  // wide convs from 128 positions (schedule.h, channel_rows_wide_positions).
+  // with its specialisation). bench/kernel_sweep.py --set conv,mobile --only "k1 s1", 1 thread.
+  // Over 14x14 and 28x28 outputs the implicit form, with row tiles fitted to the positions and
+  // its transposing store (kernels::kTransposeF32), beats channel rows (which leave a 4-wide
+  // column tile of 196 positions): 256 -> 1024 over 14x14 0.60 -> 0.51 ms, 512 -> 128 over 28x28
+  // 0.68 -> 0.55, 112 -> 672 over 14x14 0.164 -> 0.150; 128 -> 512 over 28x28 (K = 128, the
+  // few-K rule above) 0.63 as channel rows, 0.64 as positions.
   // (A computed input — a fused prologue such as squeeze-excitation's channel scale — is staged
   // once into a plain buffer first, conv_view.)
   if (unit_window()) {
-    const int64_t p = shape_numel(geo_.out), k = c_->input(0)->shape()[1], cout = c_->input(1)->shape()[0];
+    const int64_t p = shape_numel(geo_.out), k = c_->input(0)->shape()[1];
     const auto& cr = sched_.contraction;
-    if (p >= cr.channel_rows_positions || (p >= cr.channel_rows_positions_few_k && k <= cr.channel_rows_few_k) ||
-        (p >= cr.channel_rows_wide_positions && cout >= cr.channel_rows_wide_min_cout))
+    if (p >= cr.channel_rows_positions || (p >= cr.channel_rows_positions_few_k && k <= cr.channel_rows_few_k))
       return false;
   }
   const int64_t c = c_->input(0)->shape()[1], ks = pg.kernel[0] * pg.kernel[1];

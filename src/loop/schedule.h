@@ -26,14 +26,6 @@ struct ContractionTile {
   int64_t channel_rows_positions = 2048;
   int64_t channel_rows_positions_few_k = 512;
   int64_t channel_rows_few_k = 128;
-  // ... and from channel_rows_wide_positions when it has at least channel_rows_wide_min_cout
-  // output channels: 14x14 and 28x28 outputs of wide convs, now that the last, narrower column tile
-  // has a specialised micro-kernel (lower_contraction_tiled.cc). bench/ab_models.py, 1 thread:
-  // 0.96-1.00 per model (EfficientNet's 112 -> 672 + SiLU over 14x14: 0.254 -> 0.203 ms); 7x7
-  // outputs (49 positions) not (1.00-1.04 with 32); MobileNetV2's 192 -> 32 projections over 28x28
-  // not (0.062 -> 0.080 ms at 2 threads: 32 rows re-read every B panel).
-  int64_t channel_rows_wide_positions = 128;
-  int64_t channel_rows_wide_min_cout = 64;
   // A windowed 2-D conv whose staged phase planes take more than this many bytes (the L2, from
   // the target) is a GEMM with output channels as rows and the positions over its planes as
   // columns (staged_im2col_view in lower_contraction_gemm.cc); up to it the implicit GEMM with

@@ -82,8 +82,6 @@ std::vector<Dimension> search_space(const FusionGroup& grp, const loop::Schedule
     if (has_pointwise_conv(grp)) {
       d.push_back(dim("contraction.channel_rows_positions", {0, 512, 1024, 2048, 4096, 8192, kNever}, dflt));
       d.push_back(dim("contraction.channel_rows_positions_few_k", {0, 256, 512, 1024, kNever}, dflt));
-      d.push_back(dim("contraction.channel_rows_wide_positions", {0, 64, 128, 256, 512, kNever}, dflt));
-      d.push_back(dim("contraction.channel_rows_wide_min_cout", {16, 32, 64, 128, 256}, dflt));
       d.push_back(dim("contraction.channel_rows_few_k", {32, 64, 128, 256}, dflt));
     }
     // Output channels or positions as a windowed conv's rows (staged_im2col_view).

@@ -4,7 +4,7 @@
 // 49-column rows: the AVX-512 kernel masks its last vector) — with strided A, a B row stride wider
 // than the tile and an accumulator row stride wider than nr whose extra columns must stay as they
 // were; and the segmented form (A at a per-segment offset). Strict mode must match bit for bit;
-// the default within the FMA contract.
+// the default within the FMA contract. The transposing copy of the implicit conv's epilogue too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -108,6 +108,41 @@ void check_mode(bool strict) {
 TEST(MicroKernel, SpecialisationsMatchTheInterface) {
   check_mode(false);
   check_mode(true);
+}
+
+// The transposing copy (kernels::transpose_c_source), compiled by the JIT, against its semantics
+// (kernels::transpose_f32): edges of every kind (fewer than 16, exactly 16 and more, in rows and
+// in columns), strides wider than the copy, and the destination's elements outside the copy left
+// as they were; a pure copy, so bit for bit.
+TEST(MicroKernel, TransposingCopyMatchesItsSemantics) {
+  const auto dir = std::filesystem::temp_directory_path() / ("kiln_tr_test_" + std::to_string(::getpid()));
+  runtime::BuildOptions o;
+  o.compile.cache_dir = dir.string();
+  o = runtime::with_numerics(o);
+  const std::string src = "#include <stdint.h>\n" + kernels::transpose_c_source() +
+                          "void run(void* const* a) {\n"
+                          "  kiln_transpose_f32((float*)a[0], *(const int64_t*)a[1], (const float*)a[2], *(const int64_t*)a[3],\n"
+                          "      *(const int64_t*)a[4], *(const int64_t*)a[5]);\n"
+                          "}\n";
+  auto module = runtime::JitModule::build(src, o.compile);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int64_t rows : {1, 7, 16, 17, 45})
+    for (int64_t cols : {1, 5, 16, 32, 33}) {
+      SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols));
+      const int64_t lds = cols + 3, ldd = rows + 11;
+      std::vector<float> in(size_t(rows * lds)), want(size_t(cols * ldd));
+      for (float& x : in) x = u(rng);
+      for (float& x : want) x = u(rng);
+      std::vector<float> got = want;
+      kernels::transpose_f32(want.data(), ldd, in.data(), lds, rows, cols);
+      int64_t ldd_v = ldd, lds_v = lds, rows_v = rows, cols_v = cols;
+      void* args[] = {got.data(), &ldd_v, in.data(), &lds_v, &rows_v, &cols_v};
+      module->get("run")(args);
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "element " << i;
+    }
+  module.reset();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -18,17 +18,19 @@ namespace {
 // prelude): OpenMP worker threads have small stacks.
 constexpr int64_t kMaxStackBytes = 64 * 1024;
 
-// The (mr, nr) tiles of the micro-kernel calls in `s`: one specialisation is emitted for each.
-void collect_tiles(const Stmt& s, std::set<std::pair<int64_t, int64_t>>& tiles, bool& any) {
+// The (mr, nr) tiles of the micro-kernel calls in `s`: one specialisation is emitted for each;
+// `transpose`: whether a transposing copy is called.
+void collect_tiles(const Stmt& s, std::set<std::pair<int64_t, int64_t>>& tiles, bool& any, bool& transpose) {
   if (!s) return;
+  if (s->kind == StmtKind::Call && s->text == kernels::kTransposeF32) transpose = true;
   if (s->kind == StmtKind::Call && (s->text == kernels::kMicroKernelF32 || s->text == kernels::kMicroKernelSegF32)) {
     any = true;
     const auto& a = s->call_args;
     if (a.size() >= 2 && a[0]->kind == ExprKind::IntImm && a[1]->kind == ExprKind::IntImm)
       tiles.insert({a[0]->int_value, a[1]->int_value});
   }
-  for (const auto& c : s->body) collect_tiles(c, tiles, any);
-  for (const auto& c : s->else_body) collect_tiles(c, tiles, any);
+  for (const auto& c : s->body) collect_tiles(c, tiles, any, transpose);
+  for (const auto& c : s->else_body) collect_tiles(c, tiles, any, transpose);
 }
 
 class CEmitter final : public CStyleEmitter {
@@ -42,9 +44,10 @@ class CEmitter final : public CStyleEmitter {
     // pragma is for compilers that honour it instead.
     os << (opts_.strict_fp ? "#pragma STDC FP_CONTRACT OFF\n\n" : "#pragma STDC FP_CONTRACT ON\n\n");
     std::set<std::pair<int64_t, int64_t>> tiles;
-    bool any_microkernel = false;
-    for (const auto& k : kernels) collect_tiles(k.body, tiles, any_microkernel);
+    bool any_microkernel = false, transpose = false;
+    for (const auto& k : kernels) collect_tiles(k.body, tiles, any_microkernel, transpose);
     if (any_microkernel) os << kernels::microkernel_c_source(tiles, !opts_.strict_fp);
+    if (transpose) os << kernels::transpose_c_source() << "\n";
     for (const auto& k : kernels) emit_kernel(os, k);
     return os.str();
   }

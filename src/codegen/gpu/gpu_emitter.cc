@@ -71,6 +71,7 @@ DeviceProgram GpuEmitter::emit_program(const std::vector<LoopKernel>& kernels) {
   DeviceProgram prog;
   microkernels_.clear();
   seg_microkernels_.clear();
+  transposes_.clear();
   std::ostringstream body;
   for (const auto& k : kernels) {
     prog.kernels.push_back({});
@@ -83,6 +84,7 @@ DeviceProgram GpuEmitter::emit_program(const std::vector<LoopKernel>& kernels) {
           " * b[k*bs_k+j], k ascending, one accumulator per element; one variant per address spaces. */\n";
   for (const auto& spaces : microkernels_) os << microkernel_source(spaces);
   for (const auto& spaces : seg_microkernels_) os << seg_microkernel_source(spaces);
+  for (const auto& spaces : transposes_) os << transpose_source(spaces);
   os << "\n" << body.str();
   prog.source = os.str();
   return prog;
@@ -208,11 +210,28 @@ std::string GpuEmitter::seg_microkernel_source(const std::string& spaces) const 
          "}\n";
 }
 
+// The transposing copy on a device (kernels/microkernel.h): the interface's loops, one variant per
+// address spaces of dst and src.
+std::string GpuEmitter::transpose_source(const std::string& spaces) const {
+  auto ptr = [&](size_t i, const std::string& t) { return spaces[i] == 'g' ? global_ptr(t) : t + "*"; };
+  return device_function() + "void kiln_transpose_f32_" + spaces + "(" + ptr(0, "float") + " dst, int64_t ldd, " +
+         ptr(1, "const float") +
+         " src, int64_t lds, int64_t rows, int64_t cols) {\n"
+         "  for (int64_t c = 0; c < cols; ++c)\n"
+         "    for (int64_t r = 0; r < rows; ++r) dst[c * ldd + r] = src[r * lds + c];\n"
+         "}\n";
+}
+
 std::pair<std::string, size_t> GpuEmitter::microkernel_call(const StmtNode& s) {
   auto space = [&](size_t i) {
     const Expr& a = s.call_args[i];
     return a->kind == ExprKind::Address && private_.count(ident(a->buffer->name)) ? 'p' : 'g';
   };
+  if (s.text == kernels::kTransposeF32 && s.call_args.size() == 6) {
+    const std::string spaces = {space(0), space(2)};
+    transposes_.insert(spaces);
+    return {"kiln_transpose_f32_" + spaces, 0};
+  }
   if (s.text == kernels::kMicroKernelSegF32 && s.call_args.size() == 12) {
     const std::string spaces = {space(4), space(5), space(8), space(10)};
     microkernels_.insert(std::string{spaces[0], spaces[2], spaces[3]});
