@@ -473,6 +473,28 @@ TEST(CodegenText, OnlyTheOutermostParallelLoopForks) {
       << src;
 }
 
+// An accumulation inside two loops that reads at a negative stride along the inner one (a reversed
+// Slice under a ReduceSum over two axes) is compiled without loop vectorization: GCC 12 -O3
+// vectorized the outer loop of that nest and summed the wrong elements (fuzz regression
+// c11_reversed_slice_reducel1). The same nest at a positive stride, or a reversed read outside an
+// accumulation, keeps it.
+TEST(CodegenText, ReversedAccumulationNestIsNotLoopVectorized) {
+  auto x = buf("x", DType::Float32, {28, 18}), y = buf("y", DType::Float32, {1});
+  auto nest = [&](int64_t sign) {
+    Expr idx = add(mul(var("a"), int_imm(18)), sign < 0 ? add(int_imm(17), mul(var("b"), int_imm(-1))) : add(int_imm(8), var("b")));
+    auto inner = for_loop("b", int_imm(10), {assign("acc", binary(BinOp::Add, var("acc", DType::Float32), load(x, idx)))});
+    return block({let("acc", float_imm(0.0)), for_loop("a", int_imm(28), {inner}), store(y, int_imm(0), var("acc", DType::Float32))});
+  };
+  const std::string src = emit_c({LoopKernel{"reversed", {}, {x}, {y}, nest(-1)}, LoopKernel{"forward", {}, {x}, {y}, nest(1)}});
+  EXPECT_NE(src.find("KILN_NO_LOOP_VECTORIZE void reversed("), std::string::npos) << src;
+  EXPECT_NE(src.find("\nvoid forward("), std::string::npos) << src;
+  auto z = buf("z", DType::Float32, {28, 18});
+  LoopKernel flip{"flip", {}, {x}, {z},
+                  for_loop("a", int_imm(28), {for_loop("b", int_imm(18), {store(z, add(mul(var("a"), int_imm(18)), var("b")),
+                                                                                    load(x, add(mul(var("a"), int_imm(18)), add(int_imm(17), mul(var("b"), int_imm(-1))))))})})};
+  EXPECT_NE(emit_c({flip}).find("\nvoid flip("), std::string::npos);
+}
+
 // A parallel loop inside serial loops only (a recurrent layer's column panels inside its step
 // loop) forks once per iteration of theirs; one inside a parallel loop never does.
 TEST(CodegenText, AParallelLoopInsideSerialLoopsForks) {

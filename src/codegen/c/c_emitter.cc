@@ -1,11 +1,13 @@
 #include "codegen/c/c_emitter.h"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 #include <sstream>
 
 #include "codegen/c/c_prelude.h"
 #include "kernels/microkernel.h"
+#include "loop/affine.h"
 #include "support/error.h"
 
 namespace kiln::codegen {
@@ -33,6 +35,39 @@ void collect_tiles(const Stmt& s, std::set<std::pair<int64_t, int64_t>>& tiles, 
   for (const auto& c : s->else_body) collect_tiles(c, tiles, any, transpose);
 }
 
+// Whether `s` accumulates into a variable (an Assign) inside two or more loops while reading an
+// index whose coefficient on the innermost loop's variable is negative (a reversed Slice under a
+// ReduceSum over several axes). GCC 12.2 at -O3 vectorizes the outer loop of such a nest and sums
+// the wrong elements (fuzz seed 250283: ReduceL1 over axes 0 and 2 of a Slice with step -1,
+// 734 where the reference has 528; a five-line C reproducer in docs/codegen.md). Such a kernel is
+// compiled with KILN_NO_LOOP_VECTORIZE (the prelude): its `omp simd` loops then run scalar too.
+bool reversed_accumulation(const Stmt& s, std::vector<const StmtNode*>& loops) {
+  if (!s) return false;
+  if (s->kind == StmtKind::Assign && loops.size() >= 2) {
+    const std::string& inner = loops.back()->var;
+    bool negative = false;
+    std::function<void(const Expr&)> visit = [&](const Expr& e) {
+      if (!e || negative) return;
+      if (e->kind == ExprKind::Load) {
+        AffineScope scope;
+        scope.varying = {inner};
+        const auto f = affine_form(e->args.at(0), scope);
+        negative = f && f->coef_of(inner) < 0;
+      }
+      for (const auto& a : e->args) visit(a);
+    };
+    visit(s->value);
+    if (negative) return true;
+  }
+  const bool loop = s->kind == StmtKind::For;
+  if (loop) loops.push_back(s.get());
+  bool found = false;
+  for (const auto& c : s->body) found = found || reversed_accumulation(c, loops);
+  for (const auto& c : s->else_body) found = found || reversed_accumulation(c, loops);
+  if (loop) loops.pop_back();
+  return found;
+}
+
 class CEmitter final : public CStyleEmitter {
  public:
   using CStyleEmitter::CStyleEmitter;
@@ -56,7 +91,9 @@ class CEmitter final : public CStyleEmitter {
   void emit_kernel(std::ostream& os, const LoopKernel& k) {
     begin_kernel(k);
     kernel_comment(os, k);
-    os << (k.vector_bits == 512 ? "KILN_PREFER_512 " : "") << "void " << k.name << "(void* const* args) {\n";
+    std::vector<const StmtNode*> loops;
+    os << (k.vector_bits == 512 ? "KILN_PREFER_512 " : "") << (reversed_accumulation(k.body, loops) ? "KILN_NO_LOOP_VECTORIZE " : "")
+       << "void " << k.name << "(void* const* args) {\n";
     size_t arg = 0;
     for (const auto& b : k.inputs) {
       const std::string t = storage_type(b->dtype);

@@ -300,7 +300,13 @@ std::string c_prelude(bool strict_fp) {
      // prefer under -march=native. Other compilers keep their choice.
      << "#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)\n"
      << "#define KILN_PREFER_512 __attribute__((target(\"prefer-vector-width=512\")))\n"
-     << "#else\n#define KILN_PREFER_512\n#endif\n\n"
+     << "#else\n#define KILN_PREFER_512\n#endif\n"
+     // GCC 12 at -O3 vectorizes an outer loop whose inner loop accumulates reads of a negative
+     // stride into a scalar wrongly (docs/codegen.md "A GCC 12 miscompile"); kernels with such a
+     // nest (c_emitter.cc, reversed_accumulation) are compiled without loop vectorization.
+     << "#if defined(__GNUC__) && !defined(__clang__)\n"
+     << "#define KILN_NO_LOOP_VECTORIZE __attribute__((optimize(\"no-tree-loop-vectorize\")))\n"
+     << "#else\n#define KILN_NO_LOOP_VECTORIZE\n#endif\n\n"
      << "#define KILN_SCRATCH_BYTES ((size_t)256 << 20)\n"
      << "static _Thread_local unsigned char* kiln_scratch_base_;\n"
      << "static _Thread_local size_t kiln_scratch_top_;\n"
