@@ -417,6 +417,15 @@ bool ContractionLowering::window_channel_rows() const {
 // overhead, (mr + 3) / mr — the B loads and call overhead a taller tile shares across more rows
 // (14 rows ≈ 1.2 per row, 7 ≈ 1.4: 512 -> 512 3x3 over 7x7 1.39 ms as 14-row tiles over
 // 9-wide lines, 1.20 as 7-row tiles of one line). Ties go to the taller tile.
+// Whether row tiles of mr rows take the phase planes' lines one by one (GemmOperand::line_rows):
+// when they cover a line's outputs exactly, or the line's padding is wider than a tile.
+namespace {
+bool tiles_by_line(bool direct, int64_t ho, int64_t wo, int64_t rs, int64_t mr) {
+  const int64_t wpad = (wo + mr - 1) / mr * mr;
+  return !direct && ho > 1 && (wpad == wo || rs >= wpad + mr);
+}
+}  // namespace
+
 int ContractionLowering::position_rows(bool direct, int64_t ho, int64_t wo, int64_t rs, int64_t m) const {
   const auto& cr = sched_.contraction;
   const int64_t vw = std::max(1, sched_.vector_width), nv = std::max<int64_t>(1, cr.nr / vw);
@@ -424,9 +433,7 @@ int ContractionLowering::position_rows(bool direct, int64_t ho, int64_t wo, int6
   int best = cr.mr;
   double best_cost = -1;
   for (int64_t mr = top; mr >= 1; --mr) {
-    const int64_t wpad = (wo + mr - 1) / mr * mr;
-    int64_t rows = (m + mr - 1) / mr * mr;
-    if (!direct && ho > 1 && (wpad == wo || rs >= wpad + mr)) rows = ho * wpad;
+    const int64_t rows = tiles_by_line(direct, ho, wo, rs, mr) ? ho * ((wo + mr - 1) / mr * mr) : (m + mr - 1) / mr * mr;
     const double cost = double(rows) * double(mr + 3) / double(mr);
     if (best_cost < 0 || cost < best_cost - 1e-9) {
       best_cost = cost;
@@ -506,7 +513,7 @@ GemmView ContractionLowering::implicit_conv_view() {
   // over 14x14, rs = 38), each line computes only its whole tiles of outputs
   // (GemmOperand::line_rows): 16 of 38 rows per line there, 14 of 16 for a 3x3 conv over 14x14.
   const int64_t mr = std::max(1, sched_.contraction.mr), wpad = (wo + mr - 1) / mr * mr;
-  if (!direct && ho > 1 && (wpad == wo || rs >= wpad + mr)) {
+  if (tiles_by_line(direct, ho, wo, rs, mr)) {
     g.m = (ho - 1) * wpad + wo;
     g.a.line_rows = wpad;
     g.a.line_stride = rs;
