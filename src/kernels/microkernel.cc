@@ -30,8 +30,8 @@ void transpose_f32(float* dst, int64_t ldd, const float* src, int64_t lds, int64
 std::string transpose_c_source() {
   // A 16x16 block: 16 rows loaded (columns past `cols` masked to zero), transposed with the
   // usual three rounds of lane shuffles (pairs of floats, pairs of pairs, 128-bit quarters), and
-  // the first cn results stored as 16-position runs (positions past `rows` masked). Strided reads
-  // of the tile one element at a time were a fifth of a 3x3 conv's epilogue.
+  // the first cn results stored as 16-position runs (positions past `rows` masked). It took a
+  // quarter off a 64 -> 64 3x3 conv's epilogue, which read the tile one element at a time.
   return R"(/* Transposing copy (src/kernels/microkernel.h): dst[c*ldd + r] = src[r*lds + c]. */
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -170,8 +170,8 @@ void intrinsic_kernel(std::ostringstream& os, int64_t mr, int64_t nr, int lanes,
      << ";\n"
      // An A whose k steps lie a line or more apart (an implicit conv's phase planes: one plane per
      // input channel) is a new line per k, at a stride beyond what the L1's stride prefetcher
-     // follows: its first and last row, a few steps ahead. (64 -> 64 3x3 conv over 56x56, 3.4 KiB
-     // planes apart: 4 % of the kernel.)
+     // follows: its first and last row, a few steps ahead. (64 -> 64 3x3 conv over 56x56, 13 KiB
+     // planes apart: 4 % of the kernel in a C harness; 1-6 % on single convs.)
      << "    if (as_k >= 16) {\n"
      << "      _mm_prefetch((const char*)(a + (k + 4) * as_k), _MM_HINT_T0);\n"
      << "      _mm_prefetch((const char*)(a + (k + 4) * as_k + " << (mr - 1) << " * as_i), _MM_HINT_T0);\n"

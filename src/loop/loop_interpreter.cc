@@ -133,16 +133,8 @@ class Interpreter {
                s.text);
     const auto& a = s.call_args;
     auto i64 = [&](size_t k) { return eval(a[k]).i; };
-    auto ptr = [&](size_t k, int64_t rows, int64_t row_stride, int64_t cols, int64_t col_stride) -> float* {
-      KILN_CHECK(a[k]->kind == ExprKind::Address, "micro-kernel argument ", k, " is not an address");
-      Tensor* t = tensor(a[k]->buffer);
-      KILN_CHECK(t->dtype() == DType::Float32, "micro-kernel buffer '", a[k]->buffer->name, "' is not float32");
-      const int64_t base = eval(a[k]->args[0]).i;
-      if (rows > 0 && cols > 0) {
-        checked_index(a[k]->buffer, base);
-        checked_index(a[k]->buffer, base + (rows - 1) * row_stride + (cols - 1) * col_stride);
-      }
-      return t->data<float>() + base;
+    auto ptr = [&](size_t k, int64_t rows, int64_t row_stride, int64_t cols, int64_t col_stride) {
+      return f32_block(s, k, rows, row_stride, cols, col_stride);
     };
     const int64_t mr = i64(0), nr = i64(1), kc = i64(2), as_i = i64(4), as_k = i64(5), bs_k = i64(7), ldc = i64(9);
     KILN_CHECK(mr >= 0 && nr >= 0 && kc >= 0 && as_i >= 0 && as_k >= 0 && bs_k >= 0 && ldc >= 0,
@@ -153,27 +145,30 @@ class Interpreter {
     kernels::microkernel_f32(mr, nr, kc, pa, as_i, as_k, pb, bs_k, pc, ldc);
   }
 
+  // Float32 argument k of call `s` (an Address), the block of rows × cols elements at the given
+  // strides from it checked to lie inside its buffer (its first and last element).
+  float* f32_block(const StmtNode& s, size_t k, int64_t rows, int64_t row_stride, int64_t cols, int64_t col_stride) {
+    const Expr& e = s.call_args.at(k);
+    KILN_CHECK(e->kind == ExprKind::Address, s.text, " argument ", k, " is not an address");
+    Tensor* t = tensor(e->buffer);
+    KILN_CHECK(t->dtype() == DType::Float32, s.text, " buffer '", e->buffer->name, "' is not float32");
+    const int64_t base = eval(e->args[0]).i;
+    if (rows > 0 && cols > 0) {
+      checked_index(e->buffer, base);
+      checked_index(e->buffer, base + (rows - 1) * row_stride + (cols - 1) * col_stride);
+    }
+    return t->data<float>() + base;
+  }
+
   // kiln_transpose_f32(dst, ldd, src, lds, rows, cols), every element it touches checked.
   void call_transpose(const StmtNode& s) {
     KILN_CHECK(s.call_args.size() == 6, "kiln_transpose_f32 takes 6 arguments");
-    const auto& a = s.call_args;
-    auto i64 = [&](size_t k) { return eval(a[k]).i; };
+    auto i64 = [&](size_t k) { return eval(s.call_args[k]).i; };
     const int64_t ldd = i64(1), lds = i64(3), rows = i64(4), cols = i64(5);
     KILN_CHECK(ldd >= 0 && lds >= 0, "negative transpose stride");
-    auto ptr = [&](size_t k, int64_t last) -> float* {
-      KILN_CHECK(a[k]->kind == ExprKind::Address, "transpose argument ", k, " is not an address");
-      Tensor* t = tensor(a[k]->buffer);
-      KILN_CHECK(t->dtype() == DType::Float32, "transpose buffer '", a[k]->buffer->name, "' is not float32");
-      const int64_t base = eval(a[k]->args[0]).i;
-      if (rows > 0 && cols > 0) {
-        checked_index(a[k]->buffer, base);
-        checked_index(a[k]->buffer, base + last);
-      }
-      return t->data<float>() + base;
-    };
     if (rows <= 0 || cols <= 0) return;
-    float* dst = ptr(0, (cols - 1) * ldd + rows - 1);
-    const float* src = ptr(2, (rows - 1) * lds + cols - 1);
+    float* dst = f32_block(s, 0, cols, ldd, rows, 1);
+    const float* src = f32_block(s, 2, rows, lds, cols, 1);
     kernels::transpose_f32(dst, ldd, src, lds, rows, cols);
   }
 

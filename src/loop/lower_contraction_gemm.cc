@@ -394,9 +394,10 @@ bool ContractionLowering::implicit_conv() const {
 // broadcasts A from the planes, one line of a plane per K step, and beyond the L2 those come
 // from L3 (128 -> 128 3x3 conv over 112x112: 23.2 ms as positions, 20.7 as channel rows). Up to
 // it the implicit form with row tiles fitted to the output lines (position_rows) wins, Conv +
-// ReLU at 1 thread: 64 -> 64 over 56x56 1.29 -> 1.24 ms, 128 -> 128 over 28x28 1.32 -> 1.17,
-// 256 -> 256 over 14x14 1.36 -> 1.03, 96 -> 128 over 28x28 0.97 -> 0.86 (stride 2 64 -> 128 over
-// 56x56 and a 5x5 32 -> 64 over 56x56 within 3 % either way). The K order is the reference's
+// ReLU at 1 thread (bench/ab_kernels.py, with the fitted tiles' K block and A prefetch): 64 -> 64
+// over 56x56 1.31 -> 1.22 ms, 128 -> 128 over 28x28 1.29 -> 1.17, 256 -> 256 over 14x14 1.35 ->
+// 1.06, 96 -> 128 over 28x28 0.96 -> 0.88 (stride 2 64 -> 128 over 56x56 and a 5x5 32 -> 64 over
+// 56x56, which keep channel rows, within 3 % of the implicit form). The K order is the reference's
 // (ci, ky, kx), so --strict-fp keeps this form too. Lines much wider than the output's (a large
 // dilation's padding) stay with the implicit form, which skips that padding per line.
 bool ContractionLowering::window_channel_rows() const {

@@ -476,44 +476,35 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
       // Where every store is a float32 run along x (index coefficient 1) with a constant stride
       // between output channels, a line's copy is one transposing call over all the tile's
       // columns (kernels/microkernel.h: 16x16 blocks in registers on AVX-512), not a strided
-      // read of the tile per element: the 64 -> 64 3x3 conv over 56x56 lost a tenth of its time
-      // in this copy, a quarter of which the call saves. (The GPU emitters spell it as its loops.)
+      // read of the tile per element: the epilogue was a tenth of a 64 -> 64 3x3 conv over 56x56
+      // (C harness), and the call took a quarter of it off. (The GPU emitters spell it as loops.)
       // Where lines have no padding rows (L = the valid width: row tiles fitted to the lines) and
       // the output's lines follow each other (the index's line coefficient is L), the block's rows
       // are one run of the output: one call for the block (16-row blocks, not one per 7-wide line).
-      std::vector<Stmt> calls;
-      bool transposed = true, whole = v.line == v.line_valid;
-      for (size_t o = 0; o < stores.size() && transposed; ++o) {
-        const TileStore& st = stores[o];
+      std::vector<int64_t> ldd;  // per store: its index's stride between output channels
+      bool whole = v.line == v.line_valid;
+      for (const TileStore& st : stores) {
         AffineScope scope;
         scope.varying = {"kiln_x", "kiln_ej", "kiln_ln"};
         const auto f = st.buffer->dtype == DType::Float32 ? affine_form(st.index, scope) : std::nullopt;
-        if (!f || f->coef_of("kiln_x") != 1 || f->coef_of("kiln_ej") < 1) {
-          transposed = false;
-          break;
-        }
+        if (!f || f->coef_of("kiln_x") != 1 || f->coef_of("kiln_ej") < 1) break;
+        ldd.push_back(f->coef_of("kiln_ej"));
         whole = whole && f->coef_of("kiln_ln") == v.line;
-        const Expr src = add(mul(sub(add(mul(lnv, L), var("kiln_xa")), m0v), int_imm(nc)), tile_col(c, int_imm(0)));
-        calls.push_back(call_stmt(kernels::kTransposeF32,
-                                  {address(st.buffer, sched::substitute(st.index, {{"kiln_x", var("kiln_xa")}, {"kiln_ej", int_imm(0)}})),
-                                   int_imm(f->coef_of("kiln_ej")), address(tmps[first + o], src), int_imm(nc),
-                                   sub(var("kiln_xb"), var("kiln_xa")), c.extent}));
       }
-      if (transposed && whole) {
-        // Row m0 + r of the block is (line 0, position m0 + r) of the run.
-        std::vector<Stmt> block_calls;
+      if (ldd.size() == stores.size()) {
+        // Per line: rows [xa, xb) of line ln; per block: row m0 + r is (line 0, position m0 + r).
+        const Expr x0 = whole ? m0v : var("kiln_xa");
+        const Expr row0 = whole ? int_imm(0) : sub(add(mul(lnv, L), var("kiln_xa")), m0v);
+        const Expr rows = whole ? mcv : sub(var("kiln_xb"), var("kiln_xa"));
+        std::map<std::string, Expr> at = {{"kiln_x", x0}, {"kiln_ej", int_imm(0)}};
+        if (whole) at["kiln_ln"] = int_imm(0);
+        std::vector<Stmt> calls = whole ? std::vector<Stmt>{} : line_bounds;
         for (size_t o = 0; o < stores.size(); ++o)
-          block_calls.push_back(call_stmt(
-              kernels::kTransposeF32,
-              {address(stores[o].buffer, sched::substitute(stores[o].index, {{"kiln_ln", int_imm(0)}, {"kiln_x", m0v}, {"kiln_ej", int_imm(0)}})),
-               calls[o]->call_args[1], address(tmps[first + o], tile_col(c, int_imm(0))), int_imm(nc), mcv, c.extent}));
-        copies.push_back(guarded(c, block(std::move(block_calls))));
-        continue;
-      }
-      if (transposed) {
-        std::vector<Stmt> per_line = line_bounds;
-        for (auto& cl : calls) per_line.push_back(std::move(cl));
-        copies.push_back(guarded(c, for_loop("kiln_el", lines, std::move(per_line))));
+          calls.push_back(call_stmt(kernels::kTransposeF32,
+                                    {address(stores[o].buffer, sched::substitute(stores[o].index, at)), int_imm(ldd[o]),
+                                     address(tmps[first + o], add(mul(row0, int_imm(nc)), tile_col(c, int_imm(0)))),
+                                     int_imm(nc), rows, c.extent}));
+        copies.push_back(guarded(c, whole ? block(std::move(calls)) : for_loop("kiln_el", lines, std::move(calls))));
         continue;
       }
       const Expr ei = sub(add(mul(lnv, L), var("kiln_x")), m0v);
