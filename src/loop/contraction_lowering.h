@@ -152,6 +152,10 @@ class ContractionLowering {
     std::vector<std::pair<int64_t, int64_t>> phases;  // (row, column) phase of each slot
     std::vector<int64_t> slot_of;  // per kernel position
     std::vector<int64_t> offset;   // per kernel position: slot · plane + its offset within the phase plane
+    // Layout of the buffer: channel planes, element (n, ci, pos) at (n · c + ci) · slots · plane +
+    // pos; or channels innermost, at (n · slots · plane + pos) · c + ci (pos = slot · plane + the
+    // position within the phase plane).
+    bool channels_inner = false;
     Stmt fill;
   };
   // The phase planes' geometry (no buffer, no fill); a 1-D conv's as one row of a 2-D one
@@ -168,8 +172,11 @@ class ContractionLowering {
   // ph.hq × ph.wq, zero in the padding, the fused prologue evaluated once per element.
   std::vector<Stmt> stage_channel_phases(const PhasePlanes& ph, const BufferPtr& buf, const Expr& n, const Expr& ch,
                                          const Expr& base);
-  // Every channel of every image staged once per call into one buffer (the implicit GEMM's A).
-  PhasePlanes stage_phase_planes();
+  // Every channel of every image staged once per call into one buffer (the implicit GEMM's A), in
+  // channel planes or with the channels innermost (PhasePlanes::channels_inner).
+  PhasePlanes stage_phase_planes(bool channels_inner = false);
+  bool channels_inner_staging() const;
+  Stmt stage_channels_inner(const PhasePlanes& ph);
 
   // ---- grouped and depthwise convs as a vectorised stencil (lower_conv_stencil.cc)
 

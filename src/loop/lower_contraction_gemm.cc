@@ -387,9 +387,8 @@ bool ContractionLowering::implicit_conv() const {
 }
 
 // A 2-D windowed conv with the output channels as rows and the positions as columns
-// (staged_im2col_view): with few input channels always (a 3-channel stem: a kernel position's
-// segment of the implicit form would be 3 terms, and the micro-kernel would load and store its
-// accumulators every 3 multiply-adds), else when its phase planes exceed
+// (staged_im2col_view): under strict numerics with few input channels (the implicit form's K
+// order is not the reference's), else when its phase planes exceed
 // ContractionTile::window_channel_rows_plane_bytes (the L2): the implicit form's micro-kernel
 // broadcasts A from the planes, one line of a plane per K step, and beyond the L2 those come
 // from L3 (128 -> 128 3x3 conv over 112x112: 23.2 ms as positions, 20.7 as channel rows). Up to
@@ -397,13 +396,18 @@ bool ContractionLowering::implicit_conv() const {
 // ReLU at 1 thread (bench/ab_kernels.py, with the fitted tiles' K block and A prefetch): 64 -> 64
 // over 56x56 1.31 -> 1.22 ms, 128 -> 128 over 28x28 1.29 -> 1.17, 256 -> 256 over 14x14 1.35 ->
 // 1.06, 96 -> 128 over 28x28 0.96 -> 0.88 (stride 2 64 -> 128 over 56x56 and a 5x5 32 -> 64 over
-// 56x56, which keep channel rows, within 3 % of the implicit form). The K order is the reference's
+// 56x56, which keep channel rows, within 3 % of the implicit form). Few input channels (a stem's
+// 3) take the implicit form as well: the segmented micro-kernel keeps its accumulators in
+// registers across the 3-term segments, where a channel-rows tile stored 64 rows of 32 positions
+// through a per-row epilogue (inside the models, 1 thread: ResNet-50's 7x7 stem 2.83 -> 2.45 ms,
+// SqueezeNet's 3x3 stride 2 0.92 -> 0.77, MobileNetV2's 0.53 -> 0.45, RegNetY's 0.63 -> 0.47).
+// The K order is the reference's
 // (ci, ky, kx), so --strict-fp keeps this form too. Lines much wider than the output's (a large
 // dilation's padding) stay with the implicit form, which skips that padding per line.
 bool ContractionLowering::window_channel_rows() const {
   if (c_->op_type() != "Conv" || group_ != 1 || geo_.rank() != 2 || unit_window()) return false;
   const int64_t c = c_->input(0)->shape()[1];
-  if (c < 16) return true;
+  if (c < 16 && !sched_.reorder_sums) return true;
   const PhasePlanes ph = phase_geometry();
   const int64_t bytes = c_->input(0)->shape()[0] * c * ph.slots * ph.plane * int64_t(sizeof(float));
   return bytes > sched_.contraction.window_channel_rows_plane_bytes &&
@@ -471,8 +475,13 @@ GemmView ContractionLowering::implicit_conv_view() {
   if (window_channel_rows()) return staged_im2col_view();
   narrow_panels(cout);
   const bool direct = is_group_input(x) && ks == 1 && sy == 1 && sx == 1 && pt == 0 && pl == 0 && hp == h && wp == wd;
-  const PhasePlanes ph = direct ? PhasePlanes{} : stage_phase_planes();
+  // Staged planes with the channels innermost: a micro-kernel call's A rows are runs of kc
+  // consecutive floats, not kc floats a plane apart each.
+  const bool inner = !direct && sched_.contraction.implicit_channels_inner && channels_inner_staging();
+  const PhasePlanes ph = direct ? PhasePlanes{} : stage_phase_planes(inner);
   const int64_t nph = direct ? 1 : ph.slots, plane = direct ? h * wd : ph.plane, rs = direct ? wd : ph.wq;
+  // Element strides of a position and of a channel in A.
+  const int64_t pos_stride = inner ? c : 1, chan_stride = inner ? 1 : nph * plane;
   GemmView g;
   g.batch = {nb};
   g.m = (ho - 1) * rs + wo;
@@ -488,14 +497,15 @@ GemmView ContractionLowering::implicit_conv_view() {
   }
   std::vector<int64_t> slot_of = direct ? std::vector<int64_t>(size_t(ks), 0) : ph.slot_of;
   g.a.buffer = src;
-  g.a.stride_r = 1;
-  g.a.stride_c = nph * plane;
+  g.a.stride_r = pos_stride;
+  g.a.stride_c = chan_stride;
   g.a.segment_base = [=](const std::vector<Expr>& bt, Expr s) {
     // Kernel position s = (ky, kx): its phase slot and offset within the phase plane, from a table
     // (the segment index is a loop variable).
     std::vector<int64_t> offset(static_cast<size_t>(ks), 0);
     for (int64_t kpos = 0; kpos < ks; ++kpos)
-      offset[size_t(kpos)] = slot_of[size_t(kpos)] * plane + ((kpos / kw) * dy / sy) * rs + (kpos % kw) * dx / sx;
+      offset[size_t(kpos)] =
+          (slot_of[size_t(kpos)] * plane + ((kpos / kw) * dy / sy) * rs + (kpos % kw) * dx / sx) * pos_stride;
     return add(mul(bt[0], int_imm(c * nph * plane)), table_lookup(s, offset));
   };
   // In place and prepacked: the operands have no per-element value to pack.

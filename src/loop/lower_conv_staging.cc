@@ -3,6 +3,7 @@
 // (2-D) view of 1-D and foldable 3-D convs, and a plain copy of a computed input.
 #include <algorithm>
 
+#include "kernels/microkernel.h"
 #include "loop/contraction_lowering.h"
 #include "support/error.h"
 
@@ -162,16 +163,19 @@ std::vector<Stmt> ContractionLowering::stage_channel_phases(const PhasePlanes& p
         slots.push_back(sl);
         done[size_t(sl)] = true;
       }
-    // Zeros over columns [from, from + count) of row `r` of the phase plane at `plane`.
-    auto zeros = [&](const Expr& plane, const Expr& r, int64_t from, int64_t count) -> Stmt {
-      return for_loop("kiln_xx", int_imm(count),
-                      {store(buf, add(plane, add(mul(r, int_imm(ph.wq)), add(q, int_imm(from)))), float_imm(0))},
+    // Element (r, col) of slot sl's phase plane.
+    auto at = [&](int64_t sl, const Expr& r, const Expr& col) {
+      return add(add(base, int_imm(sl * ph.plane)), add(mul(r, int_imm(ph.wq)), col));
+    };
+    // Zeros over columns [from, from + count) of row `r` of slot sl's phase plane.
+    auto zeros = [&](int64_t sl, const Expr& r, int64_t from, int64_t count) -> Stmt {
+      return for_loop("kiln_xx", int_imm(count), {store(buf, at(sl, r, add(q, int_imm(from))), float_imm(0))},
                       ForKind::Vectorized);
     };
     auto zero_rows = [&](int64_t from, int64_t count) {
       if (count <= 0) return;
       std::vector<Stmt> body;
-      for (int64_t sl : slots) body.push_back(zeros(add(base, int_imm(sl * ph.plane)), add(row, int_imm(from)), 0, ph.wq));
+      for (int64_t sl : slots) body.push_back(zeros(sl, add(row, int_imm(from)), 0, ph.wq));
       per_phase.push_back(for_loop("kiln_xy", int_imm(count), std::move(body)));
     };
     zero_rows(0, r0);
@@ -195,16 +199,15 @@ std::vector<Stmt> ContractionLowering::stage_channel_phases(const PhasePlanes& p
       for (int64_t sl : slots) {
         const int64_t px = ph.phases[size_t(sl)].second;
         const auto [q0, q1] = phase_interior(sx, px, pl, wd, ph.wq);
-        const Expr plane = add(base, int_imm(sl * ph.plane));
-        if (q0 > 0) body.push_back(zeros(plane, r, 0, q0));
+        if (q0 > 0) body.push_back(zeros(sl, r, 0, q0));
         if (q1 > q0) {
           const Expr qq = add(q, int_imm(q0));
           const Expr xx = sub(add(mul(qq, int_imm(sx)), int_imm(px)), int_imm(pl));
           const Expr val = line ? load(line, xx) : to_compute(L_.value_at(x, planar_index(x, n, ch, y, xx)));
           body.push_back(for_loop("kiln_xx", int_imm(q1 - q0),
-                                  {store(buf, add(plane, add(mul(r, int_imm(ph.wq)), qq)), val)}, ForKind::Vectorized));
+                                  {store(buf, at(sl, r, qq), val)}, ForKind::Vectorized));
         }
-        if (ph.wq > q1) body.push_back(zeros(plane, r, q1, ph.wq - q1));
+        if (ph.wq > q1) body.push_back(zeros(sl, r, q1, ph.wq - q1));
       }
       if (line) body = {allocate(line, std::move(body))};
       per_phase.push_back(for_loop("kiln_xy", int_imm(r1 - r0), std::move(body)));
@@ -239,11 +242,77 @@ Stmt ContractionLowering::stage_input_fill(const BufferPtr& buf) {
   return for_loop("kiln_xt", int_imm(planes), {body}, par ? ForKind::Parallel : ForKind::Serial);
 }
 
-ContractionLowering::PhasePlanes ContractionLowering::stage_phase_planes() {
+// Whether the phase planes can be staged with the channels innermost by transposing copies: the
+// conv reads a kernel input (no computed prologue) along unit-stride columns, so each phase row's
+// interior is a (channels × columns) block of the input. (Element by element, with a store c
+// floats apart for every input float, the staging took longer than the layout saved.)
+bool ContractionLowering::channels_inner_staging() const {
+  return is_group_input(c_->input(0)) && planar_geometry().stride[1] == 1 && planar_fold() != PlanarFold::DepthIntoBatch;
+}
+
+// The channels-innermost fill: per phase row of every image, the zero border as runs of c · count
+// floats and the interior as one transposing copy (kernels::kTransposeF32) from the input's
+// channel planes; the rows of an image in parallel.
+Stmt ContractionLowering::stage_channels_inner(const PhasePlanes& ph) {
+  const Value* x = c_->input(0);
+  const nn::WindowGeometry g = planar_geometry();
+  const int64_t nb = planar_images(), c = x->shape()[1], h = g.in[0], wd = g.in[1], sy = g.stride[0];
+  const int64_t pt = g.pad_begin[0], pl = g.pad_begin[1];
+  const int64_t spatial = shape_numel(x->shape()) / (x->shape()[0] * c);
+  const BufferPtr in = L_.input_buffers_.at(x);
+  const auto [q0, q1] = phase_interior(1, 0, pl, wd, ph.wq);
+  const Expr t = var("kiln_xt"), e = var("kiln_xe");
+  std::vector<Stmt> fills;
+  for (int64_t sl = 0; sl < ph.slots; ++sl) {
+    const int64_t py = ph.phases[size_t(sl)].first;
+    const auto [r0, r1] = phase_interior(sy, py, pt, h, ph.hq);
+    // Phase row `row` of image n starts at float `row0` of the buffer.
+    auto row0 = [&](const Expr& n, const Expr& row) {
+      return mul(add(mul(n, int_imm(ph.slots * ph.plane)), add(int_imm(sl * ph.plane), mul(row, int_imm(ph.wq)))),
+                 int_imm(c));
+    };
+    auto zeros = [&](const Expr& at, int64_t count) {
+      return for_loop("kiln_xe", int_imm(count), {store(ph.buffer, add(at, e), float_imm(0))}, ForKind::Vectorized);
+    };
+    // Whole rows [from, to) of every image: zeros.
+    auto zero_rows = [&](int64_t from, int64_t to) {
+      if (to <= from) return;
+      fills.push_back(for_loop("kiln_xt", int_imm(nb * (to - from)),
+                               {zeros(row0(div_floor(t, int_imm(to - from)), add(mod(t, int_imm(to - from)), int_imm(from))),
+                                      ph.wq * c)}));
+    };
+    zero_rows(0, r0);
+    if (r1 > r0) {
+      const int64_t rows = r1 - r0;
+      const Expr n = div_floor(t, int_imm(rows)), r = add(mod(t, int_imm(rows)), int_imm(r0));
+      const Expr y = sub(add(mul(r, int_imm(sy)), int_imm(py)), int_imm(pt));
+      std::vector<Stmt> body;
+      if (q0 > 0) body.push_back(zeros(row0(n, r), q0 * c));
+      if (q1 > q0) {
+        const Expr src = add(mul(n, int_imm(c * spatial)), add(mul(y, int_imm(wd)), int_imm(q0 - pl)));
+        body.push_back(call_stmt(kernels::kTransposeF32, {address(ph.buffer, add(row0(n, r), int_imm(q0 * c))), int_imm(c),
+                                                          address(in, src), int_imm(spatial), int_imm(c), int_imm(q1 - q0)}));
+      }
+      if (ph.wq > q1) body.push_back(zeros(add(row0(n, r), int_imm(q1 * c)), (ph.wq - q1) * c));
+      const bool par = nb * rows > 1 && nb * rows * ph.wq * c >= (int64_t(1) << 16);
+      fills.push_back(for_loop("kiln_xt", int_imm(nb * rows), std::move(body), par ? ForKind::Parallel : ForKind::Serial));
+    }
+    zero_rows(std::max(r0, r1), ph.hq);
+  }
+  return block(std::move(fills));
+}
+
+ContractionLowering::PhasePlanes ContractionLowering::stage_phase_planes(bool channels_inner) {
   const int64_t nb = planar_images(), c = c_->input(0)->shape()[1];
   PhasePlanes r = phase_geometry();
   const int64_t total = nb * c * r.slots * r.plane;
+  r.channels_inner = channels_inner;
   r.buffer = std::make_shared<Buffer>(Buffer{"kiln_xph", DType::Float32, {total}, Scope::Local});
+  if (channels_inner) {
+    KILN_CHECK(channels_inner_staging(), "phase planes: channels innermost for a conv that cannot stage them so");
+    r.fill = stage_channels_inner(r);
+    return r;
+  }
   const Expr t = var("kiln_xt");
   std::vector<Stmt> per_phase = stage_channel_phases(r, r.buffer, div_floor(t, int_imm(c)), mod(t, int_imm(c)),
                                                      mul(t, int_imm(r.slots * r.plane)));

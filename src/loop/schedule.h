@@ -48,6 +48,14 @@ struct ContractionTile {
   // L1, which 256 filled (128 -> 128 3x3 conv over 28x28 with 14-row tiles: 1.29 ms at 256, 1.17
   // at 128).
   int64_t implicit_kc = 128;
+  // The implicit GEMM's staged phase planes hold the channels innermost (1; 0: a plane per
+  // channel): a micro-kernel call's A rows are then kc consecutive floats instead of kc floats a
+  // plane apart (as many cache lines and, over 56x56 planes, pages as k values). Only for a conv
+  // of a kernel input along unit-stride columns (its staging is then transposing copies). Off by
+  // default: on the 2-core AMD EPYC (Zen 4) both layouts ran within the noise (64 -> 64 3x3 over
+  // 56x56 2.09 / 2.12 ms, 256 -> 256 over 14x14 2.04 / 2.00, SqueezeNet's stem 0.565 / 0.569;
+  // bench/ab_kernels.py, 5 rounds); the tuner searches it.
+  int implicit_channels_inner = 0;
   // A GEMM whose K is one block stores as much as it computes (a 1x1 conv with 16-64 input
   // channels: 2K flops per stored float). Its tile rows are output rows far apart (an output
   // channel's positions), each a memory stream of the tile's width: a tile is then at least

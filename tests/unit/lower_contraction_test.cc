@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <limits>
+#include <set>
 
 #include <random>
 #include <unistd.h>
@@ -322,9 +323,9 @@ std::vector<ConvCase> implicit_conv_cases() {
 )", "%x: f32[2,20,6,7]", "%y", {{"w", {48, 20, 1, 1}}}},
       {"ic_pointwise_in_place", R"(  %y: f32[1,32,3,5] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name="conv"
 )", "%x: f32[1,16,3,5]", "%y", {{"w", {32, 16, 1, 1}}, {"b", {32}}}},
-      // Few input channels (a stem): output channels as rows, B's panels packed per tile from
-      // phase planes instead of K segments; any number of output channels (16 < nr), positions
-      // not a multiple of nr (the last panel's zero columns), output rows narrower than a panel.
+      // Few input channels (a stem): K segments of 3 (the segmented micro-kernel keeps the
+      // accumulators across them); any number of output channels (16 < nr), output rows narrower
+      // than a tile. Under strict numerics, output channels as rows (StrictStemTakesChannelRows).
       {"ic_stem_im2col", R"(  %c: f32[2,40,6,5] = Conv(%x, %w, %b) {kernel_shape=[7,7], pads=[3,3,3,3], strides=[2,2]} name="conv"
   %y: f32[2,40,6,5] = Relu(%c) name="relu"
 )", "%x: f32[2,3,11,9]", "%y", {{"w", {40, 3, 7, 7}}, {"b", {40}}}},
@@ -378,6 +379,9 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
   small.contraction = {2, 8, 5};  // remainders of rows, output channels and K blocks within segments
   small.contraction.fit_position_rows = 0;  // keep mr = 2
   small.parallel_min_work = 1;
+  // The same with the phase planes staged channels innermost (transposing copies).
+  loop::Schedule inner = small;
+  inner.contraction.implicit_channels_inner = 1;
   KernelBatch batch;
   for (const ConvCase& c : implicit_conv_cases()) {
     SCOPED_TRACE(c.name);
@@ -395,14 +399,24 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
     for (const auto& grp : plan.groups) {
       if (!is_contraction_group(grp)) continue;
       ++convs;
-      for (const loop::Schedule* sp : {static_cast<const loop::Schedule*>(&small), static_cast<const loop::Schedule*>(nullptr)}) {
+      for (const loop::Schedule* sp : std::vector<const loop::Schedule*>{&small, &inner, nullptr}) {
+        if (sp == &inner) inner.contraction.window_channel_rows_plane_bytes = small.contraction.window_channel_rows_plane_bytes;
         auto lg = sp ? loop::lower_group(grp, "ic", *sp) : loop::lower_group(grp, c.name + "_" + grp.name, dflt);
         ASSERT_TRUE(lg.kernel) << lg.reason;
         const std::string nest = loop::print_kernel(*lg.kernel);
+        // Channels innermost wherever the conv reads a kernel input along unit-stride columns
+        // through staged planes: each plane row's interior one transposing copy.
+        // (Not: a computed input, columns of stride 2 or more, a 1x1 conv read in place, depth
+        // folded into the batch, channel rows.)
+        static const std::set<std::string> unit_stride_staged = {
+            "ic_3x3_pad",       "ic_dilated_lines", "ic_dilated_aspp_skip",   "ic_3d_temporal_3x1x1",
+            "ic_narrow_out_16", "ic_narrow_out_20", "ic_stem_im2col_few_out"};
+        const bool transposed_staging = nest.find("kiln_transpose_f32(&kiln_xph") != std::string::npos;
+        EXPECT_EQ(transposed_staging, sp == &inner && unit_stride_staged.count(c.name)) << nest;
         // The implicit form: weights packed from their [Cout][Cin][kh][kw] order, K in segments
-        // (or, with few channels, the weights in place as A and each tile's B panel packed from
+        // (or, as channel rows, the weights in place as A and each tile's B panel packed from
         // the phase planes staged once per call).
-        if (c.name.rfind("ic_stem_im2col", 0) == 0 || c.name.rfind("ic_rows_", 0) == 0) {
+        if (c.name.rfind("ic_rows_", 0) == 0) {
           EXPECT_NE(nest.find("kiln_xkoff"), std::string::npos) << nest;
           EXPECT_NE(nest.find("B packed"), std::string::npos) << nest;
         } else {
@@ -433,6 +447,35 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
     EXPECT_EQ(convs, 1);
   }
   batch.check("implicit_conv_test", /*contract=*/true);
+}
+
+// A 3-channel stem: the implicit form by default (K segments of the 3 channels per kernel
+// position), output channels as rows under strict numerics (K in the reference's (ci, ky, kx)
+// order, A the weights in place, B packed per tile from the phase planes), bit-exact there.
+TEST(LowerContraction, StrictStemTakesChannelRows) {
+  const ConvCase c{"stem", R"(  %c: f32[1,24,8,7] = Conv(%x, %w, %b) {kernel_shape=[7,7], pads=[3,3,3,3], strides=[2,2]} name="conv"
+  %y: f32[1,24,8,7] = Relu(%c) name="relu"
+)", "%x: f32[1,3,16,13]", "%y", {{"w", {24, 3, 7, 7}}, {"b", {24}}}};
+  auto g = make_conv_graph(c);
+  auto values = run_reference_values(*g, random_inputs(*g, 3, {}, false));
+  loop::Schedule strict;
+  strict.set_strict_numerics();
+  for (const auto& grp : partition(*g).groups) {
+    if (!is_contraction_group(grp)) continue;
+    auto dflt = loop::lower_group(grp, "stem");
+    ASSERT_TRUE(dflt.kernel) << dflt.reason;
+    const std::string nest = loop::print_kernel(*dflt.kernel);
+    EXPECT_NE(nest.find("K in segments of 3"), std::string::npos) << nest;
+    auto got = testing::interpret_group(*dflt.kernel, grp, values);
+    EXPECT_EQ(testing::within_max_magnitude(got[0], values.at(grp.outputs[0]), 1e-5), "");
+    auto st = loop::lower_group(grp, "stem_strict", strict);
+    ASSERT_TRUE(st.kernel) << st.reason;
+    const std::string snest = loop::print_kernel(*st.kernel);
+    EXPECT_NE(snest.find("kiln_xkoff"), std::string::npos) << snest;
+    EXPECT_EQ(snest.find("K in segments"), std::string::npos) << snest;
+    got = testing::interpret_group(*st.kernel, grp, values);
+    EXPECT_EQ(compare_tensors(got[0], values.at(grp.outputs[0])), "");
+  }
 }
 
 // The nests of these cases at the default schedule, each also checked against the reference
