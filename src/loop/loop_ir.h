@@ -196,6 +196,10 @@ struct LoopKernel {
   // under -march=native). 0: the compiler's default. Set by lowerings whose loops run in whole
   // 16-lane vectors (Schedule::stencil_whole_vectors).
   int vector_bits = 0;
+  // Flops the loops execute beyond the ops' own: tile padding the emitter computes and drops
+  // (the pointwise-depthwise kernel's expansion over column panels of whole vectors). The
+  // partitioner prices it against a fusion's benefit (KernelAnalysis::padding_flops).
+  double padding_flops = 0;
 };
 
 // The message for a status word `status` (> 0) after a call of a kernel with these checks: the

@@ -686,6 +686,7 @@ KernelAnalysis analyze_group(const FusionGroup& grp, const Schedule& sched) {
   a.reason = lg.reason;
   a.emitter = lg.emitter;
   a.placements = lg.placements;
+  if (a.ok) a.padding_flops = lg.kernel->padding_flops;
   if (!a.ok && a.reason.empty()) a.reason = "the lowering gave no reason";  // never an empty "no"
   return a;
 }

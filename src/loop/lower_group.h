@@ -36,6 +36,7 @@ struct KernelAnalysis {
   std::string reason;   // why not (when !ok): the FusionDecision text kiln explain shows
   std::string emitter;  // when ok
   std::vector<std::string> placements;
+  double padding_flops = 0;  // LoopKernel::padding_flops of the kernel it builds
 };
 KernelAnalysis analyze_group(const FusionGroup& grp, const Schedule& sched);
 

@@ -204,5 +204,37 @@ TEST(LowerPointwiseDepthwise, PartitionerFormsIt) {
   EXPECT_TRUE(said) << "the refusal is the reason kiln explain shows";
 }
 
+// The fused kernel's expansion runs over column panels of whole vectors: over a 7x7 map it
+// computes 64 positions for 49 (KernelAnalysis::padding_flops). MobileNetV2's last blocks (160 ->
+// 960 over 7x7) lose more to that than fusing saves, so the partitioner keeps the expansion and
+// the depthwise conv apart and says why; the same widths over 28x28 (no padding) stay fused.
+TEST(LowerPointwiseDepthwise, TilePaddingKeepsSmallMapsApart) {
+  auto block = [](int64_t hw) {
+    const std::string s = std::to_string(hw);
+    const std::string m = "[1,960," + s + "," + s + "]";
+    return PwDwCase{"block" + s, "  %a: f32" + m + R"( = Conv(%x, %w1, %b1) {kernel_shape=[1,1]} name="pw"
+  %r: f32)" + m + R"( = Clip(%a, %lo, %hi) name="clip1"
+  %d: f32)" + m + R"( = Conv(%r, %w2, %b2) {kernel_shape=[3,3], pads=[1,1,1,1], group=960} name="dw"
+  %y: f32)" + m + R"( = Clip(%d, %lo, %hi) name="clip2"
+)", "%x: f32[1,160," + s + "," + s + "]",
+                    {{"w1", {960, 160, 1, 1}}, {"b1", {960}}, {"w2", {960, 1, 3, 3}}, {"b2", {960}}, {"lo", {}}, {"hi", {}}}};
+  };
+  auto small = make_graph(block(7));
+  FusionGroup grp = case_group(*small, "block7");
+  const loop::KernelAnalysis a = loop::analyze_group(grp, loop::Schedule{});
+  ASSERT_TRUE(a.ok) << a.reason;
+  EXPECT_EQ(a.emitter, "pointwise-depthwise");
+  EXPECT_DOUBLE_EQ(a.padding_flops, 2.0 * 960 * 160 * (64 - 49));
+  FusionPlan apart = partition(*small);
+  EXPECT_EQ(apart.groups.size(), 2u);
+  bool said = false;
+  for (const auto& d : apart.rejected) said = said || d.reason.find("MFLOP of tile padding") != std::string::npos;
+  EXPECT_TRUE(said) << "the padding is the reason kiln explain shows";
+  auto big = make_graph(block(28));
+  FusionPlan fused = partition(*big);
+  ASSERT_EQ(fused.groups.size(), 1u);
+  EXPECT_EQ(fused.groups[0].emitter, "pointwise-depthwise");
+}
+
 }  // namespace
 }  // namespace kiln
