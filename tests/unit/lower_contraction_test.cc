@@ -478,6 +478,41 @@ TEST(LowerContraction, StrictStemTakesChannelRows) {
   }
 }
 
+// A squeeze-excitation FC: a 1x1 conv over a 1x1 map (a matrix-vector product with the hard
+// sigmoid after it) takes the implicit GEMM, one row of positions by panels of 32 output
+// channels with the weights packed once, instead of a scalar dot product per output; strict
+// numerics keep the direct nest (the reference's order), bit-exact.
+TEST(LowerContraction, SqueezeExcitationFcIsTiled) {
+  const ConvCase c{"se_fc", R"(  %c: f32[1,144,1,1] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name="fc"
+  %y: f32[1,144,1,1] = HardSigmoid(%c) name="gate"
+)", "%x: f32[1,576,1,1]", "%y", {{"w", {144, 576, 1, 1}}, {"b", {144}}}};
+  auto g = make_conv_graph(c);
+  auto values = run_reference_values(*g, random_inputs(*g, 3, {}, false));
+  loop::Schedule strict;
+  strict.set_strict_numerics();
+  KernelBatch batch;
+  int convs = 0;
+  for (const auto& grp : partition(*g).groups) {
+    if (!is_contraction_group(grp)) continue;
+    ++convs;
+    auto lg = loop::lower_group(grp, "se_fc");
+    ASSERT_TRUE(lg.kernel) << lg.reason;
+    const std::string nest = loop::print_kernel(*lg.kernel);
+    EXPECT_NE(nest.find("micro-kernel 1x32"), std::string::npos) << nest;
+    EXPECT_NE(nest.find("B prepacked"), std::string::npos) << nest;
+    auto got = testing::interpret_group(*lg.kernel, grp, values);
+    EXPECT_EQ(testing::within_max_magnitude(got[0], values.at(grp.outputs[0]), 1e-5), "");
+    batch.add(std::move(*lg.kernel), grp, values);
+    auto st = loop::lower_group(grp, "se_fc_strict", strict);
+    ASSERT_TRUE(st.kernel) << st.reason;
+    EXPECT_EQ(loop::print_kernel(*st.kernel).find("micro-kernel"), std::string::npos);
+    got = testing::interpret_group(*st.kernel, grp, values);
+    EXPECT_EQ(compare_tensors(got[0], values.at(grp.outputs[0])), "");
+  }
+  EXPECT_EQ(convs, 1);
+  batch.check("se_fc", /*contract=*/true);
+}
+
 // The nests of these cases at the default schedule, each also checked against the reference
 // (interpreted, then compiled in one module).
 std::vector<std::string> default_nests(const std::vector<ConvCase>& cases, const std::string& tag) {
