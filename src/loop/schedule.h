@@ -22,8 +22,11 @@ struct ContractionTile {
   // A 1x1 conv read in place is a GEMM with output channels as rows (its output rows stored
   // contiguously) from this many output positions, or from channel_rows_positions_few_k when it
   // has at most channel_rows_few_k input channels; else the implicit GEMM with positions as rows
-  // (lower_contraction_gemm.cc, implicit_conv), whose tile is stored transposed.
-  int64_t channel_rows_positions = 2048;
+  // (lower_contraction_gemm.cc, implicit_conv), whose tile is stored transposed. 56x56 outputs
+  // (3136 positions) take the implicit form since its transposing store (1 thread, AMD EPYC
+  // Zen 4, bench/ab_kernels.py: 256 -> 64 1.05 -> 0.93 ms, 256 -> 128 2.11 -> 1.88, 160 -> 128
+  // 1.26 -> 1.20; 2048 before); at 112x112 the two forms were within the noise.
+  int64_t channel_rows_positions = 4096;
   int64_t channel_rows_positions_few_k = 512;
   int64_t channel_rows_few_k = 128;
   // A windowed 2-D conv whose staged phase planes take more than this many bytes (the L2, from

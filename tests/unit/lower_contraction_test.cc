@@ -548,13 +548,13 @@ TEST(LowerContraction, OneKBlockGemmTakesWideShortTiles) {
       {"expand_k16", R"(  %c: f32[1,96,32,32] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name="conv"
   %y: f32[1,96,32,32] = Relu(%c) name="relu"
 )", "%x: f32[1,16,32,32]", "%y", {{"w", {96, 16, 1, 1}}, {"b", {96}}}},
-      {"k_two_blocks", R"(  %y: f32[1,96,48,48] = Conv(%x, %w) {kernel_shape=[1,1]} name="conv"
-)", "%x: f32[1,300,48,48]", "%y", {{"w", {96, 300, 1, 1}}}},
+      {"k_two_blocks", R"(  %y: f32[1,96,64,64] = Conv(%x, %w) {kernel_shape=[1,1]} name="conv"
+)", "%x: f32[1,300,64,64]", "%y", {{"w", {96, 300, 1, 1}}}},
   };
   const std::vector<std::string> nests = default_nests(cases, "wide_short_tiles");
   ASSERT_EQ(nests.size(), 2u);
   EXPECT_NE(nests[0].find("[96 x 16] * [16 x 1024], tile 32x128"), std::string::npos) << nests[0];
-  EXPECT_NE(nests[1].find("[96 x 300] * [300 x 2304], tile 96x32"), std::string::npos) << nests[1];
+  EXPECT_NE(nests[1].find("[96 x 300] * [300 x 4096], tile 96x32"), std::string::npos) << nests[1];
 }
 
 // A 1x1 conv + global pool over a 7x7 map as the tiled rows: 49 columns are two micro-kernel
