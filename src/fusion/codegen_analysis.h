@@ -27,8 +27,8 @@ class CodegenAnalysis {
   }
   const loop::KernelAnalysis& analyze(const FusionGroup& grp, const Members& m);
 
-  FusionDecision decide(const Members& m, const std::vector<int>& replacing) {
-    const auto& a = analyze(m, replacing);
+  // The FusionDecision an analysis gives: yes, or the refusal kiln explain shows.
+  static FusionDecision decision(const loop::KernelAnalysis& a) {
     return a.ok ? FusionDecision::yes() : FusionDecision::no("code generation refuses the fused kernel: " + a.reason);
   }
 

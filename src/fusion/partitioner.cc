@@ -126,9 +126,11 @@ FusionDecision library_refusal(const Ctx& cx, const Members& m) {
 // against 0.21 ms apart, their expanded tensor small enough to stay in L2 between the kernels).
 void finish(const Ctx& cx, Candidate& c, const Members& merged, const std::vector<int>& replacing) {
   if (!c.decision.ok() || c.benefit <= 1e-9) return;
-  c.decision = cx.analysis.decide(merged, replacing);
+  const loop::KernelAnalysis& a = cx.analysis.analyze(merged, replacing);
+  c.decision = CodegenAnalysis::decision(a);
   if (!c.decision.ok()) return;
-  double padding = cx.analysis.analyze(merged, replacing).padding_flops;
+  double padding = a.padding_flops;
+  if (padding <= 0) return;  // (what the parts pad is not credited: only a penalty is priced)
   for (int r : replacing) {
     const loop::KernelAnalysis& part = cx.analysis.analyze(cx.gg.members(r), {});
     if (part.ok) padding -= part.padding_flops;

@@ -163,19 +163,16 @@ std::vector<Stmt> ContractionLowering::stage_channel_phases(const PhasePlanes& p
         slots.push_back(sl);
         done[size_t(sl)] = true;
       }
-    // Element (r, col) of slot sl's phase plane.
-    auto at = [&](int64_t sl, const Expr& r, const Expr& col) {
-      return add(add(base, int_imm(sl * ph.plane)), add(mul(r, int_imm(ph.wq)), col));
-    };
-    // Zeros over columns [from, from + count) of row `r` of slot sl's phase plane.
-    auto zeros = [&](int64_t sl, const Expr& r, int64_t from, int64_t count) -> Stmt {
-      return for_loop("kiln_xx", int_imm(count), {store(buf, at(sl, r, add(q, int_imm(from))), float_imm(0))},
+    // Zeros over columns [from, from + count) of row `r` of the phase plane at `plane`.
+    auto zeros = [&](const Expr& plane, const Expr& r, int64_t from, int64_t count) -> Stmt {
+      return for_loop("kiln_xx", int_imm(count),
+                      {store(buf, add(plane, add(mul(r, int_imm(ph.wq)), add(q, int_imm(from)))), float_imm(0))},
                       ForKind::Vectorized);
     };
     auto zero_rows = [&](int64_t from, int64_t count) {
       if (count <= 0) return;
       std::vector<Stmt> body;
-      for (int64_t sl : slots) body.push_back(zeros(sl, add(row, int_imm(from)), 0, ph.wq));
+      for (int64_t sl : slots) body.push_back(zeros(add(base, int_imm(sl * ph.plane)), add(row, int_imm(from)), 0, ph.wq));
       per_phase.push_back(for_loop("kiln_xy", int_imm(count), std::move(body)));
     };
     zero_rows(0, r0);
@@ -199,15 +196,16 @@ std::vector<Stmt> ContractionLowering::stage_channel_phases(const PhasePlanes& p
       for (int64_t sl : slots) {
         const int64_t px = ph.phases[size_t(sl)].second;
         const auto [q0, q1] = phase_interior(sx, px, pl, wd, ph.wq);
-        if (q0 > 0) body.push_back(zeros(sl, r, 0, q0));
+        const Expr plane = add(base, int_imm(sl * ph.plane));
+        if (q0 > 0) body.push_back(zeros(plane, r, 0, q0));
         if (q1 > q0) {
           const Expr qq = add(q, int_imm(q0));
           const Expr xx = sub(add(mul(qq, int_imm(sx)), int_imm(px)), int_imm(pl));
           const Expr val = line ? load(line, xx) : to_compute(L_.value_at(x, planar_index(x, n, ch, y, xx)));
           body.push_back(for_loop("kiln_xx", int_imm(q1 - q0),
-                                  {store(buf, at(sl, r, qq), val)}, ForKind::Vectorized));
+                                  {store(buf, add(plane, add(mul(r, int_imm(ph.wq)), qq)), val)}, ForKind::Vectorized));
         }
-        if (ph.wq > q1) body.push_back(zeros(sl, r, q1, ph.wq - q1));
+        if (ph.wq > q1) body.push_back(zeros(plane, r, q1, ph.wq - q1));
       }
       if (line) body = {allocate(line, std::move(body))};
       per_phase.push_back(for_loop("kiln_xy", int_imm(r1 - r0), std::move(body)));
@@ -244,8 +242,8 @@ Stmt ContractionLowering::stage_input_fill(const BufferPtr& buf) {
 
 // Whether the phase planes can be staged with the channels innermost by transposing copies: the
 // conv reads a kernel input (no computed prologue) along unit-stride columns, so each phase row's
-// interior is a (channels × columns) block of the input. (Element by element, with a store c
-// floats apart for every input float, the staging took longer than the layout saved.)
+// interior is a (channels × columns) block of the input. (Other convs keep channel planes: their
+// staging element by element would store c floats apart for every input float; not built.)
 bool ContractionLowering::channels_inner_staging() const {
   return is_group_input(c_->input(0)) && planar_geometry().stride[1] == 1 && planar_fold() != PlanarFold::DepthIntoBatch;
 }
