@@ -46,7 +46,8 @@ inline constexpr const char* kMicroKernelF32 = "kiln_mk_f32";
 inline constexpr const char* kMicroKernelSegF32 = "kiln_mk_f32_seg";
 
 // The transposing copy of a tile whose rows are output positions into an output whose rows are
-// channels (the implicit conv's epilogue, lower_contraction_tiled.cc):
+// channels (the implicit conv's epilogue, lower_contraction_tiled.cc), and of a conv input's
+// channel planes into channels-innermost phase planes (lower_conv_staging.cc):
 //
 //   kiln_transpose_f32(dst, ldd, src, lds, rows, cols)
 //     for r < rows, c < cols:   dst[c*ldd + r] = src[r*lds + c]

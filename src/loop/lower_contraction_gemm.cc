@@ -407,8 +407,7 @@ bool ContractionLowering::implicit_conv() const {
 // registers across the 3-term segments, where a channel-rows tile stored 64 rows of 32 positions
 // through a per-row epilogue (inside the models, 1 thread: ResNet-50's 7x7 stem 2.83 -> 2.45 ms,
 // SqueezeNet's 3x3 stride 2 0.92 -> 0.77, MobileNetV2's 0.53 -> 0.45, RegNetY's 0.63 -> 0.47).
-// The K order is the reference's
-// (ci, ky, kx), so --strict-fp keeps this form too. Lines much wider than the output's (a large
+// The K order is the reference's (ci, ky, kx), so --strict-fp keeps this form too. Lines much wider than the output's (a large
 // dilation's padding) stay with the implicit form, which skips that padding per line.
 bool ContractionLowering::window_channel_rows() const {
   if (c_->op_type() != "Conv" || group_ != 1 || geo_.rank() != 2 || unit_window()) return false;
@@ -420,14 +419,6 @@ bool ContractionLowering::window_channel_rows() const {
          c_->input(1)->shape()[0] >= sched_.contraction.window_channel_rows_min_cout && ph.wq * 4 <= geo_.out[1] * 5;
 }
 
-// The implicit GEMM's rows are output positions: a 1x1 conv's read in place (m contiguous rows),
-// else a phase plane's lines of rs positions, the first wo of each outputs. A row tile of mr
-// rows that divides wo covers whole lines exactly (GemmOperand::line_rows = wo): no padding
-// column is computed. Among the heights the registers allow (accumulator_registers / vectors
-// per row, at most 16), the one with the fewest computed rows weighted by the tile's per-row
-// overhead, (mr + 3) / mr — the B loads and call overhead a taller tile shares across more rows
-// (14 rows ≈ 1.2 per row, 7 ≈ 1.4: 512 -> 512 3x3 over 7x7 1.39 ms as 14-row tiles over
-// 9-wide lines, 1.20 as 7-row tiles of one line). Ties go to the taller tile.
 // Whether row tiles of mr rows take the phase planes' lines one by one (GemmOperand::line_rows):
 // when they cover a line's outputs exactly, or the line's padding is wider than a tile.
 namespace {
@@ -437,6 +428,14 @@ bool tiles_by_line(bool direct, int64_t ho, int64_t wo, int64_t rs, int64_t mr) 
 }
 }  // namespace
 
+// The implicit GEMM's rows are output positions: a 1x1 conv's read in place (m contiguous rows),
+// else a phase plane's lines of rs positions, the first wo of each outputs. A row tile of mr
+// rows that divides wo covers whole lines exactly (GemmOperand::line_rows = wo): no padding
+// column is computed. Among the heights the registers allow (accumulator_registers / vectors
+// per row, at most 16), the one with the fewest computed rows weighted by the tile's per-row
+// overhead, (mr + 3) / mr — the B loads and call overhead a taller tile shares across more rows
+// (14 rows ≈ 1.2 per row, 7 ≈ 1.4: 512 -> 512 3x3 over 7x7 1.39 ms as 14-row tiles over
+// 9-wide lines, 1.20 as 7-row tiles of one line). Ties go to the taller tile.
 int ContractionLowering::position_rows(bool direct, int64_t ho, int64_t wo, int64_t rs, int64_t m) const {
   const auto& cr = sched_.contraction;
   const int64_t vw = std::max(1, sched_.vector_width), nv = std::max<int64_t>(1, cr.nr / vw);

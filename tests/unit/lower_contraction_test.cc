@@ -449,70 +449,6 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
   batch.check("implicit_conv_test", /*contract=*/true);
 }
 
-// A 3-channel stem: the implicit form by default (K segments of the 3 channels per kernel
-// position), output channels as rows under strict numerics (K in the reference's (ci, ky, kx)
-// order, A the weights in place, B packed per tile from the phase planes), bit-exact there.
-TEST(LowerContraction, StrictStemTakesChannelRows) {
-  const ConvCase c{"stem", R"(  %c: f32[1,24,8,7] = Conv(%x, %w, %b) {kernel_shape=[7,7], pads=[3,3,3,3], strides=[2,2]} name="conv"
-  %y: f32[1,24,8,7] = Relu(%c) name="relu"
-)", "%x: f32[1,3,16,13]", "%y", {{"w", {24, 3, 7, 7}}, {"b", {24}}}};
-  auto g = make_conv_graph(c);
-  auto values = run_reference_values(*g, random_inputs(*g, 3, {}, false));
-  loop::Schedule strict;
-  strict.set_strict_numerics();
-  for (const auto& grp : partition(*g).groups) {
-    if (!is_contraction_group(grp)) continue;
-    auto dflt = loop::lower_group(grp, "stem");
-    ASSERT_TRUE(dflt.kernel) << dflt.reason;
-    const std::string nest = loop::print_kernel(*dflt.kernel);
-    EXPECT_NE(nest.find("K in segments of 3"), std::string::npos) << nest;
-    auto got = testing::interpret_group(*dflt.kernel, grp, values);
-    EXPECT_EQ(testing::within_max_magnitude(got[0], values.at(grp.outputs[0]), 1e-5), "");
-    auto st = loop::lower_group(grp, "stem_strict", strict);
-    ASSERT_TRUE(st.kernel) << st.reason;
-    const std::string snest = loop::print_kernel(*st.kernel);
-    EXPECT_NE(snest.find("kiln_xkoff"), std::string::npos) << snest;
-    EXPECT_EQ(snest.find("K in segments"), std::string::npos) << snest;
-    got = testing::interpret_group(*st.kernel, grp, values);
-    EXPECT_EQ(compare_tensors(got[0], values.at(grp.outputs[0])), "");
-  }
-}
-
-// A squeeze-excitation FC: a 1x1 conv over a 1x1 map (a matrix-vector product with the hard
-// sigmoid after it) takes the implicit GEMM, one row of positions by panels of 32 output
-// channels with the weights packed once, instead of a scalar dot product per output; strict
-// numerics keep the direct nest (the reference's order), bit-exact.
-TEST(LowerContraction, SqueezeExcitationFcIsTiled) {
-  const ConvCase c{"se_fc", R"(  %c: f32[1,144,1,1] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name="fc"
-  %y: f32[1,144,1,1] = HardSigmoid(%c) name="gate"
-)", "%x: f32[1,576,1,1]", "%y", {{"w", {144, 576, 1, 1}}, {"b", {144}}}};
-  auto g = make_conv_graph(c);
-  auto values = run_reference_values(*g, random_inputs(*g, 3, {}, false));
-  loop::Schedule strict;
-  strict.set_strict_numerics();
-  KernelBatch batch;
-  int convs = 0;
-  for (const auto& grp : partition(*g).groups) {
-    if (!is_contraction_group(grp)) continue;
-    ++convs;
-    auto lg = loop::lower_group(grp, "se_fc");
-    ASSERT_TRUE(lg.kernel) << lg.reason;
-    const std::string nest = loop::print_kernel(*lg.kernel);
-    EXPECT_NE(nest.find("micro-kernel 1x32"), std::string::npos) << nest;
-    EXPECT_NE(nest.find("B prepacked"), std::string::npos) << nest;
-    auto got = testing::interpret_group(*lg.kernel, grp, values);
-    EXPECT_EQ(testing::within_max_magnitude(got[0], values.at(grp.outputs[0]), 1e-5), "");
-    batch.add(std::move(*lg.kernel), grp, values);
-    auto st = loop::lower_group(grp, "se_fc_strict", strict);
-    ASSERT_TRUE(st.kernel) << st.reason;
-    EXPECT_EQ(loop::print_kernel(*st.kernel).find("micro-kernel"), std::string::npos);
-    got = testing::interpret_group(*st.kernel, grp, values);
-    EXPECT_EQ(compare_tensors(got[0], values.at(grp.outputs[0])), "");
-  }
-  EXPECT_EQ(convs, 1);
-  batch.check("se_fc", /*contract=*/true);
-}
-
 // The nests of these cases at the default schedule, each also checked against the reference
 // (interpreted, then compiled in one module).
 std::vector<std::string> default_nests(const std::vector<ConvCase>& cases, const std::string& tag) {
@@ -621,12 +557,12 @@ TEST(LowerContraction, ImplicitConvSkipsPaddingOnlyWithFiniteWeights) {
   }
 }
 
-// A conv whose input the kernel computes (a three-node group: two prologue ops and the conv),
-// lowered at default and strict numerics: `check_nest` sees each nest (strict: true), the
-// interpreted outputs match the reference (bit-exact under strict, and under the default too when
-// `fma_exact`), and both batches compile and run.
-void check_staged_conv(const ConvCase& c, bool fma_exact, const std::function<void(const std::string&, bool)>& check_nest,
-                       const loop::Schedule& base = {}) {
+// A conv group of `members` nodes (by default three: two prologue ops whose result the kernel
+// computes, and the conv), lowered at default and strict numerics: `check_nest` sees each nest
+// (strict: true), the interpreted outputs match the reference (bit-exact under strict, and under
+// the default too when `fma_exact`), and both batches compile and run.
+void check_conv_both_numerics(const ConvCase& c, bool fma_exact, const std::function<void(const std::string&, bool)>& check_nest,
+                       const loop::Schedule& base = {}, size_t members = 3) {
   auto g = make_conv_graph(c);
   const TensorMap inputs = random_inputs(*g, 3, {}, false);
   auto values = run_reference_values(*g, inputs);
@@ -637,7 +573,7 @@ void check_staged_conv(const ConvCase& c, bool fma_exact, const std::function<vo
   for (const auto& grp : partition(*g).groups) {
     if (!is_contraction_group(grp)) continue;
     ++convs;
-    EXPECT_EQ(grp.nodes.size(), 3u);  // the prologue is fused
+    EXPECT_EQ(grp.nodes.size(), members);  // the prologue (or epilogue) is fused
     for (const loop::Schedule* sp : {static_cast<const loop::Schedule*>(nullptr), static_cast<const loop::Schedule*>(&strict_sched)}) {
       auto lg = sp ? loop::lower_group(grp, c.name + "_strict", *sp) : loop::lower_group(grp, c.name, base);
       ASSERT_TRUE(lg.kernel) << lg.reason;
@@ -655,6 +591,34 @@ void check_staged_conv(const ConvCase& c, bool fma_exact, const std::function<vo
   strict.check(c.name + "_strict", /*contract=*/false);
 }
 
+// A 3-channel stem: the implicit form by default (K segments of the 3 channels per kernel
+// position), output channels as rows under strict numerics (K in the reference's (ci, ky, kx)
+// order, A the weights in place, B packed per tile from the phase planes), bit-exact there.
+TEST(LowerContraction, StrictStemTakesChannelRows) {
+  const ConvCase c{"stem", R"(  %c: f32[1,24,8,7] = Conv(%x, %w, %b) {kernel_shape=[7,7], pads=[3,3,3,3], strides=[2,2]} name="conv"
+  %y: f32[1,24,8,7] = Relu(%c) name="relu"
+)", "%x: f32[1,3,16,13]", "%y", {{"w", {24, 3, 7, 7}}, {"b", {24}}}};
+  check_conv_both_numerics(c, /*fma_exact=*/false, [](const std::string& nest, bool strict) {
+    EXPECT_EQ(nest.find("K in segments of 3") != std::string::npos, !strict) << nest;
+    EXPECT_EQ(nest.find("kiln_xkoff") != std::string::npos, strict) << nest;
+  }, {}, 2);
+}
+
+// A squeeze-excitation FC: a 1x1 conv over a 1x1 map (a matrix-vector product with the hard
+// sigmoid after it) takes the implicit GEMM, one row of positions by panels of 32 output
+// channels with the weights packed once, instead of a scalar dot product per output; strict
+// numerics keep the direct nest (the reference's order), bit-exact.
+TEST(LowerContraction, SqueezeExcitationFcIsTiled) {
+  const ConvCase c{"se_fc", R"(  %c: f32[1,144,1,1] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name="fc"
+  %y: f32[1,144,1,1] = HardSigmoid(%c) name="gate"
+)", "%x: f32[1,576,1,1]", "%y", {{"w", {144, 576, 1, 1}}, {"b", {144}}}};
+  check_conv_both_numerics(c, /*fma_exact=*/false, [](const std::string& nest, bool strict) {
+    EXPECT_EQ(nest.find("micro-kernel 1x32") != std::string::npos, !strict) << nest;
+    EXPECT_EQ(nest.find("B prepacked") != std::string::npos, !strict) << nest;
+    EXPECT_EQ(nest.find("micro-kernel") == std::string::npos, strict) << nest;
+  }, {}, 2);
+}
+
 // A pointwise conv over many positions whose input the kernel computes (a fused prologue): the
 // input is staged once into a plain buffer and read in place as B of the channel-rows GEMM — not
 // packed per tile through its per-element value. Both numerics modes; both bit-exact.
@@ -663,7 +627,7 @@ TEST(LowerContraction, StagedPointwiseConvMatchesReference) {
   %m: f32[2,16,24,24] = Mul(%x, %s) name="silu"
   %y: f32[2,40,24,24] = Conv(%m, %w, %b) {kernel_shape=[1,1]} name="conv"
 )", "%x: f32[2,16,24,24]", "%y", {{"w", {40, 16, 1, 1}}, {"b", {40}}}};
-  check_staged_conv(c, /*fma_exact=*/true, [](const std::string& nest, bool) {
+  check_conv_both_numerics(c, /*fma_exact=*/true, [](const std::string& nest, bool) {
     EXPECT_NE(nest.find("kiln_xph"), std::string::npos) << nest;       // staged once
     EXPECT_EQ(nest.find("kiln_bpack"), std::string::npos) << nest;     // no panel packed per tile
     EXPECT_EQ(nest.find("K in segments"), std::string::npos) << nest;  // output channels as rows
@@ -679,7 +643,7 @@ TEST(LowerContraction, ComputedInputOfWindowedConvIsStagedOnce) {
   %cat: f32[1,20,6,6] = Concat(%u, %s) {axis=1} name="cat"
   %y: f32[1,16,6,6] = Conv(%cat, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
 )", "%a: f32[1,8,6,6], %s: f32[1,12,6,6]", "%y", {{"w", {16, 20, 3, 3}}, {"b", {16}}}};
-  check_staged_conv(c, /*fma_exact=*/false, [](const std::string& nest, bool strict) {
+  check_conv_both_numerics(c, /*fma_exact=*/false, [](const std::string& nest, bool strict) {
     EXPECT_NE(nest.find(strict ? "kiln_xin" : "kiln_xph"), std::string::npos) << nest;  // staged once per call
   });
 }
@@ -693,7 +657,7 @@ TEST(LowerContraction, FarApartInPlaceBIsCopiedPerTile) {
   %m: f32[1,128,46,45] = Mul(%x, %s) name="silu"
   %y: f32[1,24,46,45] = Conv(%m, %w, %b) {kernel_shape=[1,1]} name="conv"
 )", "%x: f32[1,128,46,45]", "%y", {{"w", {24, 128, 1, 1}}, {"b", {24}}}};
-  check_staged_conv(c, /*fma_exact=*/true, [](const std::string& nest, bool) {
+  check_conv_both_numerics(c, /*fma_exact=*/true, [](const std::string& nest, bool) {
     EXPECT_NE(nest.find("B copied per tile"), std::string::npos) << nest;
     EXPECT_NE(nest.find("kiln_pz"), std::string::npos) << nest;  // the rest tile's zero columns
   });
@@ -725,7 +689,7 @@ TEST(LowerContraction, WindowedConvOverManyPositionsHasChannelRows) {
   // Its planes (20 KiB) are below the default budget: as if they exceeded it.
   loop::Schedule over;
   over.contraction.window_channel_rows_plane_bytes = 16 * 1024;
-  check_staged_conv(
+  check_conv_both_numerics(
       c, /*fma_exact=*/false,
       [](const std::string& nest, bool) {
         EXPECT_NE(nest.find("kiln_xkoff"), std::string::npos) << nest;      // B's rows from the staged planes
