@@ -104,7 +104,22 @@ class RowKernelBuilder {
   // loop that finalises and stores, `tag` the other loops and the row.
   std::vector<Stmt> pool_row(const PoolSpec& p, const LoopKernel& k, const Expr& first, int64_t len,
                              const std::string& jv, const std::string& tag);
-  // Makes `pos` the current position along the last dim of `shape` (outer_dims_ and the flat index).
+  // Whether the rows of a pool (interior `row_len` outputs long) take the separable form: default
+  // numerics, a window with rows and a width (lower_pool.cc's file comment).
+  bool separable(const PoolSpec& p, int64_t row_len) const;
+  // The separable form of a pool plane whose height loop is not among the outer loops: blocks of
+  // output rows, each reduced down the window rows into column sums, then along them for output
+  // columns [lo, hi) (the others in the point form); `parallel`: the block loop runs in parallel.
+  std::vector<Stmt> pool_rows_separable(const PoolSpec& p, const LoopKernel& k, int64_t lo, int64_t hi, bool parallel);
+  // The loop `jv` over a pool row's `len` outputs from column `first`: `head`, then `value`
+  // finalised (an average divided by `count`), the epilogue and the stores. `vary` names what else
+  // changes along the row; loop invariants go to `before`.
+  Stmt finish_row(const PoolSpec& p, const LoopKernel& k, const Expr& first, int64_t len, const std::string& jv,
+                  std::vector<Stmt> head, const Expr& value, const Expr& count, const std::set<std::string>& vary,
+                  std::vector<Stmt>& before);
+  // Makes `pos` the current position along dim `dim` (the last) of `shape` (outer_dims_ and the
+  // flat index).
+  void set_position(const Shape& shape, size_t dim, Expr pos);
   void set_last_position(const Shape& shape, Expr pos);
 
   // The reduction's input at a position of in_ (which, for run-time chosen axes, is a view).

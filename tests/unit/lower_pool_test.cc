@@ -458,5 +458,75 @@ TEST(LowerPoolRows, NanZerosAndSummationOrder) {
   }
 }
 
+// Default numerics: a window with rows and a width whose windows overlap along the row is reduced
+// down its rows first, into column sums of a block of output rows, then along them
+// (lower_pool.cc's pool_rows_separable). Each case says whether it takes that form; outputs
+// (random inputs with NaN, +-inf and signed zeros, two seeds) match the reference, interpreted and
+// compiled: Max's NaNs where the reference has them (a NaN first in its window is the result, a
+// later one is skipped), averages within the tolerance.
+TEST(LowerPoolRows, SeparableRows) {
+  struct SepCase {
+    std::string name, inputs, body;
+    bool separable;
+  };
+  const std::vector<SepCase> cases = {
+      // Rows of 35 column sums: blocks of 5 output rows and a tail of 2, padding at both ends.
+      {"max_s2_pads_blocks", "%x: f32[1,3,13,37]",
+       "%y: f32[1,3,7,19] = MaxPool(%x) {kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]}", true},
+      // Rows of 72 column sums: one output row at a time.
+      {"max_s1_long_rows", "%x: f32[1,2,9,70]",
+       "%y: f32[1,2,9,70] = MaxPool(%x) {kernel_shape=[3, 3], pads=[1, 1, 1, 1], ceil_mode=1}", true},
+      {"avg_s1_cip0", "%x: f32[2,3,11,11]",
+       "%y: f32[2,3,11,11] = AveragePool(%x) {kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=0}", true},
+      {"avg_s1_cip1_asym", "%x: f32[1,2,10,12]",
+       "%y: f32[1,2,10,12] = AveragePool(%x) {kernel_shape=[3, 4], pads=[2, 1, 0, 2], count_include_pad=1}", true},
+      {"max_3d", "%x: f32[1,2,5,6,9]",
+       "%y: f32[1,2,4,6,7] = MaxPool(%x) {kernel_shape=[2, 3, 3], pads=[0, 1, 0, 0, 1, 0]}", true},
+      {"max_i8_s2", "%x: i8[1,2,9,21]",
+       "%y: i8[1,2,4,10] = MaxPool(%x) {kernel_shape=[3, 3], strides=[2, 2]}", true},
+      {"max_width_dilated", "%x: f32[1,2,8,30]",
+       "%y: f32[1,2,8,26] = MaxPool(%x) {kernel_shape=[3, 3], dilations=[1, 2], pads=[1, 0, 1, 0]}", true},
+      // The first and last output rows' windows lie entirely in the padding: -inf.
+      {"max_rows_in_padding", "%x: f32[1,2,5,20]",
+       "%y: f32[1,2,9,18] = MaxPool(%x) {kernel_shape=[3, 3], pads=[3, 0, 3, 0]}", true},
+      // Dilated rows with padding: the clamped window start is not its first position.
+      {"max_height_dilated_pads", "%x: f32[1,2,9,20]",
+       "%y: f32[1,2,9,18] = MaxPool(%x) {kernel_shape=[3, 3], dilations=[2, 1], pads=[2, 0, 2, 0]}", false},
+      // Windows that overlap nowhere along the row: separating them saves no reads.
+      {"avg_2x2_s2", "%x: f32[1,4,8,8]", "%y: f32[1,4,4,4] = AveragePool(%x) {kernel_shape=[2, 2], strides=[2, 2]}",
+       false},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    // An epilogue (y squared) on the pool's output, as a second output.
+    const std::string type = c.body.substr(4, c.body.find(" = ") - 4);
+    auto g = parse_graph("graph main opset 17 (" + c.inputs + ") -> (%y, %z) {\n  " + c.body + " name=\"pool\"\n  %z: " +
+                         type + " = Mul(%y, %y) name=\"square\"\n}\n");
+    const FusionPlan plan = partition(*g, {});
+    ASSERT_EQ(plan.groups.size(), 1u);
+    for (unsigned seed : {5u, 17u}) {
+      const TensorMap inputs = random_inputs(*g, seed);
+      auto want = run_reference(*g, inputs);
+      auto lg = loop::lower_group(plan.groups[0], c.name + "_" + std::to_string(seed));
+      ASSERT_TRUE(lg.kernel) << lg.reason;
+      const std::string text = loop::print_kernel(*lg.kernel);
+      EXPECT_EQ(text.find("kiln_pcol") != std::string::npos, c.separable) << text;
+      std::vector<Tensor> in = {inputs.at("x").clone()}, out;
+      for (const Value* v : plan.groups[0].outputs) out.emplace_back(v->dtype(), v->shape());
+      std::vector<Tensor*> ip = {&in[0]}, op;
+      for (auto& t : out) op.push_back(&t);
+      loop::interpret(*lg.kernel, ip, op);
+      std::vector<std::vector<Tensor>> ins = {{inputs.at("x").clone()}}, outs = {{}};
+      for (const Value* v : plan.groups[0].outputs) outs[0].emplace_back(v->dtype(), v->shape());
+      run_compiled({*lg.kernel}, ins, outs);
+      for (size_t i = 0; i < out.size(); ++i) {
+        const Tensor& w = want.at(plan.groups[0].outputs[i]->name());
+        EXPECT_EQ(compare_tensors(out[i], w), "") << "interpreted, output " << i;
+        EXPECT_EQ(compare_tensors(outs[0][i], w), "") << "compiled, output " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln
