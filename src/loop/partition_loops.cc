@@ -10,6 +10,7 @@
 #include "loop/affine.h"
 #include "loop/loop_transforms_internal.h"
 #include "loop/rebind_buffers.h"
+#include "loop/simplify_indices.h"
 
 namespace kiln::loop {
 
@@ -35,6 +36,23 @@ bool calls(const std::vector<Stmt>& body) {
   for (const Stmt& s : body)
     if (s->kind == StmtKind::Call || calls(s->body) || calls(s->else_body)) return true;
   return false;
+}
+
+// The size of statements: each statement and each node of its expressions. The budget counts
+// this rather than statements: a piece of a Concat's loop keeps one part's load of a select chain
+// over all parts, so splitting a 25-part Concat into 25 pieces adds little code.
+int64_t expr_size(const Expr& e) {
+  if (!e) return 0;
+  int64_t n = 1;
+  for (const Expr& a : e->args) n += expr_size(a);
+  return n;
+}
+int64_t node_count(const std::vector<Stmt>& body) {
+  int64_t n = 0;
+  for (const Stmt& s : body)
+    n += 1 + expr_size(s->extent) + expr_size(s->index) + expr_size(s->value) + expr_size(s->cond) +
+         node_count(s->body) + node_count(s->else_body);
+  return n;
 }
 
 std::optional<int64_t> const_of(const Expr& e) {
@@ -158,29 +176,45 @@ class Partitioner {
     if (n && *n > 1 && s->for_kind != ForKind::Unrolled && !calls(s->body)) {
       std::set<int64_t> pts;
       collect(s->body, s->var, *n, Scope{inner, defs_}, assigned_, pts);
-      const int64_t cost = sched::statement_count(s->body) * int64_t(pts.size());
-      if (!pts.empty() && int64_t(pts.size()) < max_pieces_ && cost <= budget_) {
-        budget_ -= cost;
-        split_ = true;
-        std::vector<Stmt> pieces;
-        int64_t start = 0;
+      if (!pts.empty() && int64_t(pts.size()) < max_pieces_) {
         pts.insert(*n);
+        // The piece [start, end): the loop over end - start iterations whose body reads the
+        // variable as var + start.
+        auto piece_body = [&](int64_t start) {
+          return start ? sched::substitute(s->body, {{s->var, add(var(s->var), int_imm(start))}}) : s->body;
+        };
+        // Profitability: the code the pieces add once their decided selects fold (what
+        // simplify_indices makes of each piece alone, its variable's range known), within the
+        // kernel's budget. Splits inside the pieces are charged when they are made.
+        int64_t size = 0, start = 0;
         for (int64_t end : pts) {
-          // The piece's variable counts from 0: the body reads it as var + start.
-          std::vector<Stmt> body = start ? sched::substitute(s->body, {{s->var, add(var(s->var), int_imm(start))}}) : s->body;
-          Extents piece = ext;
-          piece[s->var] = end - start;
-          Stmt loop = for_loop(s->var, int_imm(end - start), list(body, piece), s->for_kind);
-          if (start) {
-            // Every later piece binds names of its own, so that loop names stay unique in the
-            // kernel (the schedule transforms find loops by name).
-            loop = rename_bound_vars({loop}, taken_)[0];
-            sched::bound_names(loop, taken_);
-          }
-          pieces.push_back(loop);
+          LoopKernel folded;
+          folded.body = for_loop(s->var, int_imm(end - start), piece_body(start), s->for_kind);
+          simplify_indices(folded);
+          size += node_count({folded.body});
           start = end;
         }
-        return pieces;
+        const int64_t growth = size - node_count({s});
+        if (growth <= budget_) {
+          budget_ -= std::max<int64_t>(growth, 0);
+          split_ = true;
+          std::vector<Stmt> pieces;
+          start = 0;
+          for (int64_t end : pts) {
+            Extents piece = ext;
+            piece[s->var] = end - start;
+            Stmt loop = for_loop(s->var, int_imm(end - start), list(piece_body(start), piece), s->for_kind);
+            if (start) {
+              // Every later piece binds names of its own, so that loop names stay unique in the
+              // kernel (the schedule transforms find loops by name).
+              loop = rename_bound_vars({loop}, taken_)[0];
+              sched::bound_names(loop, taken_);
+            }
+            pieces.push_back(loop);
+            start = end;
+          }
+          return pieces;
+        }
       }
     }
     auto c = std::make_shared<StmtNode>(*s);
@@ -203,11 +237,11 @@ class Partitioner {
 
 bool partition_loops(LoopKernel& k, int max_pieces) {
   if (!k.body) return false;
-  // The copies may add up to three times the kernel's statements.
+  // The pieces may add up to twice the kernel's size (node_count) once their selects fold.
   std::set<std::string> taken, assigned;
   sched::bound_names(k.body, taken);
   sched::assigned_names(k.body, assigned);
-  Partitioner p(max_pieces, 3 * sched::statement_count({k.body}), std::move(taken), std::move(assigned));
+  Partitioner p(max_pieces, 2 * node_count({k.body}), std::move(taken), std::move(assigned));
   std::vector<Stmt> out = p.list({k.body}, Extents{});
   k.body = out.size() == 1 ? out[0] : block(std::move(out));
   return p.split_;

@@ -5,6 +5,10 @@
 // after), loop names stay unique, and what cannot be decided or would copy too much is left alone.
 #include <gtest/gtest.h>
 
+#include <iterator>
+#include <regex>
+#include <sstream>
+
 #include <cstring>
 #include <random>
 #include <set>
@@ -116,14 +120,23 @@ TEST(PartitionLoops, UndecidableOrTooManyPiecesAreLeftAlone) {
   LoopKernel many = kernel("many", {x}, {y}, for_loop("i", int_imm(64), {store(y, i, v)})), m = many;
   partition_loops(m, 5);
   EXPECT_EQ(print_kernel(m), print_kernel(many));
-  // Within the defaults (64 pieces, copies of up to three times the kernel): split in seven.
+  // Within the defaults (64 pieces, pieces adding up to twice the kernel's size): split in seven.
   partition_loops(m);
   EXPECT_NE(print_kernel(m), print_kernel(many));
-  // Copies beyond three times the kernel's statements: left alone. One statement in a loop of
-  // 64 iterations with 63 split points needs 63 copies of it; the kernel has two statements.
+  // A select chain over 63 points: 64 pieces, each folded to a constant store, add little beyond
+  // the chain they replace: split.
   Expr w = load(x, i);
   for (int p = 63; p >= 1; --p) w = select(binary(BinOp::Lt, i, int_imm(p)), float_imm(float(p)), w);
-  LoopKernel big = kernel("big", {x}, {y}, for_loop("i", int_imm(64), {store(y, i, w)})), b = big;
+  LoopKernel chain = kernel("chain", {x}, {y}, for_loop("i", int_imm(64), {store(y, i, w)})), c = chain;
+  partition_loops(c);
+  EXPECT_NE(print_kernel(c), print_kernel(chain));
+  // Pieces that each keep most of the body (the selects decide a small part of it): eight copies
+  // of a sum of 21 loads are more than twice the kernel: left alone.
+  Expr heavy = load(x, i);
+  for (int q = 1; q <= 20; ++q) heavy = add(heavy, load(x, binary(BinOp::Mod, mul(i, int_imm(q)), int_imm(64))));
+  Expr sel = load(x, i);
+  for (int p = 7; p >= 1; --p) sel = select(binary(BinOp::Lt, i, int_imm(p * 8)), float_imm(float(p)), sel);
+  LoopKernel big = kernel("big", {x}, {y}, for_loop("i", int_imm(64), {store(y, i, add(heavy, sel))})), b = big;
   partition_loops(b);
   EXPECT_EQ(print_kernel(b), print_kernel(big));
   // Loops that call a micro-kernel keep the control flow their lowering chose.
@@ -209,6 +222,45 @@ TEST(PartitionLoops, RollThroughTheDefaultScheduleMatchesTheReference) {
   apply_default_schedule(k, sched);
   const std::string s = print_kernel(k);
   EXPECT_FALSE(contains(s, "select")) << s;
+  const TensorMap inputs = testing::random_inputs(*g, 3, {}, false);
+  auto values = run_reference_values(*g, inputs);
+  auto got = testing::interpret_group(k, plan.groups[0], values);
+  const Tensor& want = values.at(plan.groups[0].outputs[0]);
+  EXPECT_EQ(std::memcmp(got[0].raw(), want.raw(), want.nbytes()), 0);
+}
+
+// DenseNet's dense-block input: a Concat of 25 parts, batch norm (a per-channel scale and shift)
+// and ReLU, lowered and scheduled by the default policy: the channel loop splits into one piece
+// per part (the pieces fold to one part's load each; the budget counts what they keep), so no
+// statement reads more than one part, and the result is the reference's.
+TEST(PartitionLoops, ManyPartConcatSplitsIntoOnePiecePerPart) {
+  std::string params, args;
+  for (int p = 0; p < 25; ++p) {
+    params += (p ? ", " : "") + std::string("%p") + std::to_string(p) + ": f32[1,4,3,3]";
+    args += (p ? ", " : "") + std::string("%p") + std::to_string(p);
+  }
+  auto g = parse_graph("graph main opset 17 (" + params + ", %s: f32[1,100,1,1], %t: f32[1,100,1,1]) -> (%y) {\n"
+                       "  %c: f32[1,100,3,3] = Concat(" + args + ") {axis=1}\n"
+                       "  %m: f32[1,100,3,3] = Mul(%c, %s)\n  %a: f32[1,100,3,3] = Add(%m, %t)\n"
+                       "  %y: f32[1,100,3,3] = Relu(%a)\n}\n");
+  FusionPlan plan = partition(*g, {});
+  ASSERT_EQ(plan.groups.size(), 1u);
+  auto lg = lower_group(plan.groups[0], "dense");
+  ASSERT_TRUE(lg.kernel) << lg.reason;
+  LoopKernel k = *lg.kernel;
+  Schedule sched;
+  sched.parallel_min_work = 1 << 30;
+  apply_default_schedule(k, sched);
+  const std::string text = print_kernel(k);
+  std::istringstream lines(text);
+  const std::regex part(R"(\bp[0-9]+\[)");  // a load of a Concat part
+  int pieces = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const auto loads = std::distance(std::sregex_iterator(line.begin(), line.end(), part), std::sregex_iterator());
+    EXPECT_LE(loads, 1) << line;
+    if (line.find_first_not_of(' ') != std::string::npos && line.compare(line.find_first_not_of(' '), 2, "y[") == 0) ++pieces;
+  }
+  EXPECT_EQ(pieces, 25) << text;
   const TensorMap inputs = testing::random_inputs(*g, 3, {}, false);
   auto values = run_reference_values(*g, inputs);
   auto got = testing::interpret_group(k, plan.groups[0], values);
