@@ -19,7 +19,10 @@ namespace {
 using Extents = std::map<std::string, int64_t>;
 // The values of the Int64 Lets in scope that nothing reassigns: a condition on `t3` where
 // `t3 = kiln_xt` (the lowerings name shared index parts) is a condition on kiln_xt.
+// Bool Lets too: the shared-expression hoisting names a Concat's part tests (`bool t0 = (i1 <
+// 384)`) and the selects read `t0`.
 using Defs = std::map<std::string, Expr>;
+bool bound_value(const Stmt& let) { return let->value->type == DType::Int64 || let->value->type == DType::Bool; }
 
 // `e` with the variables of `defs` replaced by their values (which may name earlier Lets).
 Expr inline_lets(const Expr& e, const Defs& defs, int depth = 0) {
@@ -64,6 +67,11 @@ std::optional<int64_t> const_of(const Expr& e) {
 // every value the other loop variables (extents `ext`) take.
 void split_points(const Expr& cond, const std::string& v, int64_t n, const Extents& ext, const Defs& defs,
                   std::set<int64_t>& out) {
+  if (cond->kind == ExprKind::Var) {
+    auto it = defs.find(cond->name);
+    if (it != defs.end() && it->second->type == DType::Bool) split_points(it->second, v, n, ext, defs, out);
+    return;
+  }
   if (cond->kind == ExprKind::Unary && cond->un == UnOp::Not) return split_points(cond->args[0], v, n, ext, defs, out);
   if (cond->kind != ExprKind::Binary) return;
   const BinOp op = cond->bin;
@@ -129,7 +137,7 @@ void collect(const std::vector<Stmt>& body, const std::string& v, int64_t n, Sco
       if (s->var == v) return;  // v shadowed from here on
       sc.ext.erase(s->var);
       sched::forget_binding(sc.defs, s->var);
-      if (s->kind == StmtKind::Let && s->value->type == DType::Int64 && !assigned.count(s->var)) sc.defs[s->var] = s->value;
+      if (s->kind == StmtKind::Let && bound_value(s) && !assigned.count(s->var)) sc.defs[s->var] = s->value;
       inner = sc;
     }
     collect(s->body, v, n, inner, assigned, out);
@@ -151,7 +159,7 @@ class Partitioner {
       for (Stmt& p : stmt(s, ext)) out.push_back(std::move(p));
       if (s->kind == StmtKind::Let || s->kind == StmtKind::Assign) {
         sched::forget_binding(defs_, s->var);
-        if (s->kind == StmtKind::Let && s->value->type == DType::Int64 && !assigned_.count(s->var)) defs_[s->var] = s->value;
+        if (s->kind == StmtKind::Let && bound_value(s) && !assigned_.count(s->var)) defs_[s->var] = s->value;
       }
     }
     defs_ = saved;

@@ -39,6 +39,9 @@ class Simplifier {
   Expr run(const Expr& e) {
     if (auto it = memo_.find(e.get()); it != memo_.end()) return it->second;
     Expr r = map_args(e, [&](const Expr& a) { return run(a); });
+    if (r->kind == ExprKind::Var && r->type == DType::Bool && defs_) {
+      if (auto it = defs_->find(r->name); it != defs_->end() && is_const(it->second)) r = it->second;
+    }
     if (is_i64(r) && r->kind == ExprKind::Binary) {
       const BinOp op = r->bin;
       if ((op == BinOp::Div || op == BinOp::Mod) && is_const(r->args[1]) && r->args[1]->int_value > 0) {
@@ -47,6 +50,8 @@ class Simplifier {
         auto a = range(r->args[0]), b = range(r->args[1]);
         if (a && b && a->hi <= b->lo) r = op == BinOp::Min ? r->args[0] : r->args[1];
         else if (a && b && b->hi <= a->lo) r = op == BinOp::Min ? r->args[1] : r->args[0];
+      } else if (op == BinOp::Add || op == BinOp::Sub) {
+        if (Expr s = recombine(r)) r = s;
       }
     }
     if (r->kind == ExprKind::Binary && r->type == DType::Bool) {
@@ -253,6 +258,49 @@ class Simplifier {
     return add(r, int_imm(k));
   }
 
+  // A sum with c·d·(e / d) + c·(e % d) among its terms, which is c·e for any e (truncated or floor
+  // division alike): a position unravelled into dims and raveled again (a row of a reduction
+  // over a Concat's 7x7 parts read `(((c·7) + l/7)·7) + l%7` for element l of the row).
+  // Null when there is no such pair.
+  Expr recombine(const Expr& e) {
+    auto f = linear(e);
+    if (!f) return nullptr;
+    auto divisor = [](const Expr& a, BinOp op) -> int64_t {
+      return a->kind == ExprKind::Binary && a->bin == op && is_const(a->args[1]) && a->args[1]->int_value > 0
+                 ? a->args[1]->int_value
+                 : 0;
+    };
+    bool changed = false;
+    for (bool again = true; again;) {
+      again = false;
+      for (size_t m = 0; m < f->terms.size() && !again; ++m) {
+        const int64_t d = divisor(f->terms[m].atom, BinOp::Mod);
+        if (!d) continue;
+        const Expr& x = f->terms[m].atom->args[0];
+        for (size_t q = 0; q < f->terms.size(); ++q) {
+          const Term& t = f->terms[q];
+          if (divisor(t.atom, BinOp::Div) != d || !same_atom(t.atom->args[0], x) ||
+              __int128(t.coef) != __int128(f->terms[m].coef) * d)
+            continue;
+          auto xl = linear(x);
+          if (!xl) break;
+          const int64_t c = f->terms[m].coef;
+          Linear rest{f->k, {}};
+          for (size_t i = 0; i < f->terms.size(); ++i)
+            if (i != m && i != q) rest.terms.push_back(f->terms[i]);
+          auto sx = scaled(*xl, c);
+          if (!sx) break;
+          auto sum = combine(rest, *sx, 1);
+          if (!sum) break;
+          f = sum;
+          changed = again = true;
+          break;
+        }
+      }
+    }
+    return changed ? build(f->terms, f->k) : nullptr;
+  }
+
   // e / d or e % d without the division where the ranges allow; null when they do not.
   Expr divmod(const Expr& e, int64_t d, bool div) {
     auto f = linear(e);
@@ -317,7 +365,10 @@ class Walker {
       if (r) env[n->var] = *r;
       else env.erase(n->var);
       sched::forget_binding(defs, n->var);
-      if (fixed) defs[n->var] = n->value;
+      // A Bool Let the ranges decided (a Concat part's test inside a piece of partition_loops)
+      // is that constant for the selects that read it.
+      const bool decided = !assigned_.count(n->var) && n->value->type == DType::Bool && is_const(n->value);
+      if (fixed || decided) defs[n->var] = n->value;
       else defs.erase(n->var);
     }
     return out;

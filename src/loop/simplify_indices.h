@@ -13,6 +13,8 @@
 //   min(a, b) with hi(a) ≤ lo(b)             →  a            (max likewise)
 //   e with lo(e)/d = hi(e)/d                 →  e / d = lo(e)/d,  e % d = e - d·(lo(e)/d)
 //   a < b (<=, >, >=, ==, !=) decided by the range of a - b  →  true / false; select(true, x, y) → x
+//   c·d·(e / d) + c·(e % d) among a sum's terms  →  c·e         (any e: an unravel raveled again)
+//   a Bool Let decided to a constant             →  that constant where it is read
 //
 // where Q, E and R are sums of terms of e's linear form (loop variables and non-linear atoms, each
 // with its range: a loop variable [0, extent), a division or remainder by a constant from its

@@ -147,6 +147,23 @@ TEST(PartitionLoops, UndecidableOrTooManyPiecesAreLeftAlone) {
   EXPECT_EQ(print_kernel(mkp), print_kernel(mk));
 }
 
+// The shared-expression hoisting names a Concat part's test (`bool t = i < 24`) and the select
+// reads `t`: the loop splits there, and in each piece the Let is a constant the select folds on.
+TEST(PartitionLoops, ConditionsNamedByBoolLetsSplit) {
+  auto a = gbuf("a", 24), b = gbuf("b", 40), y = gbuf("y", 64);
+  const Expr i = var("i");
+  const Expr pick = select(var("t", DType::Bool), load(a, binary(BinOp::Min, i, int_imm(23))),
+                           load(b, binary(BinOp::Max, binary(BinOp::Sub, i, int_imm(24)), int_imm(0))));
+  LoopKernel k = kernel("named", {a, b}, {y},
+                        for_loop("i", int_imm(64), {let("t", binary(BinOp::Lt, i, int_imm(24))), store(y, i, pick)}));
+  ASSERT_TRUE(partition_loops(k));
+  simplify_indices(k);
+  const std::string text = print_kernel(k);
+  EXPECT_FALSE(contains(text, "select")) << text;
+  EXPECT_TRUE(contains(text, "for i in [0, 24)")) << text;
+  EXPECT_FALSE(contains(text, "min(")) << text;
+}
+
 // Loop names stay unique after a split (the schedule transforms find loops by name): the second
 // piece of i and its inner j are renamed.
 TEST(PartitionLoops, PiecesBindNamesOfTheirOwn) {

@@ -127,6 +127,30 @@ TEST(SimplifyIndices, LetValuesAreSeenThrough) {
   EXPECT_NE(print_kernel(r).find("(t / 4)"), std::string::npos) << print_kernel(r);
 }
 
+// A position unravelled into dims and raveled again is the position: c·d·(e / d) + c·(e % d) is
+// c·e whatever e's sign (a row of a reduction over a Concat's 7x7 parts read the element l of
+// its row as ((ch·7 + l/7)·7 + l%7)).
+TEST(SimplifyIndices, RavelOfUnravelIsThePosition) {
+  const Vars vars = {{"ch", 4}, {"b", 3}, {"l", 16}};
+  const Expr l = add(mul(var("b"), int_imm(16)), var("l"));
+  const Expr src = add(mul(add(mul(var("ch"), int_imm(7)), div_floor(l, int_imm(7))), int_imm(7)), mod(l, int_imm(7)));
+  const Expr s = simplify_index(src, vars);
+  EXPECT_EQ(count_divisions(s), 0) << print_expr(s);
+  for_all(vars, [&](const auto& env) { ASSERT_EQ(eval(s, env), eval(src, env)); });
+  // Scaled pairs too; a dividend without a known range (n) as well, and a negative one.
+  const Expr n = binary(BinOp::Sub, var("n"), var("l"));
+  const Expr scaled = add(mul(div_floor(n, int_imm(5)), int_imm(15)), mul(mod(n, int_imm(5)), int_imm(3)));
+  EXPECT_EQ(count_divisions(simplify_index(scaled, vars)), 0) << print_expr(simplify_index(scaled, vars));
+  for (int64_t nv : {-23, -5, 0, 7, 40})
+    for_all(vars, [&](auto env) {
+      env["n"] = nv;
+      ASSERT_EQ(eval(simplify_index(scaled, vars), env), eval(scaled, env));
+    });
+  // Coefficients that do not pair (7 and 2 for a divisor of 7) keep the divisions.
+  const Expr odd = add(mul(div_floor(l, int_imm(7)), int_imm(7)), mul(mod(l, int_imm(7)), int_imm(2)));
+  EXPECT_EQ(count_divisions(simplify_index(odd, vars)), 2);
+}
+
 // Random index expressions over small ranges, checked at every point. Subtractions make some
 // dividends negative, where the rules must not apply (truncation is not floor there).
 TEST(SimplifyIndices, RandomExpressionsKeepTheirValues) {
@@ -143,7 +167,12 @@ TEST(SimplifyIndices, RandomExpressionsKeepTheirValues) {
         }
       }
       const int64_t k = 1 + pick(12);
-      switch (pick(9)) {
+      switch (pick(10)) {
+        case 9: {  // unravelled and raveled again, scaled
+          const Expr x = gen(depth - 1);
+          const int64_t c = 1 + pick(3);
+          return add(mul(div_floor(x, int_imm(k)), int_imm(k * c)), mul(mod(x, int_imm(k)), int_imm(c)));
+        }
         case 8: return add(mul(gen(depth - 1), int_imm(k)), gen(depth - 1));  // mixed radix, as unravelling builds
         case 0: return add(gen(depth - 1), gen(depth - 1));
         case 1: return binary(BinOp::Sub, gen(depth - 1), gen(depth - 1));
