@@ -196,6 +196,12 @@ struct LoopKernel {
   // under -march=native). 0: the compiler's default. Set by lowerings whose loops run in whole
   // 16-lane vectors (Schedule::stencil_whole_vectors).
   int vector_bits = 0;
+  // The C backend compiles the kernel without GCC's partial redundancy elimination on trees
+  // (optimize("no-tree-pre")). Set by the stencil lowerings: their row loops read a sliding
+  // window (the same plane at offsets x + c for every tap), PRE carries those loads from one
+  // iteration to the next, and GCC 12 then left the loop scalar (ConvNeXt's first 7x7 depthwise
+  // conv with its LayerNorm prologue: 7.0 ms, 0.9 with PRE off; the others unchanged).
+  bool no_tree_pre = false;
   // Flops the loops execute beyond the ops' own: tile padding the emitter computes and drops
   // (the pointwise-depthwise kernel's expansion over column panels of whole vectors). The
   // partitioner prices it against a fusion's benefit (KernelAnalysis::padding_flops).

@@ -225,6 +225,7 @@ LoopKernel ContractionLowering::build_stencil() {
   const bool parallel = nb * group_ > 1 && work >= sched_.parallel_min_work;
   Stmt compute = direct ? channels : allocate(acc, {channels});
   if (wide) k_.vector_bits = 512;
+  k_.no_tree_pre = true;
   k_.body = for_loop("kiln_dt", int_imm(nb * group_), {allocate(planes, zero_tail ? std::vector<Stmt>{fill, zero_tail, compute}
                                                                : std::vector<Stmt>{fill, compute})},
                      parallel ? ForKind::Parallel : ForKind::Serial);
@@ -323,6 +324,7 @@ LoopKernel ContractionLowering::build_channel_block_stencil() {
   k_.body = for_loop("kiln_dt", int_imm(nb * blocks), {allocate(planes, {allocate(wb, std::move(block))})},
                      parallel ? ForKind::Parallel : ForKind::Serial);
   k_.vector_bits = 512;
+  k_.no_tree_pre = true;
   return std::move(k_);
 }
 

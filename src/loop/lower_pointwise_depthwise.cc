@@ -190,6 +190,7 @@ class PointwiseDepthwiseLowering {
 
     LoopKernel k;
     k.vector_bits = sk.vector_bits;  // the stencil's rows in whole vectors want them wide
+    k.no_tree_pre = sk.no_tree_pre;
     std::unordered_map<const Value*, BufferPtr> where;
     bind_kernel(grp_, name_, k, {"acc"}, &where, &where);
     auto u = std::make_shared<Buffer>(Buffer{"kiln_pu", DType::Float32, {mb * hw}, Scope::Local});

@@ -92,7 +92,8 @@ class CEmitter final : public CStyleEmitter {
     begin_kernel(k);
     kernel_comment(os, k);
     std::vector<const StmtNode*> loops;
-    os << (k.vector_bits == 512 ? "KILN_PREFER_512 " : "") << (reversed_accumulation(k.body, loops) ? "KILN_NO_LOOP_VECTORIZE " : "")
+    os << (k.vector_bits == 512 ? "KILN_PREFER_512 " : "") << (k.no_tree_pre ? "KILN_NO_TREE_PRE " : "")
+       << (reversed_accumulation(k.body, loops) ? "KILN_NO_LOOP_VECTORIZE " : "")
        << "void " << k.name << "(void* const* args) {\n";
     size_t arg = 0;
     for (const auto& b : k.inputs) {

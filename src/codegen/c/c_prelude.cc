@@ -306,7 +306,12 @@ std::string c_prelude(bool strict_fp) {
      // nest (c_emitter.cc, reversed_accumulation) are compiled without loop vectorization.
      << "#if defined(__GNUC__) && !defined(__clang__)\n"
      << "#define KILN_NO_LOOP_VECTORIZE __attribute__((optimize(\"no-tree-loop-vectorize\")))\n"
-     << "#else\n#define KILN_NO_LOOP_VECTORIZE\n#endif\n\n"
+     << "#else\n#define KILN_NO_LOOP_VECTORIZE\n#endif\n"
+     // Stencil kernels (LoopKernel::no_tree_pre): GCC's PRE turns a row loop's sliding-window
+     // loads into values carried across iterations, and the loop is then not vectorized.
+     << "#if defined(__GNUC__) && !defined(__clang__)\n"
+     << "#define KILN_NO_TREE_PRE __attribute__((optimize(\"no-tree-pre\")))\n"
+     << "#else\n#define KILN_NO_TREE_PRE\n#endif\n\n"
      << "#define KILN_SCRATCH_BYTES ((size_t)256 << 20)\n"
      << "static _Thread_local unsigned char* kiln_scratch_base_;\n"
      << "static _Thread_local size_t kiln_scratch_top_;\n"
