@@ -34,6 +34,18 @@
 // outputs), so results are bit-identical to the point form: the same NaN rule, the same summation
 // order. The row is at most kPoolRow accumulators (long widths run in chunks), so it and the input
 // rows it reads stay in L1.
+//
+// Under default numerics a window with rows whose columns overlap along the row (3x3 stride 1 or
+// 2: separable() counts the vector reads of both forms) is separated instead
+// (pool_rows_separable): the height loop runs in blocks of output rows; per block,
+//
+//   col[r][u] = reduce over the window rows of x[.., row r's window row, base + u]   contiguous
+//   for each row r: the border outputs in the point form, and
+//     out[r][j] = reduce over kw of col[r][j * stride + kw * dilation]             vectorized
+//
+// MaxPool's result stays the reference's, NaNs included: the first pass skips NaNs (v > acc is
+// false for them) and the second starts from the window's first in-input value, so a NaN there
+// is the result and a later one is skipped; only which of two equal zeros is kept may differ.
 #include <algorithm>
 #include <functional>
 #include <limits>

@@ -206,20 +206,32 @@ class Partitioner {
         if (growth <= budget_) {
           budget_ -= std::max<int64_t>(growth, 0);
           split_ = true;
-          std::vector<Stmt> pieces;
-          start = 0;
-          for (int64_t end : pts) {
+          // The pieces' own splits draw on the budget longest piece first: the budget goes
+          // where the iterations are (a strided depthwise conv's interior rows, not its first
+          // row, whose splits had used it up).
+          const std::vector<int64_t> ends(pts.begin(), pts.end());
+          std::vector<int64_t> starts(ends.size(), 0);
+          for (size_t i = 1; i < ends.size(); ++i) starts[i] = ends[i - 1];
+          std::vector<size_t> order(ends.size());
+          for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+          std::stable_sort(order.begin(), order.end(),
+                           [&](size_t a, size_t b) { return ends[a] - starts[a] > ends[b] - starts[b]; });
+          std::vector<std::vector<Stmt>> bodies(ends.size());
+          for (size_t i : order) {
             Extents piece = ext;
-            piece[s->var] = end - start;
-            Stmt loop = for_loop(s->var, int_imm(end - start), list(piece_body(start), piece), s->for_kind);
-            if (start) {
+            piece[s->var] = ends[i] - starts[i];
+            bodies[i] = list(piece_body(starts[i]), piece);
+          }
+          std::vector<Stmt> pieces;
+          for (size_t i = 0; i < ends.size(); ++i) {
+            Stmt loop = for_loop(s->var, int_imm(ends[i] - starts[i]), std::move(bodies[i]), s->for_kind);
+            if (starts[i]) {
               // Every later piece binds names of its own, so that loop names stay unique in the
               // kernel (the schedule transforms find loops by name).
               loop = rename_bound_vars({loop}, taken_)[0];
               sched::bound_names(loop, taken_);
             }
             pieces.push_back(loop);
-            start = end;
           }
           return pieces;
         }

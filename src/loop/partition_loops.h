@@ -21,7 +21,9 @@
 // statements and expression nodes, so that a loop over a 25-part Concat's channels, whose body
 // holds all 25 parts' loads, splits into 25 pieces of one load each (DenseNet's concat + batch
 // norm + ReLU kernels ran every element through all the parts' loads and selects, at 4-7 % of
-// the bandwidth roof, until the budget counted statements only and refused the split).
+// the bandwidth roof, until the budget counted statements only and refused the split). The
+// splits inside the pieces draw on the budget longest piece first (the interior rows of a strided
+// depthwise conv, not its first row).
 #pragma once
 #include "loop/loop_ir.h"
 
