@@ -128,6 +128,32 @@ std::pair<int64_t, int64_t> interior(const nn::WindowGeometry& g) {
   return {lo, hi};
 }
 
+// The window dims but the width, at output position `outer` (its dims, image and channel first):
+// their loops (kiln_k<tag><dim>), the window row's bounds tests (null: always true) and its
+// clamped position in x (image and channel first, the width left out).
+struct WindowRows {
+  std::vector<std::pair<std::string, int64_t>> loops;
+  std::vector<Expr> at;
+  Expr inb, inpad;
+};
+WindowRows window_rows(const nn::WindowGeometry& g, const std::vector<Expr>& outer, const std::string& tag) {
+  WindowRows r;
+  r.at = {outer[0], outer[1]};
+  for (size_t d = 0; d + 1 < g.in.size(); ++d) {
+    Expr kk = int_imm(0);
+    if (g.kernel[d] > 1) {
+      std::string v = "kiln_k" + tag + std::to_string(d);
+      r.loops.push_back({v, g.kernel[d]});
+      kk = var(v);
+    }
+    const Tap t = tap(g, d, outer[2 + d], kk);
+    r.inb = conj(conj(r.inb, t.ge0), t.lt_in);
+    r.inpad = conj(r.inpad, t.lt_pad);
+    r.at.push_back(t.at);
+  }
+  return r;
+}
+
 }  // namespace
 
 void RowKernelBuilder::set_last_position(const Shape& shape, Expr pos) {
@@ -359,21 +385,10 @@ std::vector<Stmt> RowKernelBuilder::pool_row(const PoolSpec& p, const LoopKernel
   body.push_back(let(cnt, int_imm(0)));
 
   // The window dims but the width: loops, the window row's bounds tests, its clamped position.
-  std::vector<std::pair<std::string, int64_t>> wloops;
-  std::vector<Expr> xd{outer_dims_[0], outer_dims_[1]};
-  Expr inb, inpad;
-  for (size_t d = 0; d < w; ++d) {
-    Expr kk = int_imm(0);
-    if (g.kernel[d] > 1) {
-      std::string v = "kiln_k" + tag + std::to_string(d);
-      wloops.push_back({v, g.kernel[d]});
-      kk = var(v);
-    }
-    const Tap t = tap(g, d, outer_dims_[2 + d], kk);
-    inb = conj(conj(inb, t.ge0), t.lt_in);
-    inpad = conj(inpad, t.lt_pad);
-    xd.push_back(t.at);
-  }
+  WindowRows rows = window_rows(g, outer_dims_, tag);
+  const std::vector<std::pair<std::string, int64_t>>& wloops = rows.loops;
+  const std::vector<Expr>& xd = rows.at;
+  const Expr inb = rows.inb, inpad = rows.inpad;
   // Along the width, no test: output column first + j, window column kw. A short window row
   // (kernel[w] <= kMaxInnerWindow) runs inside the row loop, unrolled: one pass over the row per
   // window row instead of one per window position, each output's positions still in window order.
@@ -506,21 +521,15 @@ std::vector<Stmt> RowKernelBuilder::pool_rows_separable(const PoolSpec& p, const
     std::vector<std::pair<std::string, int64_t>> wloops;
     std::vector<Expr> xd, first_at;
     Expr inb, inpad, any_in;
-    auto window_rows = [&]() {
-      wloops.clear();
-      xd = first_at = {outer_dims_[0], outer_dims_[1]};
-      inb = inpad = any_in = nullptr;
+    auto window = [&]() {
+      WindowRows r = window_rows(g, outer_dims_, tag);
+      wloops = std::move(r.loops);
+      xd = std::move(r.at);
+      inb = r.inb;
+      inpad = r.inpad;
+      first_at = {outer_dims_[0], outer_dims_[1]};
+      any_in = nullptr;
       for (size_t d = 0; d < w; ++d) {
-        Expr kk = int_imm(0);
-        if (g.kernel[d] > 1) {
-          std::string v = "kiln_k" + tag + std::to_string(d);
-          wloops.push_back({v, g.kernel[d]});
-          kk = var(v);
-        }
-        const Tap t = tap(g, d, outer_dims_[2 + d], kk);
-        inb = conj(conj(inb, t.ge0), t.lt_in);
-        inpad = conj(inpad, t.lt_pad);
-        xd.push_back(t.at);
         // The window's first and last positions; a test only where some window of the output
         // lies entirely in the begin (end) padding.
         const Tap t0 = tap(g, d, outer_dims_[2 + d], int_imm(0));
@@ -542,7 +551,7 @@ std::vector<Stmt> RowKernelBuilder::pool_rows_separable(const PoolSpec& p, const
     {
       const std::string r = "kiln_pr" + tag, u = "kiln_pc" + tag, acc = "kiln_pv" + tag;
       set_position(ys, hd, add(row0, var(r)));
-      window_rows();
+      window();
       std::vector<Expr> at = xd;
       at.push_back(add(base, var(u)));
       Expr v = to_compute(L_.value_at(p.x, Index::from_dims(p.x->shape(), at)));
@@ -569,7 +578,7 @@ std::vector<Stmt> RowKernelBuilder::pool_rows_separable(const PoolSpec& p, const
     // padded input with count_include_pad).
     const std::string r = "kiln_pq" + tag;
     set_position(ys, hd, add(row0, var(r)));
-    window_rows();
+    window();
     std::vector<Stmt> row;
     if (lo > 0) {
       set_position(ys, hd + 1, var("kiln_wl" + tag));

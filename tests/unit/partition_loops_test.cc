@@ -209,6 +209,23 @@ TEST(UnswitchSelects, InvariantConditionsLeaveTheInnerLoop) {
   EXPECT_EQ(print_kernel(kk), print_kernel(keep));
 }
 
+// The default schedule, serial (the interpreter runs the kernel).
+void apply_serial_schedule(LoopKernel& k) {
+  Schedule sched;
+  sched.parallel_min_work = 1 << 30;
+  apply_default_schedule(k, sched);
+}
+
+// `k`, the lowered and scheduled kernel of `grp`, interpreted on random inputs of `g`, gives the
+// reference's bits.
+void expect_reference_bits(const Graph& g, const FusionGroup& grp, const LoopKernel& k) {
+  const TensorMap inputs = testing::random_inputs(g, 3, {}, false);
+  auto values = run_reference_values(g, inputs);
+  auto got = testing::interpret_group(k, grp, values);
+  const Tensor& want = values.at(grp.outputs[0]);
+  EXPECT_EQ(std::memcmp(got[0].raw(), want.raw(), want.nbytes()), 0);
+}
+
 // torch.roll as exported (Slice + Concat on two axes) plus a residual, lowered, scheduled by the
 // default policy and interpreted against the reference: no select is left.
 TEST(PartitionLoops, RollThroughTheDefaultScheduleMatchesTheReference) {
@@ -234,16 +251,10 @@ TEST(PartitionLoops, RollThroughTheDefaultScheduleMatchesTheReference) {
   ASSERT_TRUE(lg.kernel) << lg.reason;
   LoopKernel k = *lg.kernel;
   ASSERT_TRUE(contains(print_kernel(k), "select")) << print_kernel(k);  // as lowered: Concat's selects
-  Schedule sched;
-  sched.parallel_min_work = 1 << 30;
-  apply_default_schedule(k, sched);
+  apply_serial_schedule(k);
   const std::string s = print_kernel(k);
   EXPECT_FALSE(contains(s, "select")) << s;
-  const TensorMap inputs = testing::random_inputs(*g, 3, {}, false);
-  auto values = run_reference_values(*g, inputs);
-  auto got = testing::interpret_group(k, plan.groups[0], values);
-  const Tensor& want = values.at(plan.groups[0].outputs[0]);
-  EXPECT_EQ(std::memcmp(got[0].raw(), want.raw(), want.nbytes()), 0);
+  expect_reference_bits(*g, plan.groups[0], k);
 }
 
 // DenseNet's dense-block input: a Concat of 25 parts, batch norm (a per-channel scale and shift)
@@ -265,9 +276,7 @@ TEST(PartitionLoops, ManyPartConcatSplitsIntoOnePiecePerPart) {
   auto lg = lower_group(plan.groups[0], "dense");
   ASSERT_TRUE(lg.kernel) << lg.reason;
   LoopKernel k = *lg.kernel;
-  Schedule sched;
-  sched.parallel_min_work = 1 << 30;
-  apply_default_schedule(k, sched);
+  apply_serial_schedule(k);
   const std::string text = print_kernel(k);
   std::istringstream lines(text);
   const std::regex part(R"(\bp[0-9]+\[)");  // a load of a Concat part
@@ -278,11 +287,7 @@ TEST(PartitionLoops, ManyPartConcatSplitsIntoOnePiecePerPart) {
     if (line.find_first_not_of(' ') != std::string::npos && line.compare(line.find_first_not_of(' '), 2, "y[") == 0) ++pieces;
   }
   EXPECT_EQ(pieces, 25) << text;
-  const TensorMap inputs = testing::random_inputs(*g, 3, {}, false);
-  auto values = run_reference_values(*g, inputs);
-  auto got = testing::interpret_group(k, plan.groups[0], values);
-  const Tensor& want = values.at(plan.groups[0].outputs[0]);
-  EXPECT_EQ(std::memcmp(got[0].raw(), want.raw(), want.nbytes()), 0);
+  expect_reference_bits(*g, plan.groups[0], k);
 }
 
 // A strided depthwise conv's untiled nest (window unrolled, input read in place, padding tested per
@@ -301,9 +306,7 @@ TEST(PartitionLoops, TheLongestPieceIsSplitFirst) {
   auto lg = lower_group(plan.groups[0], "dw");
   ASSERT_TRUE(lg.kernel) << lg.reason;
   LoopKernel k = *lg.kernel;
-  Schedule sched;
-  sched.parallel_min_work = 1 << 30;
-  apply_default_schedule(k, sched);
+  apply_serial_schedule(k);
   const std::string text = print_kernel(k);
   // The interior: in the loop of the 7 interior rows, the loop of their 7 interior columns, to
   // its closing brace.
@@ -317,11 +320,7 @@ TEST(PartitionLoops, TheLongestPieceIsSplitFirst) {
   ASSERT_NE(end, std::string::npos) << text;
   const std::string interior = text.substr(at, end - at);
   EXPECT_FALSE(contains(interior, "select")) << interior;
-  const TensorMap inputs = testing::random_inputs(*g, 3, {}, false);
-  auto values = run_reference_values(*g, inputs);
-  auto got = testing::interpret_group(k, plan.groups[0], values);
-  const Tensor& want = values.at(plan.groups[0].outputs[0]);
-  EXPECT_EQ(std::memcmp(got[0].raw(), want.raw(), want.nbytes()), 0);
+  expect_reference_bits(*g, plan.groups[0], k);
 }
 
 }  // namespace
