@@ -5,10 +5,10 @@
 namespace kiln::kernels {
 
 void microkernel_f32(int64_t mr, int64_t nr, int64_t kc, const float* a, int64_t as_i, int64_t as_k, const float* b,
-                     int64_t bs_k, float* c, int64_t ldc) {
+                     int64_t bs_k, float* c, int64_t ldc, bool acc) {
   for (int64_t i = 0; i < mr; ++i)
     for (int64_t j = 0; j < nr; ++j) {
-      float s = c[i * ldc + j];
+      float s = acc ? c[i * ldc + j] : 0.0f;
       for (int64_t k = 0; k < kc; ++k) {
         const float p = a[i * as_i + k * as_k] * b[k * bs_k + j];
         s = s + p;
@@ -18,8 +18,10 @@ void microkernel_f32(int64_t mr, int64_t nr, int64_t kc, const float* a, int64_t
 }
 
 void microkernel_seg_f32(int64_t mr, int64_t nr, int64_t nseg, int64_t seglen, const float* a, const int64_t* aoff,
-                         int64_t as_i, int64_t as_k, const float* b, int64_t bs_k, float* c, int64_t ldc) {
-  for (int64_t s = 0; s < nseg; ++s) microkernel_f32(mr, nr, seglen, a + aoff[s], as_i, as_k, b + s * seglen * bs_k, bs_k, c, ldc);
+                         int64_t as_i, int64_t as_k, const float* b, int64_t bs_k, float* c, int64_t ldc, bool acc) {
+  if (nseg <= 0) return microkernel_f32(mr, nr, 0, a, as_i, as_k, b, bs_k, c, ldc, acc);  // no products: c or zeros
+  for (int64_t s = 0; s < nseg; ++s)
+    microkernel_f32(mr, nr, seglen, a + aoff[s], as_i, as_k, b + s * seglen * bs_k, bs_k, c, ldc, s > 0 || acc);
 }
 
 void transpose_f32(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols) {
@@ -109,11 +111,13 @@ void vector_extension_kernel(std::ostringstream& os, int64_t mr, int64_t nr) {
   const std::string v = "kiln_vf" + std::to_string(w);
   os << "static void " << specialisation_name(mr, nr)
      << "(int64_t kc, const float* restrict a, int64_t as_i, int64_t as_k,\n"
-        "    const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc) {\n"
+        "    const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc, int64_t acc_in) {\n"
      << "  " << v << " acc[" << mr << "][" << nv << "];\n"
      << "  for (int i = 0; i < " << mr << "; ++i)\n"
-     << "    for (int v = 0; v < " << nv << "; ++v) memcpy(&acc[i][v], c + i * ldc + v * " << w << ", sizeof(" << v
-     << "));\n"
+     << "    for (int v = 0; v < " << nv << "; ++v) {\n"
+     << "      if (acc_in) memcpy(&acc[i][v], c + i * ldc + v * " << w << ", sizeof(" << v << "));\n"
+     << "      else acc[i][v] = (" << v << "){0};\n"
+     << "    }\n"
      << "  for (int64_t k = 0; k < kc; ++k) {\n"
      << "    " << v << " bv[" << nv << "];\n"
      << "    for (int v = 0; v < " << nv << "; ++v) memcpy(&bv[v], b + k * bs_k + v * " << w << ", sizeof(" << v
@@ -152,14 +156,14 @@ void intrinsic_kernel(std::ostringstream& os, int64_t mr, int64_t nr, int lanes,
   };
   os << "static void " << specialisation_name(mr, nr, seg)
      << (seg ? "(int64_t nseg, int64_t kc, const float* restrict a0, const int64_t* restrict aoff, int64_t as_i,\n"
-               "    int64_t as_k, const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc) {\n"
+               "    int64_t as_k, const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc, int64_t acc_in) {\n"
              : "(int64_t kc, const float* restrict a, int64_t as_i, int64_t as_k,\n"
-               "    const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc) {\n");
+               "    const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc, int64_t acc_in) {\n");
   if (rest != 0) os << "  const __mmask16 kiln_mask = (__mmask16)" << ((1 << rest) - 1) << ";\n";
   os << "  " << vt << " acc[" << mr << "][" << nv << "];\n"
      << "  for (int i = 0; i < " << mr << "; ++i)\n"
-     << "    for (int v = 0; v < " << nv << "; ++v) acc[i][v] = " << ld("c + i * ldc + v * " + std::to_string(lanes), "v")
-     << ";\n";
+     << "    for (int v = 0; v < " << nv << "; ++v) acc[i][v] = acc_in ? "
+     << ld("c + i * ldc + v * " + std::to_string(lanes), "v") << " : " << p << "setzero_ps();\n";
   // Segmented: segment s reads A from a0 + aoff[s] and the next kc rows of B.
   if (seg) os << "  for (int64_t s = 0; s < nseg; ++s, b += kc * bs_k) {\n  const float* restrict a = a0 + aoff[s];\n";
   os << "  for (int64_t k = 0; k < kc; ++k) {\n"
@@ -193,8 +197,8 @@ void intrinsic_kernel(std::ostringstream& os, int64_t mr, int64_t nr, int lanes,
 void forwarding_kernel(std::ostringstream& os, int64_t mr, int64_t nr) {
   os << "static void " << specialisation_name(mr, nr)
      << "(int64_t kc, const float* restrict a, int64_t as_i, int64_t as_k,\n"
-        "    const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc) {\n"
-     << "  kiln_mk_f32(" << mr << ", " << nr << ", kc, a, as_i, as_k, b, bs_k, c, ldc);\n"
+        "    const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc, int64_t acc_in) {\n"
+     << "  kiln_mk_f32(" << mr << ", " << nr << ", kc, a, as_i, as_k, b, bs_k, c, ldc, acc_in);\n"
      << "}\n";
 }
 
@@ -203,9 +207,10 @@ void forwarding_kernel(std::ostringstream& os, int64_t mr, int64_t nr) {
 void segment_wrapper(std::ostringstream& os, int64_t mr, int64_t nr) {
   os << "static void " << specialisation_name(mr, nr, true)
      << "(int64_t nseg, int64_t kc, const float* restrict a, const int64_t* restrict aoff, int64_t as_i,\n"
-        "    int64_t as_k, const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc) {\n"
+        "    int64_t as_k, const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc, int64_t acc_in) {\n"
+     << "  if (nseg <= 0) " << specialisation_name(mr, nr) << "(0, a, as_i, as_k, b, bs_k, c, ldc, acc_in);\n"
      << "  for (int64_t s = 0; s < nseg; ++s)\n"
-     << "    " << specialisation_name(mr, nr) << "(kc, a + aoff[s], as_i, as_k, b + s * kc * bs_k, bs_k, c, ldc);\n"
+     << "    " << specialisation_name(mr, nr) << "(kc, a + aoff[s], as_i, as_k, b + s * kc * bs_k, bs_k, c, ldc, s > 0 || acc_in);\n"
      << "}\n";
 }
 
@@ -213,27 +218,32 @@ void segment_wrapper(std::ostringstream& os, int64_t mr, int64_t nr) {
 
 std::string microkernel_c_source(const std::set<std::pair<int64_t, int64_t>>& tiles, bool fma) {
   std::ostringstream os;
-  os << "/* Contraction micro-kernels (src/kernels/microkernel.h): c[i*ldc+j] += sum_k a[i*as_i+k*as_k] *\n"
+  os << "/* Contraction micro-kernels (src/kernels/microkernel.h): c[i*ldc+j] = (acc_in ? c[i*ldc+j] : 0) +\n"
+     << " * sum_k a[i*as_i+k*as_k] *\n"
      << (fma ? " * b[k*bs_k+j], k ascending, one accumulator per element, fused multiply-adds. */\n"
              : " * b[k*bs_k+j], k ascending, one accumulator per element, product rounded then added (strict:\n"
                " * bit-identical to the reference). */\n");
   // Generic: any tile. i, then k, then j innermost (contiguous in b and c: vectorisable); each
   // element still sums its products in ascending k.
   os << "static void kiln_mk_f32(int64_t mr, int64_t nr, int64_t kc, const float* restrict a, int64_t as_i,\n"
-        "    int64_t as_k, const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc) {\n"
-        "  for (int64_t i = 0; i < mr; ++i)\n"
+        "    int64_t as_k, const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc, int64_t acc_in) {\n"
+        "  for (int64_t i = 0; i < mr; ++i) {\n"
+        "    if (!acc_in)\n"
+        "      for (int64_t j = 0; j < nr; ++j) c[i * ldc + j] = 0.0f;\n"
         "    for (int64_t k = 0; k < kc; ++k) {\n"
         "      const float aik = a[i * as_i + k * as_k];\n"
         "      const float* restrict bk = b + k * bs_k;\n"
         "      float* restrict ci = c + i * ldc;\n"
         "      for (int64_t j = 0; j < nr; ++j) ci[j] = ci[j] + aik * bk[j];\n"
         "    }\n"
+        "  }\n"
         "}\n"
         "static void kiln_mk_f32_seg(int64_t mr, int64_t nr, int64_t nseg, int64_t kc, const float* restrict a,\n"
         "    const int64_t* restrict aoff, int64_t as_i, int64_t as_k, const float* restrict b, int64_t bs_k,\n"
-        "    float* restrict c, int64_t ldc) {\n"
+        "    float* restrict c, int64_t ldc, int64_t acc_in) {\n"
+        "  if (nseg <= 0) kiln_mk_f32(mr, nr, 0, a, as_i, as_k, b, bs_k, c, ldc, acc_in);\n"
         "  for (int64_t s = 0; s < nseg; ++s)\n"
-        "    kiln_mk_f32(mr, nr, kc, a + aoff[s], as_i, as_k, b + s * kc * bs_k, bs_k, c, ldc);\n"
+        "    kiln_mk_f32(mr, nr, kc, a + aoff[s], as_i, as_k, b + s * kc * bs_k, bs_k, c, ldc, s > 0 || acc_in);\n"
         "}\n";
   std::set<int64_t> widths;
   bool any = false;

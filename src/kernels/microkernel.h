@@ -1,11 +1,13 @@
 // The contraction micro-kernel interface: the innermost tile of every tiled MatMul/Conv goes
 // through one call,
 //
-//   kiln_mk_f32(mr, nr, kc, a, as_i, as_k, b, bs_k, c, ldc)
-//     for i < mr, j < nr:   c[i*ldc + j] += Σ_{k < kc, ascending} a[i*as_i + k*as_k] * b[k*bs_k + j]
+//   kiln_mk_f32(mr, nr, kc, a, as_i, as_k, b, bs_k, c, ldc, acc)
+//     for i < mr, j < nr:   c[i*ldc + j] = (acc ? c[i*ldc + j] : +0) + Σ_{k < kc, ascending} a[i*as_i + k*as_k] * b[k*bs_k + j]
 //
-// a register tile of mr × nr accumulators loaded from and stored back to `c` (a local tile the
-// epilogue then reads), A read with any strides (a weight row, a packed panel), B rows contiguous
+// a register tile of mr × nr accumulators loaded from `c` (acc ≠ 0: a later K block adds to the
+// sums so far) or set to +0 (acc = 0: the first K block, so that no pass zeroes the tile first and
+// the call does not read it; the same sums as a zeroed tile, bit for bit) and stored back to `c`
+// (a local tile the epilogue then reads), A read with any strides (a weight row, a packed panel), B rows contiguous
 // in j (a packed panel or a row-major operand). Every element sums its products in ascending k
 // with one accumulator; how each product enters the sum is the build's numerics mode
 // (docs/codegen.md "Numerics contract"):
@@ -26,9 +28,9 @@
 // The segmented form, for an A whose address is affine in k only within segments (an implicit
 // conv's kernel positions: each reads the input at its own offset),
 //
-//   kiln_mk_f32_seg(mr, nr, nseg, seglen, a, aoff, as_i, as_k, b, bs_k, c, ldc)
-//     = kiln_mk_f32(mr, nr, seglen, a + aoff[s], as_i, as_k, b + s·seglen·bs_k, bs_k, c, ldc)
-//       for s = 0 .. nseg − 1 in order,
+//   kiln_mk_f32_seg(mr, nr, nseg, seglen, a, aoff, as_i, as_k, b, bs_k, c, ldc, acc)
+//     = kiln_mk_f32(mr, nr, seglen, a + aoff[s], as_i, as_k, b + s·seglen·bs_k, bs_k, c, ldc, s > 0 || acc)
+//       for s = 0 .. nseg − 1 in order (no segments: a call with kc = 0),
 //
 // keeps the accumulators in registers across the segments: one call per K block instead of one
 // per segment, whose accumulator loads and stores cost as much as 16 k steps (a conv of 16 input
@@ -59,11 +61,11 @@ inline constexpr const char* kTransposeF32 = "kiln_transpose_f32";
 // The interface's semantics in strict order (the loop interpreter runs this; the C
 // implementations must agree: bitwise in strict mode, within the FMA contract otherwise).
 void microkernel_f32(int64_t mr, int64_t nr, int64_t kc, const float* a, int64_t as_i, int64_t as_k, const float* b,
-                     int64_t bs_k, float* c, int64_t ldc);
+                     int64_t bs_k, float* c, int64_t ldc, bool acc);
 
 // The segmented form's semantics (the calls one by one).
 void microkernel_seg_f32(int64_t mr, int64_t nr, int64_t nseg, int64_t seglen, const float* a, const int64_t* aoff,
-                         int64_t as_i, int64_t as_k, const float* b, int64_t bs_k, float* c, int64_t ldc);
+                         int64_t as_i, int64_t as_k, const float* b, int64_t bs_k, float* c, int64_t ldc, bool acc);
 
 // The transposing copy's semantics (the loop interpreter runs this).
 void transpose_f32(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols);

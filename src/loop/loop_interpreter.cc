@@ -124,12 +124,12 @@ class Interpreter {
   }
 
  private:
-  // kiln_mk_f32(mr, nr, kc, a, as_i, as_k, b, bs_k, c, ldc) (src/kernels/microkernel.h), with every
+  // kiln_mk_f32(mr, nr, kc, a, as_i, as_k, b, bs_k, c, ldc, acc) (src/kernels/microkernel.h), with every
   // element it touches checked to lie inside its buffer.
   void call_microkernel(const StmtNode& s) {
     if (s.text == kernels::kMicroKernelSegF32) return call_segmented_microkernel(s);
     if (s.text == kernels::kTransposeF32) return call_transpose(s);
-    KILN_CHECK(s.text == kernels::kMicroKernelF32 && s.call_args.size() == 10, "the interpreter cannot run call ",
+    KILN_CHECK(s.text == kernels::kMicroKernelF32 && s.call_args.size() == 11, "the interpreter cannot run call ",
                s.text);
     const auto& a = s.call_args;
     auto i64 = [&](size_t k) { return eval(a[k]).i; };
@@ -142,7 +142,7 @@ class Interpreter {
     const float* pa = ptr(3, mr, as_i, kc, as_k);
     const float* pb = ptr(6, kc, bs_k, nr, 1);
     float* pc = ptr(8, mr, ldc, nr, 1);
-    kernels::microkernel_f32(mr, nr, kc, pa, as_i, as_k, pb, bs_k, pc, ldc);
+    kernels::microkernel_f32(mr, nr, kc, pa, as_i, as_k, pb, bs_k, pc, ldc, i64(10) != 0);
   }
 
   // Float32 argument k of call `s` (an Address), the block of rows × cols elements at the given
@@ -172,10 +172,10 @@ class Interpreter {
     kernels::transpose_f32(dst, ldd, src, lds, rows, cols);
   }
 
-  // kiln_mk_f32_seg(mr, nr, nseg, seglen, a, aoff, as_i, as_k, b, bs_k, c, ldc): the plain call
+  // kiln_mk_f32_seg(mr, nr, nseg, seglen, a, aoff, as_i, as_k, b, bs_k, c, ldc, acc): the plain call
   // per segment, each segment's elements checked.
   void call_segmented_microkernel(const StmtNode& s) {
-    KILN_CHECK(s.call_args.size() == 12, "kiln_mk_f32_seg takes 12 arguments");
+    KILN_CHECK(s.call_args.size() == 13, "kiln_mk_f32_seg takes 13 arguments");
     const auto& a = s.call_args;
     auto i64 = [&](size_t k) { return eval(a[k]).i; };
     auto addr = [&](size_t k, DType t) {
@@ -197,6 +197,8 @@ class Interpreter {
       checked_index(e->buffer, last);
     };
     if (mr > 0 && nr > 0) check(a[10], c0, c0 + (mr - 1) * ldc + nr - 1);
+    const bool acc = i64(12) != 0;
+    if (nseg <= 0) kernels::microkernel_f32(mr, nr, 0, nullptr, 0, 0, nullptr, 0, tc->data<float>() + c0, ldc, acc);
     for (int64_t sg = 0; sg < nseg; ++sg) {
       checked_index(a[5]->buffer, o0 + sg);
       const int64_t off = to->data<int64_t>()[o0 + sg];
@@ -206,7 +208,7 @@ class Interpreter {
         check(a[8], bs, bs + (kc - 1) * bs_k + nr - 1);
       }
       kernels::microkernel_f32(mr, nr, kc, ta->data<float>() + a0 + off, as_i, as_k, tb->data<float>() + bs, bs_k,
-                               tc->data<float>() + c0, ldc);
+                               tc->data<float>() + c0, ldc, sg > 0 || acc);
     }
   }
 

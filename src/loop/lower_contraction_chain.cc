@@ -363,8 +363,9 @@ class RowPipeline {
     std::vector<Stmt> jbody;
     Expr acc_val;
     if (st.axpy) {
+      // (The micro-kernel's first K block starts from zero: no zeroing pass.)
       const std::string x = cat("kiln_x", s);
-      out.push_back(for_loop(x, int_imm(tile_ * st.n), {store(st.acc, var(x), imm(0, acc_t))}, ForKind::Vectorized));
+      if (!st.mk) out.push_back(for_loop(x, int_imm(tile_ * st.n), {store(st.acc, var(x), imm(0, acc_t))}, ForKind::Vectorized));
       acc_val = cast(st.dtype, load(st.acc, row_j));
     }
     if (st.mk) {
@@ -395,6 +396,7 @@ class RowPipeline {
       p.mr = mr_;
       p.nr = nr;
       p.prefix = cat("kiln_tr", s, "_");
+      p.zero_first = true;
       auto product = [&](int64_t rows) {
         p.rows = int_imm(rows);
         return row_tile_product(p);

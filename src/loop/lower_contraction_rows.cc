@@ -406,8 +406,9 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const LoopVars& outer, c
   // A block of many rows against few columns (a 1x1 conv + global pool over 7x7: 640 weight rows
   // of 320, 49 columns): A's block is the stream, read once for both column panels.
   prod.panels_inside = mb > 4 * ld;
+  // The product writes every row of the block and column of ld; the row body reads no other.
+  prod.zero_first = true;
   std::vector<Stmt> in_acc;
-  in_acc.push_back(for_loop("kiln_tr_z", int_imm(mb * ld), {store(acc, var("kiln_tr_z"), float_imm(0))}, ForKind::Vectorized));
   for (auto& st : row_tile_product(prod)) in_acc.push_back(std::move(st));
   in_acc.push_back(for_loop("kiln_tr_row", var("kiln_tr_count"), std::move(row_body)));
   std::vector<Stmt> blk = {let("kiln_tr_first", mul(var("kiln_tr_blk"), int_imm(mb))),

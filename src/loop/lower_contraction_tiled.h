@@ -153,6 +153,9 @@ struct RowTileProduct {
   // With two column panels (nr < n ≤ 2·nr): both inside each row tile, so A's block is read once
   // (the caller's choice: when A's rows far outnumber B's columns).
   bool panels_inside = false;
+  // The first K block overwrites the accumulators (every one of the rows and columns computed),
+  // so the caller need not zero them; else every call adds to them.
+  bool zero_first = false;
 };
 std::vector<Stmt> row_tile_product(const RowTileProduct& p);
 

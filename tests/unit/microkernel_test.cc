@@ -3,10 +3,13 @@
 // tile shape kind — nr a multiple of 16, of 8, of 4, and widths no vector divides (a 7x7 conv's
 // 49-column rows: the AVX-512 kernel masks its last vector) — with strided A, a B row stride wider
 // than the tile and an accumulator row stride wider than nr whose extra columns must stay as they
-// were; and the segmented form (A at a per-segment offset). Strict mode must match bit for bit;
+// were, adding to the tile (acc = 1) or overwriting it (acc = 0: the tile's old values, garbage
+// here, must not leak in); the generic loop; and the segmented form (A at a per-segment offset,
+// no segments at all too). Strict mode must match bit for bit;
 // the default within the FMA contract. The transposing copy of the implicit conv's epilogue too.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -27,21 +30,28 @@ std::string wrapper_source(bool fma) {
   std::set<std::pair<int64_t, int64_t>> tiles(kTiles.begin(), kTiles.end());
   std::ostringstream os;
   os << "#include <stdint.h>\n#include <string.h>\n" << kernels::microkernel_c_source(tiles, fma);
-  // One entry point per tile with the kernel ABI: args = {kc, a, as_i, as_k, b, bs_k, c, ldc}.
+  // One entry point per tile with the kernel ABI: args = {kc, a, as_i, as_k, b, bs_k, c, ldc, acc}.
   for (auto [mr, nr] : kTiles) {
     os << "void run_" << mr << "x" << nr << "(void* const* args) {\n"
        << "  " << kernels::specialisation_name(mr, nr)
        << "(*(const int64_t*)args[0], (const float*)args[1], *(const int64_t*)args[2], *(const int64_t*)args[3],\n"
-          "      (const float*)args[4], *(const int64_t*)args[5], (float*)args[6], *(const int64_t*)args[7]);\n"
+          "      (const float*)args[4], *(const int64_t*)args[5], (float*)args[6], *(const int64_t*)args[7],\n"
+          "      *(const int64_t*)args[8]);\n"
           "}\n";
-    // The segmented form: args = {nseg, kc, a, aoff, as_i, as_k, b, bs_k, c, ldc}.
+    // The segmented form: args = {nseg, kc, a, aoff, as_i, as_k, b, bs_k, c, ldc, acc}.
     os << "void seg_" << mr << "x" << nr << "(void* const* args) {\n"
        << "  " << kernels::specialisation_name(mr, nr, true)
        << "(*(const int64_t*)args[0], *(const int64_t*)args[1], (const float*)args[2], (const int64_t*)args[3],\n"
           "      *(const int64_t*)args[4], *(const int64_t*)args[5], (const float*)args[6], *(const int64_t*)args[7],\n"
-          "      (float*)args[8], *(const int64_t*)args[9]);\n"
+          "      (float*)args[8], *(const int64_t*)args[9], *(const int64_t*)args[10]);\n"
           "}\n";
   }
+  // The generic loop (any tile): args = {mr, nr, kc, a, as_i, as_k, b, bs_k, c, ldc, acc}.
+  os << "void run_generic(void* const* args) {\n"
+        "  kiln_mk_f32(*(const int64_t*)args[0], *(const int64_t*)args[1], *(const int64_t*)args[2], (const float*)args[3],\n"
+        "      *(const int64_t*)args[4], *(const int64_t*)args[5], (const float*)args[6], *(const int64_t*)args[7],\n"
+        "      (float*)args[8], *(const int64_t*)args[9], *(const int64_t*)args[10]);\n"
+        "}\n";
   return os.str();
 }
 
@@ -53,8 +63,9 @@ void expect_tile(const std::vector<float>& got, const std::vector<float>& want, 
   for (int64_t i = 0; i < mr; ++i)
     for (int64_t j = 0; j < ldc; ++j) {
       const size_t at = size_t(i * ldc + j);
-      if (j >= nr || strict) {
-        ASSERT_EQ(got[at], want[at]) << "row " << i << " column " << j << (j >= nr ? " (outside the tile)" : "");
+      if (j >= nr || strict) {  // bits: a NaN outside the tile must stay that NaN
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[at]), std::bit_cast<uint32_t>(want[at]))
+            << "row " << i << " column " << j << ": " << got[at] << " vs " << want[at] << (j >= nr ? " (outside the tile)" : "");
       } else {
         ASSERT_NEAR(got[at], want[at], 1e-5 * double(terms)) << "row " << i << " column " << j;
       }
@@ -72,35 +83,46 @@ void check_mode(bool strict) {
   auto module = runtime::JitModule::build(wrapper_source(!strict), o.compile);
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (auto [mr, nr] : kTiles) {
-    SCOPED_TRACE(std::to_string(mr) + "x" + std::to_string(nr));
-    const int64_t kc = 37, as_i = kc + 3, as_k = 1, bs_k = nr + 7, ldc = nr + 5;
-    std::vector<float> a(size_t(mr * as_i)), b(size_t(kc * bs_k)), c(size_t(mr * ldc));
-    for (auto* v : {&a, &b, &c})
-      for (float& x : *v) x = u(rng);
-    std::vector<float> want = c, got = c;
-    kernels::microkernel_f32(mr, nr, kc, a.data(), as_i, as_k, b.data(), bs_k, want.data(), ldc);
-    int64_t kc_v = kc, as_i_v = as_i, as_k_v = as_k, bs_k_v = bs_k, ldc_v = ldc;
-    void* args[] = {&kc_v, a.data(), &as_i_v, &as_k_v, b.data(), &bs_k_v, got.data(), &ldc_v};
-    module->get("run_" + std::to_string(mr) + "x" + std::to_string(nr))(args);
-    expect_tile(got, want, mr, nr, ldc, strict, kc);
-  }
+  for (int64_t acc : {1, 0})
+    for (auto [mr, nr] : kTiles) {
+      SCOPED_TRACE(std::to_string(mr) + "x" + std::to_string(nr) + (acc ? " adding" : " overwriting"));
+      const int64_t kc = 37, as_i = kc + 3, as_k = 1, bs_k = nr + 7, ldc = nr + 5;
+      std::vector<float> a(size_t(mr * as_i)), b(size_t(kc * bs_k)), c(size_t(mr * ldc));
+      for (auto* v : {&a, &b, &c})
+        for (float& x : *v) x = u(rng);
+      if (!acc)
+        for (size_t i = 0; i < c.size(); i += 3) c[i] = std::nanf("");  // must not leak into the sums
+      std::vector<float> want = c, got = c, generic = c;
+      kernels::microkernel_f32(mr, nr, kc, a.data(), as_i, as_k, b.data(), bs_k, want.data(), ldc, acc != 0);
+      int64_t mr_v = mr, nr_v = nr, kc_v = kc, as_i_v = as_i, as_k_v = as_k, bs_k_v = bs_k, ldc_v = ldc, acc_v = acc;
+      void* args[] = {&kc_v, a.data(), &as_i_v, &as_k_v, b.data(), &bs_k_v, got.data(), &ldc_v, &acc_v};
+      module->get("run_" + std::to_string(mr) + "x" + std::to_string(nr))(args);
+      expect_tile(got, want, mr, nr, ldc, strict, kc);
+      void* gargs[] = {&mr_v, &nr_v, &kc_v, a.data(), &as_i_v, &as_k_v, b.data(), &bs_k_v, generic.data(), &ldc_v, &acc_v};
+      module->get("run_generic")(gargs);
+      expect_tile(generic, want, mr, nr, ldc, strict, kc);
+    }
   // Segmented: 3 segments of kc terms, each reading A at its own offset (out of order, as a
   // conv's kernel positions do), B's rows one after another.
-  for (auto [mr, nr] : kTiles) {
-    SCOPED_TRACE("segmented " + std::to_string(mr) + "x" + std::to_string(nr));
-    const int64_t nseg = 3, kc = 13, as_i = 2, as_k = 29, bs_k = nr + 3, ldc = nr + 2;
-    const std::vector<int64_t> aoff = {400, 7, 211};
-    std::vector<float> a(size_t(400 + (mr - 1) * as_i + (kc - 1) * as_k + 1)), b(size_t(nseg * kc * bs_k)), c(size_t(mr * ldc));
-    for (auto* v : {&a, &b, &c})
-      for (float& x : *v) x = u(rng);
-    std::vector<float> want = c, got = c;
-    kernels::microkernel_seg_f32(mr, nr, nseg, kc, a.data(), aoff.data(), as_i, as_k, b.data(), bs_k, want.data(), ldc);
-    int64_t ns_v = nseg, kc_v = kc, as_i_v = as_i, as_k_v = as_k, bs_k_v = bs_k, ldc_v = ldc;
-    void* args[] = {&ns_v, &kc_v, a.data(), const_cast<int64_t*>(aoff.data()), &as_i_v, &as_k_v, b.data(), &bs_k_v, got.data(), &ldc_v};
-    module->get("seg_" + std::to_string(mr) + "x" + std::to_string(nr))(args);
-    expect_tile(got, want, mr, nr, ldc, strict, nseg * kc);
-  }
+  for (int64_t nseg : {3, 0})
+    for (int64_t acc : {1, 0})
+      for (auto [mr, nr] : kTiles) {
+        SCOPED_TRACE("segmented " + std::to_string(mr) + "x" + std::to_string(nr) + ", " + std::to_string(nseg) +
+                     " segments" + (acc ? ", adding" : ", overwriting"));
+        const int64_t kc = 13, as_i = 2, as_k = 29, bs_k = nr + 3, ldc = nr + 2;
+        const std::vector<int64_t> aoff = {400, 7, 211};
+        std::vector<float> a(size_t(400 + (mr - 1) * as_i + (kc - 1) * as_k + 1)), b(size_t(3 * kc * bs_k)), c(size_t(mr * ldc));
+        for (auto* v : {&a, &b, &c})
+          for (float& x : *v) x = u(rng);
+        std::vector<float> want = c, got = c;
+        kernels::microkernel_seg_f32(mr, nr, nseg, kc, a.data(), aoff.data(), as_i, as_k, b.data(), bs_k, want.data(), ldc,
+                                     acc != 0);
+        int64_t ns_v = nseg, kc_v = kc, as_i_v = as_i, as_k_v = as_k, bs_k_v = bs_k, ldc_v = ldc, acc_v = acc;
+        void* args[] = {&ns_v, &kc_v, a.data(), const_cast<int64_t*>(aoff.data()), &as_i_v, &as_k_v, b.data(), &bs_k_v,
+                        got.data(), &ldc_v, &acc_v};
+        module->get("seg_" + std::to_string(mr) + "x" + std::to_string(nr))(args);
+        expect_tile(got, want, mr, nr, ldc, strict, nseg * kc);
+      }
   module.reset();
   std::filesystem::remove_all(dir);
 }

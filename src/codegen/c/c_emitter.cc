@@ -151,7 +151,7 @@ class CEmitter final : public CStyleEmitter {
   std::pair<std::string, size_t> microkernel_call(const StmtNode& s) override {
     const auto& a = s.call_args;
     const bool seg = s.text == kernels::kMicroKernelSegF32;
-    if ((seg ? a.size() == 12 : s.text == kernels::kMicroKernelF32 && a.size() == 10) && a[0]->kind == ExprKind::IntImm &&
+    if ((seg ? a.size() == 13 : s.text == kernels::kMicroKernelF32 && a.size() == 11) && a[0]->kind == ExprKind::IntImm &&
         a[1]->kind == ExprKind::IntImm && kernels::has_specialisation(a[0]->int_value, a[1]->int_value))
       return {kernels::specialisation_name(a[0]->int_value, a[1]->int_value, seg), 2};
     return CStyleEmitter::microkernel_call(s);

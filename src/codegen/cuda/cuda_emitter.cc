@@ -58,10 +58,10 @@ class CudaEmitter final : public GpuEmitter {
   std::string microkernel_source(const std::string& spaces) const override {
     if (spaces != first_spaces()) return "";
     return "static __device__ void kiln_mk_f32(int64_t mr, int64_t nr, int64_t kc, const float* a, int64_t as_i,\n"
-           "    int64_t as_k, const float* b, int64_t bs_k, float* c, int64_t ldc) {\n"
+           "    int64_t as_k, const float* b, int64_t bs_k, float* c, int64_t ldc, int64_t acc_in) {\n"
            "  for (int64_t i = 0; i < mr; ++i)\n"
            "    for (int64_t j = 0; j < nr; ++j) {\n"
-           "      float s = c[i * ldc + j];\n"
+           "      float s = acc_in ? c[i * ldc + j] : 0.0f;\n"
            "      for (int64_t k = 0; k < kc; ++k) s = fmaf(a[i * as_i + k * as_k], b[k * bs_k + j], s);\n"
            "      c[i * ldc + j] = s;\n"
            "    }\n"

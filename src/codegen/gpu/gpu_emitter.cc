@@ -80,8 +80,9 @@ DeviceProgram GpuEmitter::emit_program(const std::vector<LoopKernel>& kernels) {
   std::ostringstream os;
   os << prelude();
   if (!microkernels_.empty())
-    os << "/* Contraction micro-kernels (src/kernels/microkernel.h): c[i*ldc+j] += sum_k a[i*as_i+k*as_k] *\n"
-          " * b[k*bs_k+j], k ascending, one accumulator per element; one variant per address spaces. */\n";
+    os << "/* Contraction micro-kernels (src/kernels/microkernel.h): c[i*ldc+j] = (acc_in ? c[i*ldc+j] : 0) +\n"
+          " * sum_k a[i*as_i+k*as_k] * b[k*bs_k+j], k ascending, one accumulator per element; one variant per\n"
+          " * address spaces. */\n";
   for (const auto& spaces : microkernels_) os << microkernel_source(spaces);
   for (const auto& spaces : seg_microkernels_) os << seg_microkernel_source(spaces);
   for (const auto& spaces : transposes_) os << transpose_source(spaces);
@@ -204,9 +205,10 @@ std::string GpuEmitter::seg_microkernel_source(const std::string& spaces) const 
   return device_function() + "void kiln_mk_f32_seg_" + spaces + "(int64_t mr, int64_t nr, int64_t nseg, int64_t kc, " +
          ptr(0, "const float") + " a,\n    " + ptr(1, "const int64_t") + " aoff, int64_t as_i, int64_t as_k, " +
          ptr(2, "const float") + " b, int64_t bs_k, " + ptr(3, "float") +
-         " c, int64_t ldc) {\n"
+         " c, int64_t ldc, int64_t acc_in) {\n"
+         "  if (nseg <= 0) " + plain + "(mr, nr, 0, a, as_i, as_k, b, bs_k, c, ldc, acc_in);\n"
          "  for (int64_t s = 0; s < nseg; ++s)\n"
-         "    " + plain + "(mr, nr, kc, a + aoff[s], as_i, as_k, b + s * kc * bs_k, bs_k, c, ldc);\n"
+         "    " + plain + "(mr, nr, kc, a + aoff[s], as_i, as_k, b + s * kc * bs_k, bs_k, c, ldc, s > 0 || acc_in);\n"
          "}\n";
 }
 
@@ -232,13 +234,13 @@ std::pair<std::string, size_t> GpuEmitter::microkernel_call(const StmtNode& s) {
     transposes_.insert(spaces);
     return {"kiln_transpose_f32_" + spaces, 0};
   }
-  if (s.text == kernels::kMicroKernelSegF32 && s.call_args.size() == 12) {
+  if (s.text == kernels::kMicroKernelSegF32 && s.call_args.size() == 13) {
     const std::string spaces = {space(4), space(5), space(8), space(10)};
     microkernels_.insert(std::string{spaces[0], spaces[2], spaces[3]});
     seg_microkernels_.insert(spaces);
     return {"kiln_mk_f32_seg_" + spaces, 0};
   }
-  KILN_CHECK(s.text == kernels::kMicroKernelF32 && s.call_args.size() == 10, "GPU emitter: no device spelling of '",
+  KILN_CHECK(s.text == kernels::kMicroKernelF32 && s.call_args.size() == 11, "GPU emitter: no device spelling of '",
              s.text, "' with ", s.call_args.size(), " arguments");
   std::string spaces;
   for (size_t i : {3, 6, 8}) {

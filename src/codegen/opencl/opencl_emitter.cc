@@ -56,10 +56,10 @@ class OpenCLEmitter final : public GpuEmitter {
     return "static void " + microkernel_name(spaces) +
            "(int64_t mr, int64_t nr, int64_t kc, " + q(0, true) + " a, int64_t as_i, int64_t as_k,\n    " +
            q(1, true) + " b, int64_t bs_k, " + q(2, false) +
-           " c, int64_t ldc) {\n"
+           " c, int64_t ldc, int64_t acc_in) {\n"
            "  for (int64_t i = 0; i < mr; ++i)\n"
            "    for (int64_t j = 0; j < nr; ++j) {\n"
-           "      float s = c[i * ldc + j];\n"
+           "      float s = acc_in ? c[i * ldc + j] : 0.0f;\n"
            "      for (int64_t k = 0; k < kc; ++k) s = fma(a[i * as_i + k * as_k], b[k * bs_k + j], s);\n"
            "      c[i * ldc + j] = s;\n"
            "    }\n"
