@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "kernels/depthwise.h"
 #include "kernels/microkernel.h"
 #include "reference/ops/elementwise_internal.h"
 #include "support/error.h"
@@ -129,6 +130,7 @@ class Interpreter {
   void call_microkernel(const StmtNode& s) {
     if (s.text == kernels::kMicroKernelSegF32) return call_segmented_microkernel(s);
     if (s.text == kernels::kTransposeF32) return call_transpose(s);
+    if (s.text == kernels::kDepthwiseF32) return call_depthwise(s);
     KILN_CHECK(s.text == kernels::kMicroKernelF32 && s.call_args.size() == 11, "the interpreter cannot run call ",
                s.text);
     const auto& a = s.call_args;
@@ -158,6 +160,20 @@ class Interpreter {
       checked_index(e->buffer, base + (rows - 1) * row_stride + (cols - 1) * col_stride);
     }
     return t->data<float>() + base;
+  }
+
+  // kiln_dw_f32(kh, kw, rows, cols, in, ldi, w, out, ldo) (kernels/depthwise.h), the blocks it
+  // reads and writes checked.
+  void call_depthwise(const StmtNode& s) {
+    KILN_CHECK(s.call_args.size() == 9, "kiln_dw_f32 takes 9 arguments");
+    auto i64 = [&](size_t k) { return eval(s.call_args[k]).i; };
+    const int64_t kh = i64(0), kw = i64(1), rows = i64(2), cols = i64(3), ldi = i64(5), ldo = i64(8);
+    KILN_CHECK(kh >= 1 && kw >= 1 && rows >= 0 && cols >= 0 && ldi >= 0 && ldo >= 0, "bad depthwise micro-kernel extents");
+    if (rows == 0 || cols == 0) return;
+    const float* in = f32_block(s, 4, rows + kh - 1, ldi, cols + kw - 1, 1);
+    const float* w = f32_block(s, 6, 1, 0, kh * kw, 1);
+    float* out = f32_block(s, 7, rows, ldo, cols, 1);
+    kernels::depthwise_f32(kh, kw, rows, cols, in, ldi, w, out, ldo);
   }
 
   // kiln_transpose_f32(dst, ldd, src, lds, rows, cols), every element it touches checked.

@@ -28,6 +28,7 @@
 // accumulator fit Schedule::stencil_bytes; wider groups take the tiled GEMM per group.
 #include <set>
 
+#include "kernels/depthwise.h"
 #include "loop/contraction_lowering.h"
 #include "support/error.h"
 
@@ -169,10 +170,31 @@ LoopKernel ContractionLowering::build_stencil() {
   // positions: the window's sum goes straight into the epilogue's row loop, with no accumulator
   // plane to zero, store and read back (the same operations in the same order: bit-identical).
   // Narrower rows keep the plane-wide loop, whose lanes run across rows (7x7: 61 lanes, not 7x7).
-  const bool direct = cg == 1 && wo >= sched_.stencil_direct_min_width;
+  //
+  // A stride-1 window over one input plane per output channel, under the default numerics, with
+  // rows of at least Schedule::stencil_kernel_min_width positions: the depthwise micro-kernel
+  // (kernels/depthwise.h) writes the accumulator plane — blocks of output rows, each input vector
+  // loaded once for all the rows its window reaches, where the sums below load one per
+  // multiply-add and GCC spills a 7x7 window's 49 weights. ConvNeXt-T's 7x7 depthwise convs in a
+  // C harness, 1 thread: 56x56 x 96 channels 0.77 -> 0.31 ms, 28x28 0.41 -> 0.15, 14x14 0.27 ->
+  // 0.09. Its sums run window column by window column (not the reference's order): never under
+  // --strict-fp (Schedule::reorder_sums).
+  // A 3x3 window over rows wide enough for the direct sum keeps it: its nine loads per vector
+  // are few, and the sum fused into the epilogue's pass saves the accumulator rows' store and
+  // load (MobileNetV2's and EfficientNet-B0's 3x3 depthwise convs over 56x56 and 112x112 were
+  // 1.05-1.1x slower through the kernel).
+  const bool direct_ok = cg == 1 && wo >= sched_.stencil_direct_min_width;
+  bool dw_kernel = cg == 1 && sched_.reorder_sums && sched_.stencil_kernel_min_width > 0 &&
+                   wo >= sched_.stencil_kernel_min_width && (taps > 9 || !direct_ok) && ph.slots == 1 &&
+                   is_group_input(w) && L_.input_buffers_.count(w) && ws.size() == 4 && ws[1] == 1;
+  for (int64_t tap = 0; dw_kernel && tap < taps; ++tap)
+    dw_kernel = ph.offset[size_t(tap)] == ph.offset[0] + (tap / kw) * ph.wq + tap % kw;  // stride and dilation 1
+  const bool direct = !dw_kernel && direct_ok;
   Expr direct_sum;
   std::vector<Stmt> per_channel_body;
-  if (direct) {
+  if (dw_kernel) {
+    // Filled by the call below, once the epilogue's row width (the columns it reads) is known.
+  } else if (direct) {
     const Expr jd = add(mul(var("kiln_dy"), int_imm(ph.wq)), var("kiln_dx"));
     direct_sum = float_imm(0);
     for (int64_t tap = 0; tap < taps; ++tap) {
@@ -185,7 +207,7 @@ LoopKernel ContractionLowering::build_stencil() {
   } else {
     per_channel_body.push_back(over_j({store(acc, j, float_imm(0))}));
   }
-  if (!direct) {
+  if (!direct && !dw_kernel) {
     std::vector<Stmt> per_ci;
     const Expr ci = cg == 1 ? int_imm(0) : var("kiln_dci");
     Expr sum = load(acc, j);
@@ -203,10 +225,19 @@ LoopKernel ContractionLowering::build_stencil() {
       per_channel_body.push_back(for_loop("kiln_dci", int_imm(cg), std::move(per_ci)));
     }
   }
+  // The micro-kernel's accumulator rows: blocks of kDwKernelRows output rows, each followed by
+  // their epilogue while they are in L1 (a 112x114 plane at once, 51 KiB, went through L2 and
+  // made MobileNetV2's first depthwise conv 1.25x slower than the plane-free direct sum). The
+  // block's last row may spill up to a vector past its end (row > wq, below).
+  constexpr int64_t kDwKernelRows = 16;
+  const int64_t dw_rows = std::min(ho, kDwKernelRows), dw_blocks = (ho + dw_rows - 1) / dw_rows;
+  auto dw_acc = std::make_shared<Buffer>(Buffer{"kiln_dacc", DType::Float32, {dw_rows * ph.wq + 16}, Scope::Local});
   {
     const Expr y = var("kiln_dy"), x = var("kiln_dx");
     Index point = Index::from_dims(out_shape_, {n, co, y, x});
-    const Expr a = direct ? direct_sum : load(acc, add(mul(y, int_imm(ph.wq)), x));
+    const Expr a = direct      ? direct_sum
+                   : dw_kernel ? load(dw_acc, add(mul(var("kiln_dr"), int_imm(ph.wq)), x))
+                               : load(acc, add(mul(y, int_imm(ph.wq)), x));
     std::vector<std::pair<Expr, Expr>> stores = epilogue_stores(point, result(a, bias_ ? co : nullptr));
     std::vector<Stmt> body;
     int next_let = 0;
@@ -216,14 +247,33 @@ LoopKernel ContractionLowering::build_stencil() {
       std::vector<Stmt> masked = masked_row(body, x, wo);
       if (!masked.empty()) body = std::move(masked), row = wo_p;
     }
-    per_channel_body.push_back(
-        for_loop("kiln_dy", int_imm(ho), {for_loop("kiln_dx", int_imm(row), std::move(body), ForKind::Vectorized)}));
+    if (dw_kernel) {
+      // Every column the epilogue reads (row: the lanes past wo too, from the zeroed columns and
+      // tail of the plane, as the plane-wide loop computes them). With row > wq a row's last
+      // lanes are the next row's first positions: the kernel addresses input and output by the
+      // same flat position y·wq + x and sums each position's taps in one order, so both writes
+      // of such a position store the same bits.
+      const Expr y0 = mul(var("kiln_dyb"), int_imm(dw_rows));
+      const Expr count = ho % dw_rows == 0 ? int_imm(dw_rows) : binary(BinOp::Min, int_imm(dw_rows), sub(int_imm(ho), y0));
+      Stmt call = call_stmt(kernels::kDepthwiseF32,
+                            {int_imm(kh), int_imm(kw), count, int_imm(row),
+                             address(planes, add(int_imm(ph.offset[0]), mul(y0, int_imm(ph.wq)))), int_imm(ph.wq),
+                             address(L_.input_buffers_.at(w), mul(co, int_imm(taps))), address(dw_acc, int_imm(0)),
+                             int_imm(ph.wq)});
+      Stmt rows = for_loop("kiln_dr", count,
+                           {let("kiln_dy", add(y0, var("kiln_dr"))),
+                            for_loop("kiln_dx", int_imm(row), std::move(body), ForKind::Vectorized)});
+      per_channel_body.push_back(for_loop("kiln_dyb", int_imm(dw_blocks), {std::move(call), std::move(rows)}));
+    } else {
+      per_channel_body.push_back(
+          for_loop("kiln_dy", int_imm(ho), {for_loop("kiln_dx", int_imm(row), std::move(body), ForKind::Vectorized)}));
+    }
   }
   Stmt channels = for_loop("kiln_dm", int_imm(mg), std::move(per_channel_body));
 
   const int64_t work = numel * cg * taps;
   const bool parallel = nb * group_ > 1 && work >= sched_.parallel_min_work;
-  Stmt compute = direct ? channels : allocate(acc, {channels});
+  Stmt compute = direct ? channels : allocate(dw_kernel ? dw_acc : acc, {channels});
   if (wide) k_.vector_bits = 512;
   k_.no_tree_pre = true;
   k_.body = for_loop("kiln_dt", int_imm(nb * group_), {allocate(planes, zero_tail ? std::vector<Stmt>{fill, zero_tail, compute}

@@ -127,6 +127,11 @@ struct Schedule {
   // A depthwise stencil whose output rows have at least this many positions sums its window in
   // the epilogue's row loop, with no accumulator plane (lower_conv_stencil.cc).
   int64_t stencil_direct_min_width = 16;
+  // A stride-1 depthwise stencil whose output rows have at least this many positions sums its
+  // windows through the depthwise micro-kernel (kernels/depthwise.h: blocks of output rows, each
+  // input vector loaded once for every row it reaches) under the default numerics; 0: never.
+  // Narrower rows fill too few lanes of a row vector (a 7x7 plane: 7 of 16).
+  int64_t stencil_kernel_min_width = 12;
   // On 16-lane (AVX-512) targets, a stencil's output rows run in whole vectors — a row of Wo
   // positions as ceil(Wo / 16) vectors, the lanes past Wo computed and their stores masked — and
   // its kernel is compiled preferring 512-bit vectors (LoopKernel::vector_bits; GCC's tuning for

@@ -45,6 +45,7 @@ const std::vector<Field>& fields() {
       {"stencil_max_group_width", [](S& s) -> int64_t& { return s.stencil_max_group_width; }, nullptr},
       {"stencil_strided_depthwise", nullptr, [](S& s) -> int& { return s.stencil_strided_depthwise; }},
       {"stencil_direct_min_width", [](S& s) -> int64_t& { return s.stencil_direct_min_width; }, nullptr},
+      {"stencil_kernel_min_width", [](S& s) -> int64_t& { return s.stencil_kernel_min_width; }, nullptr},
       {"stencil_whole_vectors", nullptr, [](S& s) -> int& { return s.stencil_whole_vectors; }},
       {"stencil_channel_blocks_below", [](S& s) -> int64_t& { return s.stencil_channel_blocks_below; }, nullptr},
       {"pointwise_depthwise_bytes", [](S& s) -> int64_t& { return s.pointwise_depthwise_bytes; }, nullptr},

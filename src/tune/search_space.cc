@@ -99,6 +99,7 @@ std::vector<Dimension> search_space(const FusionGroup& grp, const loop::Schedule
       d.push_back(dim("stencil_max_group_width", {0, 8, 16, 32, 64, 128, 256}, dflt));
       d.push_back(dim("stencil_strided_depthwise", {0, 1}, dflt));
       d.push_back(dim("stencil_direct_min_width", {8, 16, 32, kNever}, dflt));
+      d.push_back(dim("stencil_kernel_min_width", {0, 8, 12, 16, 32}, dflt));
       d.push_back(dim("stencil_whole_vectors", {0, 1}, dflt));
       d.push_back(dim("stencil_channel_blocks_below", {0, 8, 16, 32}, dflt));
     }

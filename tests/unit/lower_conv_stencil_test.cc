@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <random>
+#include <set>
 
 #include "codegen/c/c_emitter.h"
 #include "ir/parser.h"
+#include "kernels/depthwise.h"
 #include "kernels/microkernel.h"
 #include "loop/loop_interpreter.h"
 #include "lower_group_test_util.h"
@@ -123,26 +125,45 @@ TEST(LowerConvStencil, MatchesReference) {
       // accumulator plane), default and strict numerics.
       loop::Schedule direct = stencil_schedule(), direct_strict = strict_schedule();
       direct.stencil_direct_min_width = direct_strict.stencil_direct_min_width = 1;
+      direct.stencil_kernel_min_width = direct_strict.stencil_kernel_min_width = 0;
       // Modes 0-4 have 16 lanes (the default): rows of 12+ positions in whole vectors, narrow rows
       // of 16k channels in channel blocks. Modes 5 and 6 an 8-lane target, which takes neither.
       loop::Schedule wide = direct, wide_strict = direct_strict;
       wide.vector_width = wide_strict.vector_width = 8;
-      for (int mode = 0; mode < 7; ++mode) {
+      // Modes 7 and 8 (16 and 8 lanes): every stride-1 depthwise window through the depthwise
+      // micro-kernel (rows of any width, 3x3 too); mode 9 the same schedule under strict numerics,
+      // which never takes it (its sums are not in the reference's order).
+      loop::Schedule kernel = stencil_schedule();
+      kernel.stencil_kernel_min_width = 1;
+      kernel.stencil_direct_min_width = int64_t(1) << 40;
+      loop::Schedule kernel8 = kernel, kernel_strict = kernel;
+      kernel8.vector_width = 8;
+      kernel_strict.set_strict_numerics();
+      for (int mode = 0; mode < 10; ++mode) {
         const loop::Schedule sched = mode == 0 ? par : mode == 1 ? stencil_schedule() : mode == 2 ? strict_schedule() : mode == 3 ? direct
-                                     : mode == 4 ? direct_strict : mode == 5 ? wide : wide_strict;
+                                     : mode == 4 ? direct_strict : mode == 5 ? wide : mode == 6 ? wide_strict
+                                     : mode == 7 ? kernel : mode == 8 ? kernel8 : kernel_strict;
         auto lg = loop::lower_group(grp, c.name + "_" + std::to_string(mode), sched);
         ASSERT_TRUE(lg.kernel) << lg.reason;
         const std::string nest = loop::print_kernel(*lg.kernel);
-        const bool blocks = mode < 5 && c.name.find("_blocks") != std::string::npos;
+        const bool blocks = (mode < 5 || mode == 7 || mode == 9) && c.name.find("_blocks") != std::string::npos;
         EXPECT_NE(nest.find(blocks ? "kiln_dbp" : "kiln_dph"), std::string::npos) << "not the stencil nest:\n" << nest;
         EXPECT_EQ(nest.find("kiln_xline") != std::string::npos, c.name == "dw_3x3_s2_sigmoid_prologue") << nest;
         const bool depthwise = c.name.rfind("dw_", 0) == 0 && c.name != "dw_multiplier_2";
-        if (mode >= 3 && depthwise) EXPECT_EQ(nest.find("kiln_dacc"), std::string::npos) << "an accumulator plane:\n" << nest;
+        if (mode >= 3 && mode <= 6 && depthwise) EXPECT_EQ(nest.find("kiln_dacc"), std::string::npos) << "an accumulator plane:\n" << nest;
+        // One input channel per output channel's plane, stride and dilation 1 (not in channel blocks).
+        static const std::set<std::string> stride1 = {"dw_3x3_s1_bias_clip", "dw_7x7_convnext", "dw_pad_wider_than_input",
+                                                      "dw_multiplier_2", "dw_3x3_rows_28_silu", "dw_5x5_rows_14_residual",
+                                                      "dw_5x5_7x7_blocks_silu"};
+        // By default (modes 0 and 1) only windows of more than 9 taps over rows of 12+ take it.
+        const bool takes_kernel = ((mode == 7 || mode == 8) && stride1.count(c.name) && !blocks) ||
+                                  (mode <= 1 && c.name == "dw_5x5_rows_14_residual");
+        EXPECT_EQ(nest.find(kernels::kDepthwiseF32) != std::string::npos, takes_kernel) << "mode " << mode << ":\n" << nest;
         auto got = testing::interpret_group(*lg.kernel, grp, values);
         for (size_t o = 0; o < got.size(); ++o)
           EXPECT_EQ(testing::compare_tensors(got[o], values.at(grp.outputs[o])), "") << "interpreted, output " << o;
-        if (mode == 1 || mode == 3 || mode == 5) fma.add(std::move(*lg.kernel), grp, values);
-        else if (mode == 2 || mode == 4 || mode == 6) strict.add(std::move(*lg.kernel), grp, values);
+        if (mode == 1 || mode == 3 || mode == 5 || mode == 7 || mode == 8) fma.add(std::move(*lg.kernel), grp, values);
+        else if (mode == 2 || mode == 4 || mode == 6 || mode == 9) strict.add(std::move(*lg.kernel), grp, values);
       }
     }
     EXPECT_EQ(convs, 1);

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "codegen/c/c_prelude.h"
+#include "kernels/depthwise.h"
 #include "kernels/microkernel.h"
 #include "loop/affine.h"
 #include "support/error.h"
@@ -21,18 +22,26 @@ namespace {
 constexpr int64_t kMaxStackBytes = 64 * 1024;
 
 // The (mr, nr) tiles of the micro-kernel calls in `s`: one specialisation is emitted for each;
-// `transpose`: whether a transposing copy is called.
-void collect_tiles(const Stmt& s, std::set<std::pair<int64_t, int64_t>>& tiles, bool& any, bool& transpose) {
+// `transpose`: whether a transposing copy is called; `windows`: the (kh, kw) of the depthwise
+// micro-kernel calls.
+void collect_tiles(const Stmt& s, std::set<std::pair<int64_t, int64_t>>& tiles, bool& any, bool& transpose,
+                   std::set<std::pair<int64_t, int64_t>>& windows) {
   if (!s) return;
   if (s->kind == StmtKind::Call && s->text == kernels::kTransposeF32) transpose = true;
+  if (s->kind == StmtKind::Call && s->text == kernels::kDepthwiseF32) {
+    const auto& a = s->call_args;
+    KILN_CHECK(a.size() == 9 && a[0]->kind == ExprKind::IntImm && a[1]->kind == ExprKind::IntImm,
+               "C emitter: a depthwise micro-kernel call needs a constant window");
+    windows.insert({a[0]->int_value, a[1]->int_value});
+  }
   if (s->kind == StmtKind::Call && (s->text == kernels::kMicroKernelF32 || s->text == kernels::kMicroKernelSegF32)) {
     any = true;
     const auto& a = s->call_args;
     if (a.size() >= 2 && a[0]->kind == ExprKind::IntImm && a[1]->kind == ExprKind::IntImm)
       tiles.insert({a[0]->int_value, a[1]->int_value});
   }
-  for (const auto& c : s->body) collect_tiles(c, tiles, any, transpose);
-  for (const auto& c : s->else_body) collect_tiles(c, tiles, any, transpose);
+  for (const auto& c : s->body) collect_tiles(c, tiles, any, transpose, windows);
+  for (const auto& c : s->else_body) collect_tiles(c, tiles, any, transpose, windows);
 }
 
 // Whether `s` accumulates into a variable (an Assign) inside two or more loops while reading an
@@ -78,11 +87,13 @@ class CEmitter final : public CStyleEmitter {
     // The C flags decide contraction (-ffp-contract=fast by default, =off under strict_fp); the
     // pragma is for compilers that honour it instead.
     os << (opts_.strict_fp ? "#pragma STDC FP_CONTRACT OFF\n\n" : "#pragma STDC FP_CONTRACT ON\n\n");
-    std::set<std::pair<int64_t, int64_t>> tiles;
+    std::set<std::pair<int64_t, int64_t>> tiles, windows;
     bool any_microkernel = false, transpose = false;
-    for (const auto& k : kernels) collect_tiles(k.body, tiles, any_microkernel, transpose);
+    for (const auto& k : kernels) collect_tiles(k.body, tiles, any_microkernel, transpose, windows);
     if (any_microkernel) os << kernels::microkernel_c_source(tiles, !opts_.strict_fp);
     if (transpose) os << kernels::transpose_c_source() << "\n";
+    // (Only the default numerics' lowering calls it: its sums are not in the reference's order.)
+    if (!windows.empty()) os << kernels::depthwise_c_source(windows);
     for (const auto& k : kernels) emit_kernel(os, k);
     return os.str();
   }
@@ -147,9 +158,11 @@ class CEmitter final : public CStyleEmitter {
     release_buffer(name);
   }
 
-  // A micro-kernel call with a constant tile goes to that tile's specialisation.
+  // A micro-kernel call with a constant tile goes to that tile's specialisation; a depthwise call
+  // to its window's.
   std::pair<std::string, size_t> microkernel_call(const StmtNode& s) override {
     const auto& a = s.call_args;
+    if (s.text == kernels::kDepthwiseF32) return {kernels::depthwise_name(a[0]->int_value, a[1]->int_value), 2};
     const bool seg = s.text == kernels::kMicroKernelSegF32;
     if ((seg ? a.size() == 13 : s.text == kernels::kMicroKernelF32 && a.size() == 11) && a[0]->kind == ExprKind::IntImm &&
         a[1]->kind == ExprKind::IntImm && kernels::has_specialisation(a[0]->int_value, a[1]->int_value))

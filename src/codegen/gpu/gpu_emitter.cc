@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "kernels/depthwise.h"
 #include "kernels/microkernel.h"
 #include "support/error.h"
 
@@ -86,6 +87,7 @@ DeviceProgram GpuEmitter::emit_program(const std::vector<LoopKernel>& kernels) {
   for (const auto& spaces : microkernels_) os << microkernel_source(spaces);
   for (const auto& spaces : seg_microkernels_) os << seg_microkernel_source(spaces);
   for (const auto& spaces : transposes_) os << transpose_source(spaces);
+  for (const auto& spaces : depthwises_) os << depthwise_source(spaces);
   os << "\n" << body.str();
   prog.source = os.str();
   return prog;
@@ -224,11 +226,33 @@ std::string GpuEmitter::transpose_source(const std::string& spaces) const {
          "}\n";
 }
 
+// The depthwise micro-kernel on a device (kernels/depthwise.h): the interface's loops, one variant
+// per address spaces of in, w and out.
+std::string GpuEmitter::depthwise_source(const std::string& spaces) const {
+  auto ptr = [&](size_t i, const std::string& t) { return spaces[i] == 'g' ? global_ptr(t) : t + "*"; };
+  return device_function() + "void kiln_dw_f32_" + spaces + "(int64_t kh, int64_t kw, int64_t rows, int64_t cols, " +
+         ptr(0, "const float") + " in,\n    int64_t ldi, " + ptr(1, "const float") + " w, " + ptr(2, "float") +
+         " out, int64_t ldo) {\n"
+         "  for (int64_t y = 0; y < rows; ++y)\n"
+         "    for (int64_t x = 0; x < cols; ++x) {\n"
+         "      float s = 0.0f;\n"
+         "      for (int64_t ky = 0; ky < kh; ++ky)\n"
+         "        for (int64_t kx = 0; kx < kw; ++kx) s = s + w[ky * kw + kx] * in[(y + ky) * ldi + x + kx];\n"
+         "      out[y * ldo + x] = s;\n"
+         "    }\n"
+         "}\n";
+}
+
 std::pair<std::string, size_t> GpuEmitter::microkernel_call(const StmtNode& s) {
   auto space = [&](size_t i) {
     const Expr& a = s.call_args[i];
     return a->kind == ExprKind::Address && private_.count(ident(a->buffer->name)) ? 'p' : 'g';
   };
+  if (s.text == kernels::kDepthwiseF32 && s.call_args.size() == 9) {
+    const std::string spaces = {space(4), space(6), space(7)};
+    depthwises_.insert(spaces);
+    return {"kiln_dw_f32_" + spaces, 0};
+  }
   if (s.text == kernels::kTransposeF32 && s.call_args.size() == 6) {
     const std::string spaces = {space(0), space(2)};
     transposes_.insert(spaces);

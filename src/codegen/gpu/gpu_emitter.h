@@ -105,6 +105,8 @@ class GpuEmitter : public CStyleEmitter {
   std::string seg_microkernel_source(const std::string& spaces) const;
   std::set<std::string> transposes_;               // transposing-copy variants used (spaces of dst, src)
   std::string transpose_source(const std::string& spaces) const;
+  std::set<std::string> depthwises_;               // depthwise micro-kernel variants used (spaces of in, w, out)
+  std::string depthwise_source(const std::string& spaces) const;
 };
 
 }  // namespace kiln::codegen

@@ -1,0 +1,46 @@
+// The depthwise stencil micro-kernel: one channel's stride-1 window sum over a zero-padded plane,
+//
+//   kiln_dw_f32(kh, kw, rows, cols, in, ldi, w, out, ldo)
+//     for y < rows, x < cols:
+//       out[y*ldo + x] = Σ_{ky < kh, kx < kw} w[ky*kw + kx] * in[(y + ky)*ldi + x + kx]
+//
+// (`in` at the window's top-left tap of output (0, 0); the padding is in the plane). Loop IR
+// carries it as a Call statement named kDepthwiseF32; the C emitter calls the (kh, kw)
+// specialisation, kiln_dw_f32_<kh>x<kw>(rows, cols, in, ldi, w, out, ldo).
+//
+// Why a hand-written kernel: written as one sum per output vector, each of the kh·kw multiply-adds
+// needs its own input load and a weight broadcast, and with 49 taps (ConvNeXt's 7x7) GCC also
+// spills the weights: three loads per multiply-add, a third of the FMA rate. Here a block of R
+// output rows is computed at once, window column by window column: the kh weights of column kx
+// are broadcast once, and each of the R + kh − 1 input rows is loaded once and feeds every output
+// row of the block whose window covers it (up to kh multiply-adds per load). AVX-512: R = 8 rows of
+// 16 columns in registers (the last vector masked), blocks of 8, then 4, 2 and 1 rows for the rest;
+// AVX2 + FMA: 8 columns, the rest of a row in scalar code; otherwise the plain loops.
+//
+// Numerics: fused multiply-adds, each output's taps summed window column by window column (kx
+// outer, ky inner) — not the reference's order, so the lowering takes this kernel only under the
+// default numerics contract (tolerance), never with --strict-fp. The semantics function below
+// sums in the reference's order (ky, then kx, from 0); implementations agree within the FMA
+// contract.
+#pragma once
+#include <cstdint>
+#include <set>
+#include <string>
+#include <utility>
+
+namespace kiln::kernels {
+
+inline constexpr const char* kDepthwiseF32 = "kiln_dw_f32";
+
+// The interface's semantics (the loop interpreter runs this).
+void depthwise_f32(int64_t kh, int64_t kw, int64_t rows, int64_t cols, const float* in, int64_t ldi, const float* w,
+                   float* out, int64_t ldo);
+
+// The C name of the (kh, kw) specialisation: kiln_dw_f32_7x7.
+std::string depthwise_name(int64_t kh, int64_t kw);
+
+// C source: one specialisation per window in `windows` (kh, kw), for the ISA the object is
+// compiled for (the preprocessor picks AVX-512, AVX2 + FMA or plain loops).
+std::string depthwise_c_source(const std::set<std::pair<int64_t, int64_t>>& windows);
+
+}  // namespace kiln::kernels
