@@ -29,12 +29,16 @@ struct ContractionTile {
   int64_t channel_rows_positions = 4096;
   int64_t channel_rows_positions_few_k = 512;
   int64_t channel_rows_few_k = 128;
-  // A windowed 2-D conv whose staged phase planes take more than this many bytes (the L2, from
-  // the target) is a GEMM with output channels as rows and the positions over its planes as
+  // A windowed 2-D conv whose staged phase planes take more than this many bytes (16 x the L2,
+  // from the target) is a GEMM with output channels as rows and the positions over its planes as
   // columns (staged_im2col_view in lower_contraction_gemm.cc); up to it the implicit GEMM with
-  // positions as rows, whose A (the planes) is then re-read from L2. ResNet's 128-channel 3x3
-  // conv over 112x112 (6.6 MB of planes): 20.7 ms as channel rows, 23.2 as positions.
-  int64_t window_channel_rows_plane_bytes = 1024 * 1024;
+  // positions as rows. On a Zen 5 VM the bound was the L2 (ResNet's 128-channel 3x3 conv over
+  // 112x112, 6.6 MB of planes: 20.7 ms as channel rows, 23.2 as positions); on a Zen 4 VM the
+  // implicit form won at every size measured, 1 thread (channel rows -> positions): that conv
+  // 37.0 -> 34.2 ms, 64 -> 64 3x3 over 224x224 (13 MB of planes) 44.7 -> 36.2, 256 -> 256 3x3
+  // over 56x56 36.1 -> 33.0, ResNet-50's stride-2 128 -> 128 over 56x56 (1.7 MB) 2.34 -> 2.07,
+  // 256 -> 256 stride 2 9.55 -> 8.30; 2 threads alike. Tunable per machine.
+  int64_t window_channel_rows_plane_bytes = 16 * 1024 * 1024;
   // ... and it has at least this many output channels: with few, each packed B panel serves few
   // row tiles (DenseNet-121's 128 -> 32 3x3 convs over 56x56: 1.34 ms as positions with 14-row
   // tiles, 1.62-1.77 as channel rows).

@@ -86,7 +86,7 @@ std::vector<Dimension> search_space(const FusionGroup& grp, const loop::Schedule
     }
     // Output channels or positions as a windowed conv's rows (staged_im2col_view).
     if (has_windowed_conv(grp)) {
-      d.push_back(dim("contraction.window_channel_rows_plane_bytes", {0, l2 / 4, l2, 4 * l2, kNever}, dflt));
+      d.push_back(dim("contraction.window_channel_rows_plane_bytes", {0, l2 / 4, l2, 4 * l2, 16 * l2, kNever}, dflt));
       d.push_back(dim("contraction.window_channel_rows_min_cout", {16, 32, 64, 128}, dflt));
       // The implicit form's row tile fitted to the output lines (0: contraction.mr) and K block.
       d.push_back(dim("contraction.fit_position_rows", {0, 1}, dflt));
