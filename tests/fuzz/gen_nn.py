@@ -229,9 +229,10 @@ def fam_conv(b):
 
 def fam_wide_conv(b):
     """A group-1 conv with a 3x3 or 5x5 window and 64-96 output channels over a map of at least 128
-    positions (kiln computes it with the output channels as rows, columns over the padded phase
-    planes: lower_contraction_gemm.cc window_channel_rows), strided, dilated or asymmetrically
-    padded at times, with a bias, an activation and sometimes a residual."""
+    positions (kiln's implicit GEMM over phase planes; with the output channels as rows only
+    beyond 16 x L2 of planes or under strict numerics: lower_contraction_gemm.cc
+    window_channel_rows), strided, dilated or asymmetrically padded at times, with a bias, an
+    activation and sometimes a residual."""
     x = b.pick(lambda v: v.rank == 4 and v.shape[2] * v.shape[3] >= 128 and v.shape[1] <= 96)
     n, c, h, w = x.shape
     m = b.choice([64, 72, 96])
@@ -254,6 +255,51 @@ def fam_wide_conv(b):
     if b.chance(0.3):
         r = b.graph_input(y.shape) if b.chance(0.5) else y
         y = b.op1("Add", [y, r], y.shape, 2 * y.mag)
+    return y
+
+
+def fam_depthwise_rows(b):
+    """A depthwise conv (3x3 to 7x7, rectangles at times; stride 1, sometimes dilated or strided)
+    over rows of 12-40 positions: the rows kiln sums through its depthwise micro-kernel
+    (lower_conv_stencil.cc, kernels/depthwise.h) — each output row block's tail, rows past the
+    plane's width, asymmetric padding — with a bias, an activation and sometimes a residual."""
+    n, c = 1, b.choice([1, 3, 8, 16, 24])
+    h, w = b.randint(1, 20), b.randint(12, 40)
+    kh = b.choice([3, 5, 7])
+    kw = kh if b.chance(0.7) else b.choice([3, 5, 7])
+    s = 1 if b.chance(0.8) else 2
+    d = 1 if b.chance(0.8) else 2
+    if b.chance(0.7):
+        pads = [d * (kh - 1) // 2, d * (kw - 1) // 2] * 2
+    else:
+        pads = [b.randint(0, d * (kh - 1)), b.randint(0, d * (kw - 1)), b.randint(0, d * (kh - 1)), b.randint(0, d * (kw - 1))]
+    ho, wo = conv_out(h, kh, s, d, pads[0], pads[2]), conv_out(w, kw, s, d, pads[1], pads[3])
+    if min(ho, wo) < 1 or d * (kh - 1) + 1 > h + pads[0] + pads[2] or d * (kw - 1) + 1 > w + pads[1] + pads[3]:
+        raise Skip()
+    if n * c * h * w > MAX_ELEMS:
+        raise Skip()
+    x = None
+    if b.chance(0.3):
+        try:
+            x = b.pick(lambda v: v.shape == (n, c, h, w))
+        except Skip:
+            x = None
+    if x is None:
+        x = b.graph_input((n, c, h, w))
+    ins = [ops.tame(b, x, 10.0), b.weight((c, 1, kh, kw), 1 / math.sqrt(kh * kw))]
+    if b.chance(0.7):
+        ins.append(b.weight((c,), 0.5, "bias"))
+    attrs = {"kernel_shape": [kh, kw], "pads": pads, "group": c}
+    if s != 1:
+        attrs["strides"] = [s, s]
+    if d != 1:
+        attrs["dilations"] = [d, d]
+    y = b.op1("Conv", ins, (n, c, ho, wo), 1.5 * x.mag + 2, **attrs)
+    if b.chance(0.6):
+        y = ops.unary(b, y, b.choice(["Relu", "Clip", "HardSwish", "Swish"]))
+    if b.chance(0.3):
+        r = b.graph_input(y.shape) if y.shape != x.shape or b.chance(0.5) else x
+        y = b.op1("Add", [y, r], y.shape, y.mag + r.mag)
     return y
 
 
