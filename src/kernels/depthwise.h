@@ -15,7 +15,8 @@
 // are broadcast once, and each of the R + kh − 1 input rows is loaded once and feeds every output
 // row of the block whose window covers it (up to kh multiply-adds per load). AVX-512: R = 8 rows of
 // 16 columns in registers (the last vector masked), blocks of 8, then 4, 2 and 1 rows for the rest;
-// AVX2 + FMA: 8 columns, the rest of a row in scalar code; otherwise the plain loops.
+// AVX2 + FMA: whole 8-column vectors, the rest of a row masked (maskload / maskstore); otherwise
+// the plain loops.
 //
 // Numerics: fused multiply-adds, each output's taps summed window column by window column (kx
 // outer, ky inner) — not the reference's order, so the lowering takes this kernel only under the

@@ -15,6 +15,10 @@
 //       for y < Ho, x < Wo                                vectorised over x
 //         out(n, co, y, x) = epilogue(acc[y·wq + x] + bias[co])
 //
+// (A depthwise conv with stride and dilation 1 may sum its windows through the depthwise
+// micro-kernel instead, a block of output rows at a time, each block's epilogue right after:
+// kernels/depthwise.h, build_stencil below.)
+//
 // j runs over the whole plane as one contiguous range (the columns x ≥ Wo of each plane row are
 // computed and dropped), so a 7x7 output is one loop of 61 lanes rather than seven of 7. The
 // weights of a (co, ci) are Lets hoisted out of the j loop. Sums run in the reference's order
@@ -175,10 +179,10 @@ LoopKernel ContractionLowering::build_stencil() {
   // rows of at least Schedule::stencil_kernel_min_width positions: the depthwise micro-kernel
   // (kernels/depthwise.h) writes the accumulator plane — blocks of output rows, each input vector
   // loaded once for all the rows its window reaches, where the sums below load one per
-  // multiply-add and GCC spills a 7x7 window's 49 weights. ConvNeXt-T's 7x7 depthwise convs in a
-  // C harness, 1 thread: 56x56 x 96 channels 0.77 -> 0.31 ms, 28x28 0.41 -> 0.15, 14x14 0.27 ->
-  // 0.09. Its sums run window column by window column (not the reference's order): never under
-  // --strict-fp (Schedule::reorder_sums).
+  // multiply-add and GCC spills a 7x7 window's 49 weights. ConvNeXt-T's 7x7 depthwise convs in
+  // the model (kiln bench --kernels, 1 thread): 56x56 x 96 channels 0.80 -> 0.41 ms, 28x28 0.37 ->
+  // 0.18, 14x14 0.26 -> 0.10. Its sums run window column by window column (not the reference's
+  // order): never under --strict-fp (Schedule::reorder_sums).
   // A 3x3 window over rows wide enough for the direct sum keeps it: its nine loads per vector
   // are few, and the sum fused into the epilogue's pass saves the accumulator rows' store and
   // load (MobileNetV2's and EfficientNet-B0's 3x3 depthwise convs over 56x56 and 112x112 were
