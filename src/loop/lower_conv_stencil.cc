@@ -185,8 +185,9 @@ LoopKernel ContractionLowering::build_stencil() {
   // order): never under --strict-fp (Schedule::reorder_sums).
   // A 3x3 window over rows wide enough for the direct sum keeps it: its nine loads per vector
   // are few, and the sum fused into the epilogue's pass saves the accumulator rows' store and
-  // load (MobileNetV2's and EfficientNet-B0's 3x3 depthwise convs over 56x56 and 112x112 were
-  // 1.05-1.1x slower through the kernel).
+  // load (in-model, 1 thread, through the kernel: MobileNetV2's 3x3 depthwise convs over 112x112
+  // and 56x56 — the latter in a pointwise-depthwise kernel — 1.06x and 1.11x, EfficientNet-B0's
+  // over 56x56 1.08x; only its 112x112 one, with a SiLU, 0.93x).
   const bool direct_ok = cg == 1 && wo >= sched_.stencil_direct_min_width;
   bool dw_kernel = cg == 1 && sched_.reorder_sums && sched_.stencil_kernel_min_width > 0 &&
                    wo >= sched_.stencil_kernel_min_width && (taps > 9 || !direct_ok) && ph.slots == 1 &&

@@ -258,6 +258,21 @@ def fam_wide_conv(b):
     return y
 
 
+def depthwise_conv(b, x, kh, kw, s, d, pads, out_hw, mag):
+    """A depthwise Conv of x (every channel its own group) with a kh x kw window, stride s and
+    dilation d on both axes, `pads` as ONNX writes them, a bias at times."""
+    n, c = x.shape[0], x.shape[1]
+    ins = [x, b.weight((c, 1, kh, kw), 1 / math.sqrt(kh * kw))]
+    if b.chance(0.7):
+        ins.append(b.weight((c,), 0.5, "bias"))
+    attrs = {"kernel_shape": [kh, kw], "pads": pads, "group": c}
+    if s != 1:
+        attrs["strides"] = [s, s]
+    if d != 1:
+        attrs["dilations"] = [d, d]
+    return b.op1("Conv", ins, (n, c) + tuple(out_hw), mag, **attrs)
+
+
 def fam_depthwise_rows(b):
     """A depthwise conv (3x3 to 7x7, rectangles at times; stride 1, sometimes dilated or strided)
     over rows of 12-40 positions: the rows kiln sums through its depthwise micro-kernel
@@ -286,15 +301,7 @@ def fam_depthwise_rows(b):
             x = None
     if x is None:
         x = b.graph_input((n, c, h, w))
-    ins = [ops.tame(b, x, 10.0), b.weight((c, 1, kh, kw), 1 / math.sqrt(kh * kw))]
-    if b.chance(0.7):
-        ins.append(b.weight((c,), 0.5, "bias"))
-    attrs = {"kernel_shape": [kh, kw], "pads": pads, "group": c}
-    if s != 1:
-        attrs["strides"] = [s, s]
-    if d != 1:
-        attrs["dilations"] = [d, d]
-    y = b.op1("Conv", ins, (n, c, ho, wo), 1.5 * x.mag + 2, **attrs)
+    y = depthwise_conv(b, ops.tame(b, x, 10.0), kh, kw, s, d, pads, (ho, wo), 1.5 * x.mag + 2)
     if b.chance(0.6):
         y = ops.unary(b, y, b.choice(["Relu", "Clip", "HardSwish", "Swish"]))
     if b.chance(0.3):
@@ -328,15 +335,7 @@ def fam_inverted_residual(b):
     ho, wo = conv_out(h, k, s, d, pads[0], pads[2]), conv_out(w, k, s, d, pads[1], pads[3])
     if min(ho, wo) < 1 or d * (k - 1) + 1 > min(h + pads[0] + pads[2], w + pads[1] + pads[3]):
         raise Skip()
-    dins = [y, b.weight((e, 1, k, k), 1 / k)]
-    if b.chance(0.7):
-        dins.append(b.weight((e,), 0.5, "bias"))
-    attrs = {"kernel_shape": [k, k], "pads": pads, "group": e}
-    if s != 1:
-        attrs["strides"] = [s, s]
-    if d != 1:
-        attrs["dilations"] = [d, d]
-    z = b.op1("Conv", dins, (n, e, ho, wo), k * y.mag + 2, **attrs)
+    z = depthwise_conv(b, y, k, k, s, d, pads, (ho, wo), k * y.mag + 2)
     if b.chance(0.7):
         z = ops.unary(b, z, b.choice(["Relu", "Clip", "HardSwish", "Swish"]))
     if b.chance(0.5):

@@ -226,6 +226,22 @@ void expect_reference_bits(const Graph& g, const FusionGroup& grp, const LoopKer
   EXPECT_EQ(std::memcmp(got[0].raw(), want.raw(), want.nbytes()), 0);
 }
 
+// `g` partitioned into one group and lowered: the plan and the kernel as lowered (a failed
+// expectation when it is not one group, or the group is not lowered).
+struct OneGroup {
+  FusionPlan plan;
+  LoopKernel kernel;
+};
+OneGroup lower_one_group(const Graph& g, const std::string& name) {
+  OneGroup r{partition(g, {}), {}};
+  EXPECT_EQ(r.plan.groups.size(), 1u);
+  if (r.plan.groups.empty()) return r;
+  auto lg = lower_group(r.plan.groups[0], name);
+  EXPECT_TRUE(lg.kernel) << lg.reason;
+  if (lg.kernel) r.kernel = *lg.kernel;
+  return r;
+}
+
 // torch.roll as exported (Slice + Concat on two axes) plus a residual, lowered, scheduled by the
 // default policy and interpreted against the reference: no select is left.
 TEST(PartitionLoops, RollThroughTheDefaultScheduleMatchesTheReference) {
@@ -245,11 +261,8 @@ TEST(PartitionLoops, RollThroughTheDefaultScheduleMatchesTheReference) {
   %y: f32[1,8,8,4] = Add(%w, %r)
 }
 )");
-  FusionPlan plan = partition(*g, {});
-  ASSERT_EQ(plan.groups.size(), 1u);
-  auto lg = lower_group(plan.groups[0], "roll");
-  ASSERT_TRUE(lg.kernel) << lg.reason;
-  LoopKernel k = *lg.kernel;
+  auto [plan, k] = lower_one_group(*g, "roll");
+  ASSERT_FALSE(HasFailure());
   ASSERT_TRUE(contains(print_kernel(k), "select")) << print_kernel(k);  // as lowered: Concat's selects
   apply_serial_schedule(k);
   const std::string s = print_kernel(k);
@@ -271,11 +284,8 @@ TEST(PartitionLoops, ManyPartConcatSplitsIntoOnePiecePerPart) {
                        "  %c: f32[1,100,3,3] = Concat(" + args + ") {axis=1}\n"
                        "  %m: f32[1,100,3,3] = Mul(%c, %s)\n  %a: f32[1,100,3,3] = Add(%m, %t)\n"
                        "  %y: f32[1,100,3,3] = Relu(%a)\n}\n");
-  FusionPlan plan = partition(*g, {});
-  ASSERT_EQ(plan.groups.size(), 1u);
-  auto lg = lower_group(plan.groups[0], "dense");
-  ASSERT_TRUE(lg.kernel) << lg.reason;
-  LoopKernel k = *lg.kernel;
+  auto [plan, k] = lower_one_group(*g, "dense");
+  ASSERT_FALSE(HasFailure());
   apply_serial_schedule(k);
   const std::string text = print_kernel(k);
   std::istringstream lines(text);
@@ -301,11 +311,8 @@ TEST(PartitionLoops, TheLongestPieceIsSplitFirst) {
   %y: f32[1,4,8,8] = Conv(%x, %w) {kernel_shape=[3,3], strides=[2,2], pads=[1,1,1,1], group=4}
 }
 )");
-  FusionPlan plan = partition(*g, {});
-  ASSERT_EQ(plan.groups.size(), 1u);
-  auto lg = lower_group(plan.groups[0], "dw");
-  ASSERT_TRUE(lg.kernel) << lg.reason;
-  LoopKernel k = *lg.kernel;
+  auto [plan, k] = lower_one_group(*g, "dw");
+  ASSERT_FALSE(HasFailure());
   apply_serial_schedule(k);
   const std::string text = print_kernel(k);
   // The interior: in the loop of the 7 interior rows, the loop of their 7 interior columns, to
