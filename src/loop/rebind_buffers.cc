@@ -40,6 +40,15 @@ Expr BufferRebinder::expr(const Expr& e) {
       KILN_CHECK(copy->buffer->dtype == e->buffer->dtype, "rebinding ", e->buffer->name, " to ", copy->buffer->name,
                  " changes its dtype");
       changed = true;
+      if (it->second.on_load) {
+        if (e->kind != ExprKind::Load) {
+          addressed_ = true;
+        } else {
+          r = it->second.on_load(copy, copy->args[0]);
+          memo_[e.get()] = r;
+          return r;
+        }
+      }
     }
   }
   if (changed) r = copy;

@@ -7,6 +7,7 @@
 // position within a local row: base, the row's offset in the tensor; offset, the row's place in
 // the local buffer); unmapped buffers (the tree's own Local/Register buffers) stay as they are.
 #pragma once
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -21,6 +22,10 @@ struct BufferTarget {
   BufferPtr to;
   Expr offset;          // added to every index; null: nothing added
   Expr base = nullptr;  // subtracted from every index first; null: nothing subtracted
+  // When set, every Load of the buffer becomes on_load(the rewritten load, its new index): a value
+  // the new buffer holds only in part (the pointwise-depthwise kernel's expanded rows before the
+  // bias). An Address of such a buffer cannot be rewritten so: BufferRebinder::addressed() tells.
+  std::function<Expr(Expr load, const Expr& index)> on_load = nullptr;
 };
 using BufferMap = std::unordered_map<const Buffer*, BufferTarget>;
 
@@ -30,9 +35,13 @@ class BufferRebinder {
   // Rewritten copies (expressions that mention no mapped buffer are shared, not copied).
   Expr expr(const Expr& e);
   Stmt stmt(const Stmt& s);
+  // Whether an Address of a buffer with on_load was met (its reads then bypass on_load: the
+  // caller must not use the result).
+  bool addressed() const { return addressed_; }
 
  private:
   BufferMap map_;
+  bool addressed_ = false;
   std::unordered_map<const ExprNode*, Expr> memo_;
 };
 

@@ -2,9 +2,10 @@
 // a depthwise conv and elementwise ops after it as one kernel over blocks of the expanded
 // channels. Cases with strides, windows, channel counts that do not fill the blocks, several
 // images, transcendental activations on either side and a residual are run in the loop
-// interpreter and compiled, against the reference (within the numerics contract: the bias is
-// the accumulators' start); the refusals say why; the partitioner forms the kernel on a
-// MobileNet-style block and not under --strict-fp.
+// interpreter and compiled, against the reference: within the numerics contract by default, bit
+// for bit under --strict-fp (the 1x1 conv's sums from zero, its bias added after them where the
+// stencil stages the expanded rows, as the reference orders them); the refusals say why; the
+// partitioner forms the kernel on a MobileNet-style block, under --strict-fp too.
 #include <gtest/gtest.h>
 
 #include "fusion/partitioner.h"
@@ -100,7 +101,7 @@ loop::Schedule odd_tiles() {
 }
 
 TEST(LowerPointwiseDepthwise, MatchesReference) {
-  KernelBatch compiled;
+  KernelBatch compiled, compiled_strict;
   for (const PwDwCase& c : cases()) {
     SCOPED_TRACE(c.name);
     auto g = make_graph(c);
@@ -111,7 +112,9 @@ TEST(LowerPointwiseDepthwise, MatchesReference) {
       const TensorMap inputs = random_inputs(*g, seed, {}, seed == 4);
       auto values = run_reference_values(*g, inputs);
       int mode = 0;
-      for (const loop::Schedule& sched : {loop::Schedule{}, blocks_of_one_tile(), odd_tiles()}) {
+      loop::Schedule strict;
+      strict.set_strict_numerics();
+      for (const loop::Schedule& sched : {loop::Schedule{}, blocks_of_one_tile(), odd_tiles(), strict}) {
         SCOPED_TRACE(cat("schedule ", mode));
         auto lg = loop::lower_group(grp, cat(c.name, "_", seed, "_", mode++), sched);
         ASSERT_TRUE(lg.kernel) << lg.reason;
@@ -124,13 +127,18 @@ TEST(LowerPointwiseDepthwise, MatchesReference) {
         const bool blocks = c.name == "silu_channel_blocks" || c.name == "relu_s2_batch2_no_bias";
         EXPECT_EQ(nest.find("kiln_dbp") != std::string::npos, blocks) << nest;
         auto got = testing::interpret_group(*lg.kernel, grp, values);
-        for (size_t o = 0; o < got.size(); ++o)
-          EXPECT_EQ(testing::within_max_magnitude(got[o], values.at(grp.outputs[o])), "") << "output " << o;
-        compiled.add(std::move(*lg.kernel), grp, values);
+        for (size_t o = 0; o < got.size(); ++o) {
+          if (sched.reorder_sums)
+            EXPECT_EQ(testing::within_max_magnitude(got[o], values.at(grp.outputs[o])), "") << "output " << o;
+          else
+            EXPECT_EQ(testing::bit_exact(got[o], values.at(grp.outputs[o])), "") << "output " << o;
+        }
+        (sched.reorder_sums ? compiled : compiled_strict).add(std::move(*lg.kernel), grp, values);
       }
     }
   }
   compiled.check("pointwise_depthwise", /*contract=*/true);
+  compiled_strict.check("pointwise_depthwise_strict", /*contract=*/false, /*bits=*/true);
 }
 
 TEST(LowerPointwiseDepthwise, Refusals) {
@@ -144,12 +152,9 @@ TEST(LowerPointwiseDepthwise, Refusals) {
     loop::Schedule sched;
     std::string why;
   };
-  loop::Schedule strict;
-  strict.set_strict_numerics();
   loop::Schedule off;
   off.pointwise_depthwise_bytes = 0;
   const std::vector<Refused> refused = {
-      {{"strict", consts_body, "%x: f32[1,3,6,6]", consts}, strict, "--strict-fp"},
       {{"off", consts_body, "%x: f32[1,3,6,6]", consts}, off, "keeps them apart"},
       {{"expanded_output", consts_body, "%x: f32[1,3,6,6]", consts, "%y, %r"}, {}, "needed outside the kernel"},
       {{"weights_input", consts_body, "%x: f32[1,3,6,6], %w1: f32[8,3,1,1]", {{"w2", {8, 1, 3, 3}}}}, {}, "not constant"},
@@ -182,7 +187,7 @@ TEST(LowerPointwiseDepthwise, Refusals) {
 }
 
 // The partitioner fuses an inverted-residual block's expansion into its depthwise conv (the
-// expanded tensor is the block's biggest), and keeps them apart under --strict-fp.
+// expanded tensor is the block's biggest), under --strict-fp too.
 TEST(LowerPointwiseDepthwise, PartitionerFormsIt) {
   PwDwCase c{"block", R"(  %a: f32[1,96,28,28] = Conv(%x, %w1, %b1) {kernel_shape=[1,1]} name="pw"
   %r: f32[1,96,28,28] = Clip(%a, %lo, %hi) name="clip1"
@@ -197,11 +202,9 @@ TEST(LowerPointwiseDepthwise, PartitionerFormsIt) {
   loop::Schedule s = strict.schedule_or_default();
   s.set_strict_numerics();
   strict.schedule = s;
-  FusionPlan apart = partition(*g, strict);
-  EXPECT_EQ(apart.groups.size(), 2u);
-  bool said = false;
-  for (const auto& d : apart.rejected) said = said || d.reason.find("--strict-fp") != std::string::npos;
-  EXPECT_TRUE(said) << "the refusal is the reason kiln explain shows";
+  FusionPlan strict_plan = partition(*g, strict);
+  ASSERT_EQ(strict_plan.groups.size(), 1u);
+  EXPECT_EQ(strict_plan.groups[0].emitter, "pointwise-depthwise");
 }
 
 // The fused kernel's expansion runs over column panels of whole vectors: over a 7x7 map it
