@@ -24,6 +24,18 @@ void microkernel_seg_f32(int64_t mr, int64_t nr, int64_t nseg, int64_t seglen, c
     microkernel_f32(mr, nr, seglen, a + aoff[s], as_i, as_k, b + s * seglen * bs_k, bs_k, c, ldc, s > 0 || acc);
 }
 
+void microkernel_epilogue_f32(int64_t mr, int64_t nr, float* c, int64_t ldc, int64_t ep, const float* bias,
+                             int64_t nbias, float lo, float hi) {
+  for (int64_t i = 0; i < mr; ++i)
+    for (int64_t j = 0; j < nr; ++j) {
+      float x = c[i * ldc + j];
+      if (ep & kEpBias) x = x + (j < nbias ? bias[j] : 0.0f);
+      if (ep & kEpLow) x = x < lo ? lo : x;
+      if (ep & kEpHigh) x = x > hi ? hi : x;
+      c[i * ldc + j] = x;
+    }
+}
+
 void transpose_f32(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols) {
   for (int64_t c = 0; c < cols; ++c)
     for (int64_t r = 0; r < rows; ++r) dst[c * ldd + r] = src[r * lds + c];
@@ -84,9 +96,10 @@ static void kiln_transpose_f32(float* restrict dst, int64_t ldd, const float* re
 
 bool has_specialisation(int64_t mr, int64_t nr) { return mr >= 1 && mr <= 16 && nr >= 1 && nr <= 64; }
 
-std::string specialisation_name(int64_t mr, int64_t nr, bool segmented) {
-  return std::string(segmented ? kMicroKernelSegF32 : kMicroKernelF32) + "_" + std::to_string(mr) + "x" +
-         std::to_string(nr);
+std::string specialisation_name(int64_t mr, int64_t nr, bool segmented, bool epilogue) {
+  const char* base = segmented ? (epilogue ? kMicroKernelSegEpF32 : kMicroKernelSegF32)
+                               : (epilogue ? kMicroKernelEpF32 : kMicroKernelF32);
+  return std::string(base) + "_" + std::to_string(mr) + "x" + std::to_string(nr);
 }
 
 namespace {
@@ -138,7 +151,7 @@ void vector_extension_kernel(std::ostringstream& os, int64_t mr, int64_t nr) {
 // accumulators (mr × nv registers: 8 × 2 zmm on AVX-512 leaves room for B and the broadcast, and
 // covers the FMA latency × throughput of two pipes). Measured on Zen 5, one thread, a packed
 // 1024³ GEMM: 8 × 32 250 GFLOP/s, 12 × 32 246, 14 × 32 237, 6 × 64 250, 8 × 48 257 of 287 peak.
-void intrinsic_kernel(std::ostringstream& os, int64_t mr, int64_t nr, int lanes, bool seg) {
+void intrinsic_kernel(std::ostringstream& os, int64_t mr, int64_t nr, int lanes, bool seg, bool ep = false) {
   // AVX-512 covers any nr: the last vector of a row is loaded and stored under a lane mask (masked
   // lanes are neither read nor written, so a rest tile of a 49-wide row — a 7x7 conv's positions —
   // needs no padding and no generic loop; that loop ran MobileNetV2's last conv 4x slower).
@@ -154,11 +167,12 @@ void intrinsic_kernel(std::ostringstream& os, int64_t mr, int64_t nr, int lanes,
     return "if (v < " + std::to_string(nv - 1) + ") " + p + "storeu_ps(" + ptr + ", " + val + "); else " + p +
            "mask_storeu_ps(" + ptr + ", kiln_mask, " + val + ")";
   };
-  os << "static KILN_MK_NOINLINE void " << specialisation_name(mr, nr, seg)
+  os << "static KILN_MK_NOINLINE void " << specialisation_name(mr, nr, seg, ep)
      << (seg ? "(int64_t nseg, int64_t kc, const float* restrict a0, const int64_t* restrict aoff, int64_t as_i,\n"
-               "    int64_t as_k, const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc, int64_t acc_in) {\n"
+               "    int64_t as_k, const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc, int64_t acc_in"
              : "(int64_t kc, const float* restrict a, int64_t as_i, int64_t as_k,\n"
-               "    const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc, int64_t acc_in) {\n");
+               "    const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc, int64_t acc_in")
+     << (ep ? ",\n    int64_t ep, const float* restrict bias, int64_t nbias, float lo, float hi) {\n" : ") {\n");
   if (rest != 0) os << "  const __mmask16 kiln_mask = (__mmask16)" << ((1 << rest) - 1) << ";\n";
   os << "  " << vt << " acc[" << mr << "][" << nv << "];\n"
      << "  for (int i = 0; i < " << mr << "; ++i)\n"
@@ -185,10 +199,47 @@ void intrinsic_kernel(std::ostringstream& os, int64_t mr, int64_t nr, int lanes,
      << "      for (int v = 0; v < " << nv << "; ++v) acc[i][v] = " << p << "fmadd_ps(ai, bv[v], acc[i][v]);\n"
      << "    }\n"
      << "  }\n"
-     << (seg ? "  }\n" : "")
-     << "  for (int i = 0; i < " << mr << "; ++i)\n"
+     << (seg ? "  }\n" : "");
+  if (ep) {
+    // The epilogue on the registers: the bias row (zeros past nbias and past nr) as whole vectors,
+    // then per accumulator the add and the clamps. max(lo, x) and min(hi, x) return x when either
+    // is NaN or both are equal (the second operand), as the reference's selects do.
+    const int64_t padded = nv * lanes;
+    os << "  if (ep) {\n"
+       << "    float kiln_bt[" << padded << "] __attribute__((aligned(64)));\n"
+       << "    for (int j = 0; j < " << padded << "; ++j) kiln_bt[j] = (ep & 1) && j < nbias && j < " << nr
+       << " ? bias[j] : 0.0f;\n"
+       << "    const " << vt << " lov = " << p << "set1_ps(lo), hiv = " << p << "set1_ps(hi);\n"
+       << "    for (int v = 0; v < " << nv << "; ++v) {\n"
+       << "      const " << vt << " bv = " << p << "load_ps(kiln_bt + v * " << lanes << ");\n"
+       << "      for (int i = 0; i < " << mr << "; ++i) {\n"
+       << "        " << vt << " x = acc[i][v];\n"
+       << "        if (ep & 1) x = " << p << "add_ps(x, bv);\n"
+       << "        if (ep & 2) x = " << p << "max_ps(lov, x);\n"
+       << "        if (ep & 4) x = " << p << "min_ps(hiv, x);\n"
+       << "        acc[i][v] = x;\n"
+       << "      }\n"
+       << "    }\n"
+       << "  }\n";
+  }
+  os << "  for (int i = 0; i < " << mr << "; ++i)\n"
      << "    for (int v = 0; v < " << nv << "; ++v) " << st("c + i * ldc + v * " + std::to_string(lanes), "acc[i][v]")
      << ";\n"
+     << "}\n";
+}
+
+// The epilogue forms of a specialisation without a register epilogue (strict numerics, no AVX):
+// the plain form, then the epilogue over the tile in memory.
+void epilogue_wrapper(std::ostringstream& os, int64_t mr, int64_t nr, bool seg) {
+  os << "static void " << specialisation_name(mr, nr, seg, true)
+     << (seg ? "(int64_t nseg, int64_t kc, const float* restrict a, const int64_t* restrict aoff, int64_t as_i,\n"
+               "    int64_t as_k, const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc, int64_t acc_in,\n"
+             : "(int64_t kc, const float* restrict a, int64_t as_i, int64_t as_k,\n"
+               "    const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc, int64_t acc_in,\n")
+     << "    int64_t ep, const float* restrict bias, int64_t nbias, float lo, float hi) {\n"
+     << "  " << specialisation_name(mr, nr, seg)
+     << (seg ? "(nseg, kc, a, aoff, as_i, as_k, b, bs_k, c, ldc, acc_in);\n" : "(kc, a, as_i, as_k, b, bs_k, c, ldc, acc_in);\n")
+     << "  kiln_mk_ep_apply(" << mr << ", " << nr << ", c, ldc, ep, bias, nbias, lo, hi);\n"
      << "}\n";
 }
 
@@ -216,7 +267,8 @@ void segment_wrapper(std::ostringstream& os, int64_t mr, int64_t nr) {
 
 }  // namespace
 
-std::string microkernel_c_source(const std::set<std::pair<int64_t, int64_t>>& tiles, bool fma) {
+std::string microkernel_c_source(const std::set<std::pair<int64_t, int64_t>>& tiles, bool fma,
+                                 const std::set<std::pair<int64_t, int64_t>>& ep_tiles) {
   std::ostringstream os;
   os << "/* Contraction micro-kernels (src/kernels/microkernel.h): c[i*ldc+j] = (acc_in ? c[i*ldc+j] : 0) +\n"
      << " * sum_k a[i*as_i+k*as_k] *\n"
@@ -244,6 +296,31 @@ std::string microkernel_c_source(const std::set<std::pair<int64_t, int64_t>>& ti
         "  if (nseg <= 0) kiln_mk_f32(mr, nr, 0, a, as_i, as_k, b, bs_k, c, ldc, acc_in);\n"
         "  for (int64_t s = 0; s < nseg; ++s)\n"
         "    kiln_mk_f32(mr, nr, kc, a + aoff[s], as_i, as_k, b + s * kc * bs_k, bs_k, c, ldc, s > 0 || acc_in);\n"
+        "}\n"
+        // The epilogue forms (any tile): the sums, then the epilogue over the tile.
+        "static void kiln_mk_ep_apply(int64_t mr, int64_t nr, float* restrict c, int64_t ldc, int64_t ep,\n"
+        "    const float* restrict bias, int64_t nbias, float lo, float hi) {\n"
+        "  for (int64_t i = 0; i < mr; ++i)\n"
+        "    for (int64_t j = 0; j < nr; ++j) {\n"
+        "      float x = c[i * ldc + j];\n"
+        "      if (ep & 1) x = x + (j < nbias ? bias[j] : 0.0f);\n"
+        "      if (ep & 2) x = x < lo ? lo : x;\n"
+        "      if (ep & 4) x = x > hi ? hi : x;\n"
+        "      c[i * ldc + j] = x;\n"
+        "    }\n"
+        "}\n"
+        "static void kiln_mk_f32_ep(int64_t mr, int64_t nr, int64_t kc, const float* restrict a, int64_t as_i,\n"
+        "    int64_t as_k, const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc, int64_t acc_in,\n"
+        "    int64_t ep, const float* restrict bias, int64_t nbias, float lo, float hi) {\n"
+        "  kiln_mk_f32(mr, nr, kc, a, as_i, as_k, b, bs_k, c, ldc, acc_in);\n"
+        "  kiln_mk_ep_apply(mr, nr, c, ldc, ep, bias, nbias, lo, hi);\n"
+        "}\n"
+        "static void kiln_mk_f32_seg_ep(int64_t mr, int64_t nr, int64_t nseg, int64_t kc, const float* restrict a,\n"
+        "    const int64_t* restrict aoff, int64_t as_i, int64_t as_k, const float* restrict b, int64_t bs_k,\n"
+        "    float* restrict c, int64_t ldc, int64_t acc_in, int64_t ep, const float* restrict bias, int64_t nbias,\n"
+        "    float lo, float hi) {\n"
+        "  kiln_mk_f32_seg(mr, nr, nseg, kc, a, aoff, as_i, as_k, b, bs_k, c, ldc, acc_in);\n"
+        "  kiln_mk_ep_apply(mr, nr, c, ldc, ep, bias, nbias, lo, hi);\n"
         "}\n";
   std::set<int64_t> widths;
   bool any = false;
@@ -272,23 +349,37 @@ std::string microkernel_c_source(const std::set<std::pair<int64_t, int64_t>>& ti
       if (nr % 4 == 0) vector_extension_kernel(os, mr, nr);
       else forwarding_kernel(os, mr, nr);
     };
+    const bool ep = ep_tiles.count(tile) > 0;
+    auto wrappers = [&] {
+      segment_wrapper(os, mr, nr);
+      if (ep) {
+        epilogue_wrapper(os, mr, nr, false);
+        epilogue_wrapper(os, mr, nr, true);
+      }
+    };
     if (!fma) {
       fallback();
-      segment_wrapper(os, mr, nr);
+      wrappers();
       continue;
     }
     // The ISA is the compiler's target (-march): the preprocessor picks the kernel.
     os << "#if defined(__AVX512F__)\n";
-    intrinsic_kernel(os, mr, nr, 16, false);
-    intrinsic_kernel(os, mr, nr, 16, true);
+    for (bool e : {false, true}) {
+      if (e && !ep) continue;
+      intrinsic_kernel(os, mr, nr, 16, false, e);
+      intrinsic_kernel(os, mr, nr, 16, true, e);
+    }
     if (nr % 8 == 0) {
       os << "#elif defined(__AVX2__) && defined(__FMA__)\n";
-      intrinsic_kernel(os, mr, nr, 8, false);
-      intrinsic_kernel(os, mr, nr, 8, true);
+      for (bool e : {false, true}) {
+        if (e && !ep) continue;
+        intrinsic_kernel(os, mr, nr, 8, false, e);
+        intrinsic_kernel(os, mr, nr, 8, true, e);
+      }
     }
     os << "#else\n";
     fallback();
-    segment_wrapper(os, mr, nr);
+    wrappers();
     os << "#endif\n";
   }
   return os.str() + "\n";

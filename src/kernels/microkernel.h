@@ -47,6 +47,25 @@ namespace kiln::kernels {
 inline constexpr const char* kMicroKernelF32 = "kiln_mk_f32";
 inline constexpr const char* kMicroKernelSegF32 = "kiln_mk_f32_seg";
 
+// The epilogue forms: the same sums, then, before the single store, from the registers,
+//
+//   kiln_mk_f32_ep(mr, nr, kc, a, as_i, as_k, b, bs_k, c, ldc, acc, ep, bias, nbias, lo, hi)
+//   kiln_mk_f32_seg_ep(mr, nr, nseg, seglen, a, aoff, as_i, as_k, b, bs_k, c, ldc, acc, ep, bias, nbias, lo, hi)
+//     for i < mr, j < nr, on the sum x:
+//       ep & kEpBias:  x = x + (j < nbias ? bias[j] : 0)     a bias per column (the padding columns
+//                                                            of a packed panel past nbias get none)
+//       ep & kEpLow:   x = x < lo ? lo : x                   Relu / Clip's lower bound
+//       ep & kEpHigh:  x = x > hi ? hi : x                   Clip's upper bound
+//     then c[i*ldc + j] = x.
+//
+// The seed's "fused multiply-add-activation" intrinsic: a conv's bias and activation cost no pass
+// over the accumulator tile (the last K block's calls pass them; earlier ones pass ep = 0). Each
+// step is the reference's operation on the sum (the bias added after it, Clip's selects in its
+// order, NaN kept), so strict builds stay bit-identical.
+inline constexpr const char* kMicroKernelEpF32 = "kiln_mk_f32_ep";
+inline constexpr const char* kMicroKernelSegEpF32 = "kiln_mk_f32_seg_ep";
+inline constexpr int64_t kEpBias = 1, kEpLow = 2, kEpHigh = 4;
+
 // The transposing copy of a tile whose rows are output positions into an output whose rows are
 // channels (the implicit conv's epilogue, lower_contraction_tiled.cc), and of a conv input's
 // channel planes into channels-innermost phase planes (lower_conv_staging.cc):
@@ -67,6 +86,10 @@ void microkernel_f32(int64_t mr, int64_t nr, int64_t kc, const float* a, int64_t
 void microkernel_seg_f32(int64_t mr, int64_t nr, int64_t nseg, int64_t seglen, const float* a, const int64_t* aoff,
                          int64_t as_i, int64_t as_k, const float* b, int64_t bs_k, float* c, int64_t ldc, bool acc);
 
+// The epilogue forms' last step, on a tile in memory (the interpreter runs the sums, then this).
+void microkernel_epilogue_f32(int64_t mr, int64_t nr, float* c, int64_t ldc, int64_t ep, const float* bias,
+                             int64_t nbias, float lo, float hi);
+
 // The transposing copy's semantics (the loop interpreter runs this).
 void transpose_f32(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols);
 // Its C source (emitted once into a module that calls it).
@@ -76,11 +99,13 @@ std::string transpose_c_source();
 // for every nr (the last vector masked), AVX2 for nr a multiple of 8, vector extensions for a
 // multiple of 4, else the generic loop with constant extents.
 bool has_specialisation(int64_t mr, int64_t nr);
-// The C name of the (mr, nr) specialisation, e.g. kiln_mk_f32_6x32 (segmented: kiln_mk_f32_seg_6x32).
-std::string specialisation_name(int64_t mr, int64_t nr, bool segmented = false);
+// The C name of the (mr, nr) specialisation, e.g. kiln_mk_f32_6x32 (segmented: kiln_mk_f32_seg_6x32;
+// with the epilogue: kiln_mk_f32_ep_6x32, kiln_mk_f32_seg_ep_6x32).
+std::string specialisation_name(int64_t mr, int64_t nr, bool segmented = false, bool epilogue = false);
 // C source: the generic implementations and one specialisation per tile in `tiles` (each in
-// both forms); `fma` selects the default numerics (fused multiply-adds, intrinsics per ISA),
-// false the strict order.
-std::string microkernel_c_source(const std::set<std::pair<int64_t, int64_t>>& tiles, bool fma);
+// both forms), and the epilogue forms of the tiles in `ep_tiles`; `fma` selects the default
+// numerics (fused multiply-adds, intrinsics per ISA), false the strict order.
+std::string microkernel_c_source(const std::set<std::pair<int64_t, int64_t>>& tiles, bool fma,
+                                 const std::set<std::pair<int64_t, int64_t>>& ep_tiles = {});
 
 }  // namespace kiln::kernels

@@ -128,6 +128,7 @@ class Interpreter {
   // kiln_mk_f32(mr, nr, kc, a, as_i, as_k, b, bs_k, c, ldc, acc) (src/kernels/microkernel.h), with every
   // element it touches checked to lie inside its buffer.
   void call_microkernel(const StmtNode& s) {
+    if (s.text == kernels::kMicroKernelEpF32 || s.text == kernels::kMicroKernelSegEpF32) return call_epilogue_microkernel(s);
     if (s.text == kernels::kMicroKernelSegF32) return call_segmented_microkernel(s);
     if (s.text == kernels::kTransposeF32) return call_transpose(s);
     if (s.text == kernels::kDepthwiseF32) return call_depthwise(s);
@@ -145,6 +146,32 @@ class Interpreter {
     const float* pb = ptr(6, kc, bs_k, nr, 1);
     float* pc = ptr(8, mr, ldc, nr, 1);
     kernels::microkernel_f32(mr, nr, kc, pa, as_i, as_k, pb, bs_k, pc, ldc, i64(10) != 0);
+  }
+
+  // The epilogue forms (kernels/microkernel.h): the plain or segmented form on the first
+  // arguments, then the epilogue over the tile.
+  void call_epilogue_microkernel(const StmtNode& s) {
+    const bool seg = s.text == kernels::kMicroKernelSegEpF32;
+    const size_t n = seg ? 13 : 11;
+    KILN_CHECK(s.call_args.size() == n + 5, s.text, " takes ", n + 5, " arguments");
+    StmtNode plain = s;
+    plain.text = seg ? kernels::kMicroKernelSegF32 : kernels::kMicroKernelF32;
+    plain.call_args.resize(n);
+    call_microkernel(plain);
+    const auto& a = s.call_args;
+    auto i64 = [&](size_t k) { return eval(a[k]).i; };
+    auto f32 = [&](size_t k) {
+      KILN_CHECK(a[k]->type == DType::Float32, s.text, " argument ", k, " is not float32");
+      return float(eval(a[k]).f);
+    };
+    const int64_t mr = i64(0), nr = i64(1), ldc = i64(seg ? 11 : 9), ep = i64(n), nbias = i64(n + 2);
+    KILN_CHECK(ep >= 0 && ep <= (kernels::kEpBias | kernels::kEpLow | kernels::kEpHigh) && nbias >= 0,
+               s.text, ": bad epilogue flags or bias count");
+    if (mr <= 0 || nr <= 0) return;
+    float* c = f32_block(s, seg ? 10 : 8, mr, ldc, nr, 1);
+    const int64_t nb = std::min(nbias, nr);
+    const float* bias = (ep & kernels::kEpBias) && nb > 0 ? f32_block(s, n + 1, 1, 0, nb, 1) : nullptr;
+    kernels::microkernel_epilogue_f32(mr, nr, c, ldc, ep, bias, nb, f32(n + 3), f32(n + 4));
   }
 
   // Float32 argument k of call `s` (an Address), the block of rows × cols elements at the given

@@ -7,6 +7,7 @@
 #include "loop/affine.h"
 #include "loop/loop_transforms_internal.h"
 #include "loop/lower_internal.h"
+#include "loop/register_epilogue.h"
 #include "support/error.h"
 
 namespace kiln::loop::detail {
@@ -209,6 +210,24 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   const Expr panel0 = var(q > 1 ? "kiln_p0" : "kiln_j0"), panel_n = var(q > 1 ? "kiln_pn" : "kiln_nc");
   const Expr mcv = var("kiln_mc"), ncv = var("kiln_nc");
 
+  // The column parts of the epilogue (without parts one, owning every column).
+  std::vector<GemmView::ColumnPart> parts = v.column_parts;
+  if (parts.empty()) parts.push_back({0, v.n, v.epilogue, v.line_epilogue});
+  // The register epilogue (kernels/microkernel.h, the epilogue forms; register_epilogue.h): where
+  // the tile's stores are transposing copies of one output (positions as rows) and its value is
+  // the sum with a bias per output channel and a Relu or Clip, the last K block's micro-kernel
+  // calls apply it from their registers and the copies read the accumulator tile: no pass over the
+  // tile of its own. (MobileNetV2's stem, a 3x3 3 -> 32 conv over 224x224 with K = 27: that pass
+  // was 8 % of the kernel in a C harness.) A value that is the sum itself needs no epilogue call.
+  std::optional<RegisterEpilogue> reg_ep;
+  if (parts.size() == 1 && parts[0].line_epilogue && parts[0].begin == 0 && parts[0].n == v.n && !skip_dead &&
+      kblocks > 0) {
+    const Expr acc_elem = load(acc, add(mul(var("kiln_ei"), int_imm(nc)), var("kiln_ej")));
+    const std::vector<TileStore> st =
+        parts[0].line_epilogue(batch, var("kiln_ln"), var("kiln_x"), add(panel0, var("kiln_ej")), acc_elem);
+    if (st.size() == 1) reg_ep = match_register_epilogue(st[0].value, acc_elem, "kiln_ej", {"kiln_ln", "kiln_x", "kiln_ei"});
+  }
+
   // The first K block's calls start their accumulators at zero (the micro-kernel's acc argument
   // 0), later blocks add to them, so no pass zeroes the tile first: every element the epilogue
   // reads is written by a call of the first block. Not when a call may be skipped (dead
@@ -333,7 +352,21 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
     args.push_back(address(acc, add(mul(r, int_imm(nc)), acc_col)));
     args.push_back(int_imm(nc));
     args.push_back(acc_in);
-    Stmt call = call_stmt(nsb > 0 ? kernels::kMicroKernelSegF32 : kernels::kMicroKernelF32, std::move(args));
+    const bool ep = reg_ep && reg_ep->flags != 0;
+    if (ep) {
+      // The last K block's calls apply it; the bias from the call's first column, nc of its columns
+      // valid (a packed panel's columns past N get no bias and are never stored).
+      const Expr flags = int_imm(reg_ep->flags);
+      args.push_back(kblocks == 1 ? flags : select(binary(BinOp::Eq, var("kiln_kb"), int_imm(kblocks - 1)), flags, int_imm(0)));
+      args.push_back(reg_ep->bias ? address(reg_ep->bias, sched::substitute(reg_ep->bias_index, {{"kiln_ej", acc_col}}))
+                                  : address(acc, int_imm(0)));
+      args.push_back(ncv);
+      args.push_back(reg_ep->lo ? reg_ep->lo : float_imm(0));
+      args.push_back(reg_ep->hi ? reg_ep->hi : float_imm(0));
+    }
+    Stmt call = call_stmt(nsb > 0 ? (ep ? kernels::kMicroKernelSegEpF32 : kernels::kMicroKernelSegF32)
+                                  : (ep ? kernels::kMicroKernelEpF32 : kernels::kMicroKernelF32),
+                          std::move(args));
     if (!skip_dead) return call;
     // The tile's rows [x0, x0 + rows) of line ln (a tile lies within one line) against the
     // segment's live lines [sl0, sl1) and rows [sl2, sl3).
@@ -405,8 +438,6 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
     Expr cond;
     Expr first;
   };
-  std::vector<GemmView::ColumnPart> parts = v.column_parts;
-  if (parts.empty()) parts.push_back({0, v.n, v.epilogue, v.line_epilogue});
   const bool by_lines = bool(parts[0].line_epilogue);
   std::vector<PartCols> cols;
   for (size_t p = 0; p < parts.size(); ++p) {
@@ -458,8 +489,11 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
       std::vector<TileStore> stores = parts[p].line_epilogue(batch, var("kiln_ln"), var("kiln_x"), part_col(c, var("kiln_ej")),
                                                              load(acc, add(mul(var("kiln_ei"), int_imm(nc)), ej)));
       const size_t first = tmps.size();
+      // The tile the copies read: the epilogue's values, or with the register epilogue the
+      // accumulators themselves.
+      auto src_tile = [&](size_t o) { return reg_ep ? acc : tmps[first + o]; };
       std::vector<Stmt> values_body;
-      {
+      if (!reg_ep) {
         SharedExprHoister h(next_let);
         for (auto& st : stores) h.count(st.value);
         if (h.dag_size() > kMaxExprNodes) refuse(cat("the fused epilogue has ", h.dag_size(), " nodes"));
@@ -473,7 +507,7 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
         }
         append_stores(values_body, part_tmps, std::move(pairs), next_let);
       }
-      value_loops.push_back(guarded(c, for_loop("kiln_ej", c.extent, std::move(values_body), ForKind::Vectorized)));
+      if (!reg_ep) value_loops.push_back(guarded(c, for_loop("kiln_ej", c.extent, std::move(values_body), ForKind::Vectorized)));
       // Lines l0..l1 overlap the block [m0, m0 + mc); in line ln the rows x in [xa, xb) are both
       // in the block and outputs.
       const Expr m0v = var("kiln_m0"), lnv = var("kiln_ln");
@@ -511,7 +545,7 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
         for (size_t o = 0; o < stores.size(); ++o)
           calls.push_back(call_stmt(kernels::kTransposeF32,
                                     {address(stores[o].buffer, sched::substitute(stores[o].index, at)), int_imm(ldd[o]),
-                                     address(tmps[first + o], add(mul(row0, int_imm(nc)), tile_col(c, int_imm(0)))),
+                                     address(src_tile(o), add(mul(row0, int_imm(nc)), tile_col(c, int_imm(0)))),
                                      int_imm(nc), rows, c.extent}));
         copies.push_back(guarded(c, whole ? block(std::move(calls)) : for_loop("kiln_el", lines, std::move(calls))));
         continue;
@@ -523,7 +557,7 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
       std::vector<std::pair<Expr, Expr>> pairs;
       std::vector<BufferPtr> bufs;
       for (size_t o = 0; o < stores.size(); ++o) {
-        pairs.push_back({h.rewrite(stores[o].index, body), load(tmps[first + o], add(mul(ei, int_imm(nc)), ej))});
+        pairs.push_back({h.rewrite(stores[o].index, body), load(src_tile(o), add(mul(ei, int_imm(nc)), ej))});
         bufs.push_back(stores[o].buffer);
       }
       append_stores(body, bufs, std::move(pairs), next_let);
@@ -538,7 +572,7 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
     Stmt values = for_loop("kiln_ei", mcv,
                            {let("kiln_ln", div_floor(i, L)), let("kiln_x", mod(i, L)),
                             if_then(binary(BinOp::Lt, var("kiln_x"), int_imm(v.line_valid)), std::move(value_loops))});
-    Stmt both = block({values, block(std::move(copies))});
+    Stmt both = reg_ep ? block(std::move(copies)) : block({values, block(std::move(copies))});
     for (size_t o = tmps.size(); o-- > 0;) both = allocate(tmps[o], {both});
     in_acc.push_back(both);
   } else if (v.col_line > 0) {

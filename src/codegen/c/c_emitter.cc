@@ -25,7 +25,7 @@ constexpr int64_t kMaxStackBytes = 64 * 1024;
 // `transpose`: whether a transposing copy is called; `windows`: the (kh, kw) of the depthwise
 // micro-kernel calls.
 void collect_tiles(const Stmt& s, std::set<std::pair<int64_t, int64_t>>& tiles, bool& any, bool& transpose,
-                   std::set<std::pair<int64_t, int64_t>>& windows) {
+                   std::set<std::pair<int64_t, int64_t>>& windows, std::set<std::pair<int64_t, int64_t>>& ep_tiles) {
   if (!s) return;
   if (s->kind == StmtKind::Call && s->text == kernels::kTransposeF32) transpose = true;
   if (s->kind == StmtKind::Call && s->text == kernels::kDepthwiseF32) {
@@ -34,14 +34,17 @@ void collect_tiles(const Stmt& s, std::set<std::pair<int64_t, int64_t>>& tiles, 
                "C emitter: a depthwise micro-kernel call needs a constant window");
     windows.insert({a[0]->int_value, a[1]->int_value});
   }
-  if (s->kind == StmtKind::Call && (s->text == kernels::kMicroKernelF32 || s->text == kernels::kMicroKernelSegF32)) {
+  const bool ep = s->kind == StmtKind::Call && (s->text == kernels::kMicroKernelEpF32 || s->text == kernels::kMicroKernelSegEpF32);
+  if (ep || (s->kind == StmtKind::Call && (s->text == kernels::kMicroKernelF32 || s->text == kernels::kMicroKernelSegF32))) {
     any = true;
     const auto& a = s->call_args;
-    if (a.size() >= 2 && a[0]->kind == ExprKind::IntImm && a[1]->kind == ExprKind::IntImm)
+    if (a.size() >= 2 && a[0]->kind == ExprKind::IntImm && a[1]->kind == ExprKind::IntImm) {
       tiles.insert({a[0]->int_value, a[1]->int_value});
+      if (ep) ep_tiles.insert({a[0]->int_value, a[1]->int_value});
+    }
   }
-  for (const auto& c : s->body) collect_tiles(c, tiles, any, transpose, windows);
-  for (const auto& c : s->else_body) collect_tiles(c, tiles, any, transpose, windows);
+  for (const auto& c : s->body) collect_tiles(c, tiles, any, transpose, windows, ep_tiles);
+  for (const auto& c : s->else_body) collect_tiles(c, tiles, any, transpose, windows, ep_tiles);
 }
 
 // Whether `s` accumulates into a variable (an Assign) inside two or more loops while reading an
@@ -87,10 +90,10 @@ class CEmitter final : public CStyleEmitter {
     // The C flags decide contraction (-ffp-contract=fast by default, =off under strict_fp); the
     // pragma is for compilers that honour it instead.
     os << (opts_.strict_fp ? "#pragma STDC FP_CONTRACT OFF\n\n" : "#pragma STDC FP_CONTRACT ON\n\n");
-    std::set<std::pair<int64_t, int64_t>> tiles, windows;
+    std::set<std::pair<int64_t, int64_t>> tiles, windows, ep_tiles;
     bool any_microkernel = false, transpose = false;
-    for (const auto& k : kernels) collect_tiles(k.body, tiles, any_microkernel, transpose, windows);
-    if (any_microkernel) os << kernels::microkernel_c_source(tiles, !opts_.strict_fp);
+    for (const auto& k : kernels) collect_tiles(k.body, tiles, any_microkernel, transpose, windows, ep_tiles);
+    if (any_microkernel) os << kernels::microkernel_c_source(tiles, !opts_.strict_fp, ep_tiles);
     if (transpose) os << kernels::transpose_c_source() << "\n";
     // (Only the default numerics' lowering calls it: its sums are not in the reference's order.)
     if (!windows.empty()) os << kernels::depthwise_c_source(windows);
@@ -163,10 +166,12 @@ class CEmitter final : public CStyleEmitter {
   std::pair<std::string, size_t> microkernel_call(const StmtNode& s) override {
     const auto& a = s.call_args;
     if (s.text == kernels::kDepthwiseF32) return {kernels::depthwise_name(a[0]->int_value, a[1]->int_value), 2};
-    const bool seg = s.text == kernels::kMicroKernelSegF32;
-    if ((seg ? a.size() == 13 : s.text == kernels::kMicroKernelF32 && a.size() == 11) && a[0]->kind == ExprKind::IntImm &&
+    const bool ep = s.text == kernels::kMicroKernelEpF32 || s.text == kernels::kMicroKernelSegEpF32;
+    const bool seg = s.text == kernels::kMicroKernelSegF32 || s.text == kernels::kMicroKernelSegEpF32;
+    const bool known = ep || seg || s.text == kernels::kMicroKernelF32;
+    if (known && a.size() == size_t((seg ? 13 : 11) + (ep ? 5 : 0)) && a[0]->kind == ExprKind::IntImm &&
         a[1]->kind == ExprKind::IntImm && kernels::has_specialisation(a[0]->int_value, a[1]->int_value))
-      return {kernels::specialisation_name(a[0]->int_value, a[1]->int_value, seg), 2};
+      return {kernels::specialisation_name(a[0]->int_value, a[1]->int_value, seg, ep), 2};
     return CStyleEmitter::microkernel_call(s);
   }
 };

@@ -72,6 +72,7 @@ DeviceProgram GpuEmitter::emit_program(const std::vector<LoopKernel>& kernels) {
   DeviceProgram prog;
   microkernels_.clear();
   seg_microkernels_.clear();
+  ep_microkernels_.clear();
   transposes_.clear();
   std::ostringstream body;
   for (const auto& k : kernels) {
@@ -86,6 +87,7 @@ DeviceProgram GpuEmitter::emit_program(const std::vector<LoopKernel>& kernels) {
           " * address spaces. */\n";
   for (const auto& spaces : microkernels_) os << microkernel_source(spaces);
   for (const auto& spaces : seg_microkernels_) os << seg_microkernel_source(spaces);
+  for (const auto& key : ep_microkernels_) os << ep_microkernel_source(key);
   for (const auto& spaces : transposes_) os << transpose_source(spaces);
   for (const auto& spaces : depthwises_) os << depthwise_source(spaces);
   os << "\n" << body.str();
@@ -214,6 +216,38 @@ std::string GpuEmitter::seg_microkernel_source(const std::string& spaces) const 
          "}\n";
 }
 
+// The epilogue forms on a device: the plain (or segmented) variant, then the interface's epilogue
+// loop. `key`: 'p' or 's' (plain, segmented), then the spaces of the form's pointers and the bias.
+std::string GpuEmitter::ep_microkernel_source(const std::string& key) const {
+  const bool seg = key[0] == 's';
+  const std::string spaces = key.substr(1);
+  auto ptr = [&](size_t i, const std::string& t) { return spaces[i] == 'g' ? global_ptr(t) : t + "*"; };
+  std::string head, call;
+  if (seg) {
+    head = "void kiln_mk_f32_seg_ep_" + spaces + "(int64_t mr, int64_t nr, int64_t nseg, int64_t kc, " +
+           ptr(0, "const float") + " a,\n    " + ptr(1, "const int64_t") + " aoff, int64_t as_i, int64_t as_k, " +
+           ptr(2, "const float") + " b, int64_t bs_k, " + ptr(3, "float") + " c, int64_t ldc, int64_t acc_in,\n    int64_t ep, " +
+           ptr(4, "const float") + " bias, int64_t nbias, float lo, float hi) {\n";
+    call = "  kiln_mk_f32_seg_" + spaces.substr(0, 4) + "(mr, nr, nseg, kc, a, aoff, as_i, as_k, b, bs_k, c, ldc, acc_in);\n";
+  } else {
+    head = "void kiln_mk_f32_ep_" + spaces + "(int64_t mr, int64_t nr, int64_t kc, " + ptr(0, "const float") +
+           " a, int64_t as_i, int64_t as_k,\n    " + ptr(1, "const float") + " b, int64_t bs_k, " + ptr(2, "float") +
+           " c, int64_t ldc, int64_t acc_in, int64_t ep, " + ptr(3, "const float") +
+           " bias, int64_t nbias, float lo, float hi) {\n";
+    call = "  " + microkernel_name(spaces.substr(0, 3)) + "(mr, nr, kc, a, as_i, as_k, b, bs_k, c, ldc, acc_in);\n";
+  }
+  return device_function() + head + call +
+         "  for (int64_t i = 0; i < mr; ++i)\n"
+         "    for (int64_t j = 0; j < nr; ++j) {\n"
+         "      float x = c[i * ldc + j];\n"
+         "      if (ep & 1) x = x + (j < nbias ? bias[j] : 0.0f);\n"
+         "      if (ep & 2) x = x < lo ? lo : x;\n"
+         "      if (ep & 4) x = x > hi ? hi : x;\n"
+         "      c[i * ldc + j] = x;\n"
+         "    }\n"
+         "}\n";
+}
+
 // The transposing copy on a device (kernels/microkernel.h): the interface's loops, one variant per
 // address spaces of dst and src.
 std::string GpuEmitter::transpose_source(const std::string& spaces) const {
@@ -257,6 +291,23 @@ std::pair<std::string, size_t> GpuEmitter::microkernel_call(const StmtNode& s) {
     const std::string spaces = {space(0), space(2)};
     transposes_.insert(spaces);
     return {"kiln_transpose_f32_" + spaces, 0};
+  }
+  if (s.text == kernels::kMicroKernelEpF32 || s.text == kernels::kMicroKernelSegEpF32) {
+    // The plain or segmented variant, then the epilogue (kernels/microkernel.h): one variant per
+    // address spaces of the plain form's pointers and the bias.
+    const bool seg = s.text == kernels::kMicroKernelSegEpF32;
+    const size_t n = seg ? 13 : 11;
+    KILN_CHECK(s.call_args.size() == n + 5, "GPU emitter: ", s.text, " takes ", n + 5, " arguments");
+    std::string spaces = seg ? std::string{space(4), space(5), space(8), space(10)} : std::string{space(3), space(6), space(8)};
+    if (seg) {
+      microkernels_.insert(std::string{spaces[0], spaces[2], spaces[3]});
+      seg_microkernels_.insert(spaces);
+    } else {
+      microkernels_.insert(spaces);
+    }
+    spaces += space(n + 1);
+    ep_microkernels_.insert(std::string(seg ? "s" : "p") + spaces);
+    return {std::string(seg ? "kiln_mk_f32_seg_ep_" : "kiln_mk_f32_ep_") + spaces, 0};
   }
   if (s.text == kernels::kMicroKernelSegF32 && s.call_args.size() == 13) {
     const std::string spaces = {space(4), space(5), space(8), space(10)};

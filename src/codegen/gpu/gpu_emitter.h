@@ -103,6 +103,8 @@ class GpuEmitter : public CStyleEmitter {
   std::set<std::string> microkernels_;             // variants used (by spaces)
   std::set<std::string> seg_microkernels_;         // segmented variants used (spaces of a, aoff, b, c)
   std::string seg_microkernel_source(const std::string& spaces) const;
+  std::set<std::string> ep_microkernels_;          // epilogue variants used ('p'/'s', then spaces incl. the bias)
+  std::string ep_microkernel_source(const std::string& key) const;
   std::set<std::string> transposes_;               // transposing-copy variants used (spaces of dst, src)
   std::string transpose_source(const std::string& spaces) const;
   std::set<std::string> depthwises_;               // depthwise micro-kernel variants used (spaces of in, w, out)
