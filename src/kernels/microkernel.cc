@@ -36,6 +36,17 @@ void microkernel_epilogue_f32(int64_t mr, int64_t nr, float* c, int64_t ldc, int
     }
 }
 
+std::string epilogue_loop_c_source() {
+  return "  for (int64_t i = 0; i < mr; ++i)\n"
+         "    for (int64_t j = 0; j < nr; ++j) {\n"
+         "      float x = c[i * ldc + j];\n"
+         "      if (ep & 1) x = x + (j < nbias ? bias[j] : 0.0f);\n"
+         "      if (ep & 2) x = x < lo ? lo : x;\n"
+         "      if (ep & 4) x = x > hi ? hi : x;\n"
+         "      c[i * ldc + j] = x;\n"
+         "    }\n";
+}
+
 void transpose_f32(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols) {
   for (int64_t c = 0; c < cols; ++c)
     for (int64_t r = 0; r < rows; ++r) dst[c * ldd + r] = src[r * lds + c];
@@ -312,15 +323,8 @@ std::string microkernel_c_source(const std::set<std::pair<int64_t, int64_t>>& ti
         "}\n"
         // The epilogue forms (any tile): the sums, then the epilogue over the tile.
         "static void kiln_mk_ep_apply(int64_t mr, int64_t nr, float* restrict c, int64_t ldc, int64_t ep,\n"
-        "    const float* restrict bias, int64_t nbias, float lo, float hi) {\n"
-        "  for (int64_t i = 0; i < mr; ++i)\n"
-        "    for (int64_t j = 0; j < nr; ++j) {\n"
-        "      float x = c[i * ldc + j];\n"
-        "      if (ep & 1) x = x + (j < nbias ? bias[j] : 0.0f);\n"
-        "      if (ep & 2) x = x < lo ? lo : x;\n"
-        "      if (ep & 4) x = x > hi ? hi : x;\n"
-        "      c[i * ldc + j] = x;\n"
-        "    }\n"
+        "    const float* restrict bias, int64_t nbias, float lo, float hi) {\n" +
+        epilogue_loop_c_source() +
         "}\n"
         "static void kiln_mk_f32_ep(int64_t mr, int64_t nr, int64_t kc, const float* restrict a, int64_t as_i,\n"
         "    int64_t as_k, const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc, int64_t acc_in,\n"

@@ -90,6 +90,10 @@ void microkernel_seg_f32(int64_t mr, int64_t nr, int64_t nseg, int64_t seglen, c
 void microkernel_epilogue_f32(int64_t mr, int64_t nr, float* c, int64_t ldc, int64_t ep, const float* bias,
                              int64_t nbias, float lo, float hi);
 
+// The same step as C statements over the tile in memory (mr, nr, c, ldc, ep, bias, nbias, lo and
+// hi in scope): the portable kernels' and the GPU device functions' spelling.
+std::string epilogue_loop_c_source();
+
 // The transposing copy's semantics (the loop interpreter runs this).
 void transpose_f32(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols);
 // Its C source (emitted once into a module that calls it).

@@ -236,16 +236,7 @@ std::string GpuEmitter::ep_microkernel_source(const std::string& key) const {
            " bias, int64_t nbias, float lo, float hi) {\n";
     call = "  " + microkernel_name(spaces.substr(0, 3)) + "(mr, nr, kc, a, as_i, as_k, b, bs_k, c, ldc, acc_in);\n";
   }
-  return device_function() + head + call +
-         "  for (int64_t i = 0; i < mr; ++i)\n"
-         "    for (int64_t j = 0; j < nr; ++j) {\n"
-         "      float x = c[i * ldc + j];\n"
-         "      if (ep & 1) x = x + (j < nbias ? bias[j] : 0.0f);\n"
-         "      if (ep & 2) x = x < lo ? lo : x;\n"
-         "      if (ep & 4) x = x > hi ? hi : x;\n"
-         "      c[i * ldc + j] = x;\n"
-         "    }\n"
-         "}\n";
+  return device_function() + head + call + kernels::epilogue_loop_c_source() + "}\n";
 }
 
 // The transposing copy on a device (kernels/microkernel.h): the interface's loops, one variant per
