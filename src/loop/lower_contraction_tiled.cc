@@ -217,8 +217,9 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   // the tile's stores are transposing copies of one output (positions as rows) and its value is
   // the sum with a bias per output channel and a Relu or Clip, the last K block's micro-kernel
   // calls apply it from their registers and the copies read the accumulator tile: no pass over the
-  // tile of its own. (MobileNetV2's stem, a 3x3 3 -> 32 conv over 224x224 with K = 27: that pass
-  // was 8 % of the kernel in a C harness.) A value that is the sum itself needs no epilogue call.
+  // tile of its own. (MobileNetV2's stem, a 3x3 3 -> 32 conv over 224x224 with K = 27, in a C
+  // harness: 0.2694 -> 0.2592 ms; with no epilogue at all 0.2485.) A value that is the sum itself
+  // needs no epilogue call.
   std::optional<RegisterEpilogue> reg_ep;
   if (parts.size() == 1 && parts[0].line_epilogue && parts[0].begin == 0 && parts[0].n == v.n && !skip_dead &&
       kblocks > 0) {
