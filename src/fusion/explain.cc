@@ -46,6 +46,12 @@ std::string explain_text(const Graph& g, const FusionPlan& plan, const ExplainEx
      << ")\n\n";
   int k = 0;
   for (const auto& grp : plan.groups) {
+    if (grp.in_place_concat) {
+      const Node* n = grp.nodes.front();
+      os << "in place: Concat '" << n->name() << "' (no kernel: its " << n->num_inputs()
+         << " parts' producers write its slices)\n";
+      continue;
+    }
     if (!grp.counts_as_kernel()) continue;
     os << "kernel " << ++k << ": " << grp.name << "  [" << group_kind_name(grp.kind) << "; "
        << (grp.is_library() ? "LIBRARY KERNEL (slow path): " + grp.library_reason : "emitter " + grp.emitter) << "]\n";
@@ -65,10 +71,10 @@ std::string explain_text(const Graph& g, const FusionPlan& plan, const ExplainEx
     os << "\nnot fused:\n";
     for (const auto& r : plan.rejected) os << "  " << r.producer << " -> " << r.consumer << ": " << r.reason << "\n";
   }
-  int views = 0;
-  for (const auto& grp : plan.groups) views += grp.counts_as_kernel() ? 0 : 1;
-  os << "\nkernels: " << plan.kernel_count() << " (" << g.num_nodes() << " ops; " << views
-     << " pure views count as none); " << plan.library_kernel_count() << " library kernel(s)\n";
+  int views = 0, concats = 0;
+  for (const auto& grp : plan.groups) (grp.in_place_concat ? concats : views) += grp.counts_as_kernel() ? 0 : 1;
+  os << "\nkernels: " << plan.kernel_count() << " (" << g.num_nodes() << " ops; " << views << " pure views and "
+     << concats << " Concats built in place count as none); " << plan.library_kernel_count() << " library kernel(s)\n";
   os << "fusion analysis: " << plan.analysis_calls << " questions to code generation, "
      << plan.analysis_calls - plan.analysis_cache_hits << " lowered (" << fmt(plan.analysis_ms, 1) << " ms)\n";
   os << "intermediate bytes to DRAM: " << human_bytes(plan.intermediate_bytes_unfused) << " unfused -> "
@@ -102,7 +108,11 @@ std::string explain_json(const Graph& g, const FusionPlan& plan, const ExplainEx
      << ", \"kernels_unfused\": " << plan.kernels_unfused << ", \"launch_overhead_us\": " << fmt(plan.target.launch_overhead_us, 3)
      << ", \"numerics\": " << (extras.strict_fp ? "\"strict\"" : "\"default\"")
      << ", \"peak_arena_bytes\": " << extras.arena_bytes << ", \"intermediate_sum_bytes\": " << extras.intermediate_sum_bytes
-     << ",\n \"kernels\": [";
+     << ", \"in_place_concats\": [";
+  int concats = 0;
+  for (const auto& grp : plan.groups)
+    if (grp.in_place_concat) os << (concats++ ? ", " : "") << json_quote(grp.nodes.front()->name());
+  os << "],\n \"kernels\": [";
   bool first = true;
   for (const auto& grp : plan.groups) {
     if (!grp.counts_as_kernel()) continue;

@@ -136,6 +136,14 @@ FusionDecision check_limits(const GroupGraph& gg, const Members& m, const std::v
 
 FusionDecision can_fuse(const GroupGraph& gg, int p, int c, const Members& merged, const std::vector<int>& replacing,
                         const Target& t) {
+  // A Concat built in place costs nothing alone; fused, it would be a copy (and its parts'
+  // producers could no longer write into its slices).
+  for (int side : {p, c}) {
+    const Members& m = gg.members(side);
+    if (m.size() == 1 && gg.in_place_concat(m[0]))
+      return FusionDecision::no("Concat '" + gg.nodes()[size_t(m[0])]->name() +
+                                "' is built in place: each part's producer writes its slice of the output");
+  }
   int via = gg.path_via(p, c);
   if (via >= 0)
     return FusionDecision::no("fusing would create a cycle: the kernel with " +

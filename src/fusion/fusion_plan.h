@@ -46,6 +46,9 @@ struct FusionGroup {
   std::string emitter;
   std::vector<std::string> placements;  // per node: root, inline, tile, row (loop/lower_group.cc)
   std::string library_reason;
+  // A Concat built in place (fusion/concat_in_place.h): kind View, no kernel and no copy; the memory
+  // plan puts its parts inside its slot, where their producers write them.
+  bool in_place_concat = false;
   bool counts_as_kernel() const { return kind != GroupKind::View; }
   bool is_library() const { return !library_reason.empty(); }
 };

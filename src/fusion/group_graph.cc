@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "fusion/concat_in_place.h"
 #include "fusion/op_kind.h"
 
 namespace kiln {
@@ -17,6 +18,7 @@ GroupGraph::GroupGraph(const Graph& g) : g_(g), nodes_(g.nodes()) {
     alive_.push_back(true);
     node_groups_[i].push_back(int(i));
     index_[nodes_[i]] = int(i);
+    in_place_.push_back(concat_in_place(g, *nodes_[i]).ok());
   }
 }
 
@@ -80,6 +82,8 @@ std::vector<const Value*> GroupGraph::outputs_of(const Members& m, const std::ve
 }
 
 GroupKind GroupGraph::kind_of(const Members& m) const {
+  // A Concat built in place moves no data, like a view (it fuses with nothing: it stays alone).
+  if (m.size() == 1 && in_place_[size_t(m[0])]) return GroupKind::View;
   bool all_views = true, reduction = false, contraction = false;
   for (int i : m) {
     const Node* n = nodes_[size_t(i)];
@@ -97,6 +101,7 @@ GroupKind GroupGraph::kind_of(const Members& m) const {
 FusionGroup GroupGraph::as_group(const Members& m, const std::vector<int>& replacing) const {
   FusionGroup grp;
   grp.kind = kind_of(m);
+  grp.in_place_concat = m.size() == 1 && in_place_[size_t(m[0])];
   for (int i : m) grp.nodes.push_back(nodes_[size_t(i)]);
   grp.inputs = inputs_of(m);
   grp.outputs = outputs_of(m, replacing);

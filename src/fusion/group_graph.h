@@ -29,6 +29,8 @@ class GroupGraph {
   bool alive(int gid) const { return alive_[size_t(gid)]; }
   const Members& members(int gid) const { return groups_[size_t(gid)]; }
   std::vector<int> groups_of(int node) const;  // alive groups containing the node
+  // Is the node a Concat built in place (fusion/concat_in_place.h)? Such a node stays alone.
+  bool in_place_concat(int node) const { return in_place_[size_t(node)]; }
 
   // Values read by `m` from memory: inputs of member nodes produced outside `m` (graph inputs,
   // constants, other groups' outputs).
@@ -63,6 +65,7 @@ class GroupGraph {
   std::vector<Node*> nodes_;
   std::vector<Members> groups_;
   std::vector<bool> alive_;
+  std::vector<bool> in_place_;  // per node: a Concat built in place
   std::vector<std::vector<int>> node_groups_;  // node → groups (alive or not; filtered on read)
   std::unordered_map<const Node*, int> index_;
 };

@@ -291,6 +291,7 @@ std::string driver_run_body(const Executable& ex, AotBundle& b) {
     std::string ops;
     for (const Node* n : grp.nodes) ops += (ops.empty() ? "" : ", ") + n->op_type();
     os << "  /* " << k << ": " << info.name << " (" << codegen::comment_safe(ops) << ") */\n";
+    if (grp.in_place_concat) continue;  // its parts' producers wrote its slices
     if (!grp.counts_as_kernel()) {
       // A view moves no data in row-major order: its output is a copy of its data input (memmove:
       // the memory plan may give both the same place).
@@ -339,7 +340,9 @@ AotBundle make_aot_bundle(const Executable& ex, const AotOptions& opts) {
   for (const KernelInfo& k : ex.kernels()) {
     bool kernel = ex.plan().groups[k.group].counts_as_kernel();
     b.generated_kernels += kernel;
-    b.views += !kernel;
+    const bool concat = ex.plan().groups[k.group].in_place_concat;
+    b.views += !kernel && !concat;
+    b.in_place_concats += concat;
   }
   const std::string run_body = driver_run_body(ex, b);
   // The data is padded with zeros to the alignment, so the hash runs over whole words.
@@ -360,7 +363,8 @@ AotBundle make_aot_bundle(const Executable& ex, const AotOptions& opts) {
     << ". The kernels are the source kiln's JIT compiles for this model. */\n"
     << (ex.source().empty() ? codegen::emit_c({}, opts.emit) : ex.source())
     << "\n/* ------------------------------------------------------------------------------------------\n"
-    << " * Driver: " << b.generated_kernels << " kernels and " << b.views << " views in plan order.\n"
+    << " * Driver: " << b.generated_kernels << " kernels and " << b.views << " views in plan order (and " << b.in_place_concats
+    << " Concats built in place, which run nothing).\n"
     << " * ------------------------------------------------------------------------------------------ */\n"
     << "#include <errno.h>\n#include <stdarg.h>\n#include <stdio.h>\n#include \"kiln_model.h\"\n\n"
     << "#define KILN_MODEL_ARENA_BYTES " << b.arena_bytes << "LL\n"

@@ -40,7 +40,7 @@ struct AotBundle {
   int64_t weights_bytes = 0;  // data bytes after the header (a multiple of the alignment)
   uint64_t weights_hash = 0;
   int64_t arena_bytes = 0;
-  int generated_kernels = 0, views = 0;
+  int generated_kernels = 0, views = 0, in_place_concats = 0;  // the last two run no kernel
 };
 
 // weights.bin: a kAotHeaderBytes header ("KILNWTS1", u32 version, u32 header bytes, u64 data bytes,

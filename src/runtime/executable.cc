@@ -68,7 +68,9 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
     KernelInfo info;
     info.group = i;
     info.name = loop::sanitize_identifier(grp.name);
-    if (!grp.counts_as_kernel()) {
+    if (grp.in_place_concat) {
+      info.reason = "in place: its parts' producers write its slices";
+    } else if (!grp.counts_as_kernel()) {
       info.reason = "view: a memmove of its input";
     } else if (grp.is_library()) {
       info.reason = "library kernel: " + grp.library_reason;
@@ -144,7 +146,7 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
     max_args = std::max(max_args, refs.size());
     ex->arg_refs_.push_back(std::move(refs));
     std::vector<std::pair<size_t, size_t>> copies;
-    bool copies_only = !grp.counts_as_kernel();
+    bool copies_only = !grp.counts_as_kernel() && !grp.in_place_concat;
     for (size_t o = 0; copies_only && o < grp.outputs.size(); ++o) {
       const Value* src = view_source(grp, grp.outputs[o]);
       size_t i = size_t(std::find(grp.inputs.begin(), grp.inputs.end(), src) - grp.inputs.begin());
@@ -237,6 +239,10 @@ void Executable::run_into(const std::vector<const void*>& inputs, const std::vec
         for (size_t i = 0; i < grp.outputs.size(); ++i)
           observe(k, grp.outputs[i], args_[grp.inputs.size() + i]);
       }
+    } else if (plan_.groups[k].in_place_concat) {
+      // Nothing to run: the parts were written into the Concat's slices.
+      if (observe && !plan_.groups[k].outputs.empty())
+        observe(k, plan_.groups[k].outputs[0], address(refs[plan_.groups[k].inputs.size()], io_.data()));
     } else if (!view_copies_[k].empty()) {
       // A view: memmove (the memory plan may give its output its input's place).
       const FusionGroup& grp = plan_.groups[k];

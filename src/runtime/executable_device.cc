@@ -126,6 +126,8 @@ void Executable::run_on_device(const Observer& observe) {
         dev.download(&status, args.back(), sizeof status);
         if (status) user_error(loop::index_error_message(index_checks_[k], status));
       }
+    } else if (grp.in_place_concat) {
+      // Nothing to run: the parts were written into the Concat's slices.
     } else if (!view_copies_[k].empty()) {
       for (auto [o, i] : view_copies_[k]) {
         const int64_t n = value_bytes(grp.outputs[o - grp.inputs.size()]);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "fusion/concat_in_place.h"
 #include "fusion/op_kind.h"
 
 namespace kiln::runtime {
@@ -95,6 +96,26 @@ MemoryPlan plan_memory(const Graph& g, const FusionPlan& plan) {
     }
   for (const auto& s : mp.slots) mp.naive_bytes += s.bytes;
 
+  // Concats built in place: the output's slot is live while any part is, and each part takes no
+  // place of its own (its offset is set from the Concat's once that is placed).
+  std::vector<std::pair<size_t, int64_t>> part_at;  // part slot → byte offset in its Concat's slot
+  for (const FusionGroup& grp : plan.groups) {
+    if (!grp.in_place_concat) continue;
+    const Node* n = grp.nodes.front();
+    KILN_CHECK(concat_in_place(g, *n).ok(), "memory plan: Concat '", n->name(), "' is not buildable in place");
+    if (!index.count(n->output(0))) continue;  // nobody reads it: its parts keep places of their own
+    TensorSlot& whole = mp.slots[index.at(n->output(0))];
+    const std::vector<int64_t> offsets = concat_part_offsets(*n);
+    for (size_t i = 0; i < n->num_inputs(); ++i) {
+      TensorSlot& part = mp.slots[index.at(n->input(i))];
+      part.inside = whole.value;
+      part.bytes = value_bytes(part.value);
+      whole.first = std::min(whole.first, part.first);
+      whole.last = std::max(whole.last, part.last);
+      part_at.push_back({index.at(n->input(i)), offsets[i]});
+    }
+  }
+
   // In-place candidates: output slot → the input slot it may share.
   std::map<size_t, size_t> in_place;
   for (size_t k = 0; k < plan.groups.size(); ++k) {
@@ -104,10 +125,10 @@ MemoryPlan plan_memory(const Graph& g, const FusionPlan& plan) {
     std::vector<size_t> taken;
     for (const Value* out : grp.outputs) {
       auto o = index.find(out);
-      if (o == index.end()) continue;
+      if (o == index.end() || mp.slots[o->second].inside) continue;  // a part's place is its slice
       for (const Value* in : grp.inputs) {
         auto i = index.find(in);
-        if (i == index.end() || in->shape() != out->shape() || in->dtype() != out->dtype()) continue;
+        if (i == index.end() || mp.slots[i->second].inside || in->shape() != out->shape() || in->dtype() != out->dtype()) continue;
         if (!elementwise && !epilogue_reads_only(grp, in, out)) continue;
         if (mp.slots[i->second].last != int(k) || std::count(taken.begin(), taken.end(), i->second)) continue;
         in_place[o->second] = i->second;
@@ -119,8 +140,9 @@ MemoryPlan plan_memory(const Graph& g, const FusionPlan& plan) {
 
   // Greedy by size: the largest tensors are placed first, each at the lowest offset where it does
   // not overlap a placed tensor that is live at the same time.
-  std::vector<size_t> order(mp.slots.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::vector<size_t> order;
+  for (size_t i = 0; i < mp.slots.size(); ++i)
+    if (!mp.slots[i].inside) order.push_back(i);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return mp.slots[a].bytes > mp.slots[b].bytes; });
   std::vector<bool> placed(mp.slots.size(), false);
   // An in-place pair may share bytes only by starting at the same offset (then the kernel writes
@@ -159,6 +181,7 @@ MemoryPlan plan_memory(const Graph& g, const FusionPlan& plan) {
     placed[s] = true;
     mp.arena_bytes = std::max(mp.arena_bytes, mp.slots[s].offset + mp.slots[s].bytes);
   }
+  for (auto [p, off] : part_at) mp.slots[p].offset = mp.find(mp.slots[p].inside)->offset + off;
   // Reverse the in-place map for verification: shared pairs are legal overlaps.
   for (auto [o, i] : in_place)
     if (mp.slots[o].offset == mp.slots[i].offset) mp.slots[o].shares = mp.slots[i].value;
@@ -221,9 +244,17 @@ void verify_memory_plan(const MemoryPlan& mp) {
       const TensorSlot &x = mp.slots[a], &y = mp.slots[b];
       if (x.shares == y.value || y.shares == x.value) continue;
       bool space = x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
+      // A part of a Concat built in place lies inside the Concat's slot, and nowhere else.
+      if (x.inside == y.value || y.inside == x.value) {
+        const TensorSlot &part = x.inside ? x : y, &whole = x.inside ? y : x;
+        KILN_CHECK(part.offset >= whole.offset && part.offset + part.bytes <= whole.offset + whole.bytes &&
+                       part.first >= whole.first && part.last <= whole.last,
+                   "memory plan: part '", part.value->name(), "' is not inside its Concat's slot");
+        continue;
+      }
       KILN_CHECK(!(space && overlaps_in_time(x, y)), "memory plan: '", x.value->name(), "' and '", y.value->name(),
                  "' are live at once and overlap in the arena");
-      KILN_CHECK(x.offset % kSlotAlignment == 0, "memory plan: misaligned slot");
+      KILN_CHECK(x.inside || x.offset % kSlotAlignment == 0, "memory plan: misaligned slot");
     }
 }
 

@@ -1,7 +1,9 @@
 // Memory planning: every intermediate tensor gets an offset in one arena. Liveness runs over the
 // kernel order; offsets are assigned greedily, largest tensor first, into the lowest gap that does
 // not overlap any tensor live at the same time; an elementwise kernel may write its output over an
-// input that dies there (in place).
+// input that dies there (in place). A Concat built in place (fusion/concat_in_place.h) gets one
+// slot, live from its first part's write to its last reader, and each part lies inside it at its
+// slice's offset: the parts' producers write the concatenation, nothing copies it.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -17,6 +19,7 @@ struct TensorSlot {
   int64_t offset = 0, bytes = 0;
   int first = 0, last = 0;  // kernel indices: written at `first`, last read at `last`
   const Value* shares = nullptr;  // the input this output overwrites in place (same offset), if any
+  const Value* inside = nullptr;  // a part of a Concat built in place: the Concat's output, whose slot holds it
 };
 
 struct MemoryPlan {

@@ -16,7 +16,8 @@ namespace kiln {
 namespace {
 
 // The planner's contract checked independently of verify_memory_plan: two slots live at once
-// share no byte, unless one is the other's in-place output at the very same offset.
+// share no byte, unless one is the other's in-place output at the very same offset, or a part
+// inside the Concat that is built in place around it.
 std::string overlapping_pair(const runtime::MemoryPlan& mp) {
   for (size_t i = 0; i < mp.slots.size(); ++i)
     for (size_t j = i + 1; j < mp.slots.size(); ++j) {
@@ -24,7 +25,10 @@ std::string overlapping_pair(const runtime::MemoryPlan& mp) {
       const bool time = x.first <= y.last && y.first <= x.last;
       const bool space = x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
       const bool in_place = (x.shares == y.value || y.shares == x.value) && x.offset == y.offset;
-      if (time && space && !in_place) return x.value->name() + " and " + y.value->name();
+      const runtime::TensorSlot &part = x.inside ? x : y, &whole = x.inside ? y : x;
+      const bool inside = part.inside == whole.value && part.offset >= whole.offset &&
+                          part.offset + part.bytes <= whole.offset + whole.bytes;
+      if (time && space && !in_place && !inside) return x.value->name() + " and " + y.value->name();
     }
   return "";
 }

@@ -45,8 +45,8 @@ int cmd_compile(const std::vector<std::string>& argv_in) {
     throw UserError(model + ": " + e.what());
   }
   runtime::write_aot_bundle(bundle, dir);
-  std::printf("%s: %d kernels, %d views; arena %lld bytes, weights %lld bytes; build with: make -C %s\n",
-              dir.c_str(), bundle.generated_kernels, bundle.views, (long long)bundle.arena_bytes,
+  std::printf("%s: %d kernels, %d views, %d Concats built in place; arena %lld bytes, weights %lld bytes; build with: make -C %s\n",
+              dir.c_str(), bundle.generated_kernels, bundle.views, bundle.in_place_concats, (long long)bundle.arena_bytes,
               (long long)bundle.weights_bytes, dir.c_str());
   return 0;
 }
