@@ -260,7 +260,11 @@ void Executable::run_into(const std::vector<const void*>& inputs, const std::vec
       kernel_ms_[k] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (env_profile)
         std::fprintf(stderr, "kiln profile: %-40s %s %9.3f ms\n", kernels_[k].name.c_str(),
-                     kernels_[k].generated ? "gen" : "lib", kernel_ms_[k]);
+                     kernels_[k].generated                   ? "gen"
+                     : plan_.groups[k].in_place_concat       ? "in-place"
+                     : !plan_.groups[k].counts_as_kernel()   ? "view"
+                                                             : "lib",
+                     kernel_ms_[k]);
     }
   }
 }

@@ -181,11 +181,12 @@ def classify_exit(path, rc, stderr, cmd):
 
 
 def library_kernels(stderr):
-    """Names of kernels a compiled run left to the reference kernels (views also print "lib")."""
+    """Names of kernels a compiled run left to the reference kernels ("lib"; views print "view",
+    Concats built in place "in-place")."""
     out = []
     for ln in stderr.splitlines():
-        m = re.match(r"kiln profile: (\S+)\s+(gen|lib)\s", ln)
-        if m and m.group(2) == "lib" and not m.group(1).startswith("view_"):
+        m = re.match(r"kiln profile: (\S+)\s+(gen|lib|view|in-place)\s", ln)
+        if m and m.group(2) == "lib":
             out.append(m.group(1))
     return out
 

@@ -75,8 +75,8 @@ expect("a C compiler failure is a compile error",
        == "compile-error")
 expect("exit 1 is a user error", fuzz_check.classify_exit("fused", 1, "kiln: error: bad\n", []).cls == "user-error")
 expect("views are not library kernels", fuzz_check.library_kernels(
-    "kiln profile: view_3   lib  0.001 ms\nkiln profile: fused_resize_1  lib  0.1 ms\n"
-    "kiln profile: fused_relu_0  gen  0.1 ms\n") == ["fused_resize_1"])
+    "kiln profile: view_3   view  0.001 ms\nkiln profile: fused_resize_1  lib  0.1 ms\n"
+    "kiln profile: fused_concat_2  in-place  0.0 ms\nkiln profile: fused_relu_0  gen  0.1 ms\n") == ["fused_resize_1"])
 expect("signatures blank names and numbers",
        fuzz_check.signature("memory plan: 'a_1' and 'b_22' overlap at 12") == "memory plan: '' and '' overlap at N")
 
