@@ -435,16 +435,21 @@ bool tiles_by_line(bool direct, int64_t ho, int64_t wo, int64_t rs, int64_t mr) 
 // per row, at most 16), the one with the fewest computed rows weighted by the tile's per-row
 // overhead, (mr + 3) / mr — the B loads and call overhead a taller tile shares across more rows
 // (14 rows ≈ 1.2 per row, 7 ≈ 1.4: 512 -> 512 3x3 over 7x7 1.39 ms as 14-row tiles over
-// 9-wide lines, 1.20 as 7-row tiles of one line). Ties go to the taller tile.
-int ContractionLowering::position_rows(bool direct, int64_t ho, int64_t wo, int64_t rs, int64_t m) const {
+// 9-wide lines, 1.20 as 7-row tiles of one line). Line tiles also skip the kernel rows that read
+// only padding (segment_live), so their rows count by `live`, the fraction of (line, kernel row)
+// pairs inside the image: ResNet-50's 512 -> 512 3x3 stride-2 conv to 7x7 (6 of 63 pairs dead)
+// ran 2.34 ms as 14-row tiles over its 8-wide phase-plane lines, 1.93 as 7-row tiles of one
+// line (C harness). Ties go to the taller tile.
+int ContractionLowering::position_rows(bool direct, int64_t ho, int64_t wo, int64_t rs, int64_t m, double live) const {
   const auto& cr = sched_.contraction;
   const int64_t vw = std::max(1, sched_.vector_width), nv = std::max<int64_t>(1, cr.nr / vw);
   const int64_t top = std::clamp<int64_t>(cr.accumulator_registers / nv, 1, 16);
   int best = cr.mr;
   double best_cost = -1;
   for (int64_t mr = top; mr >= 1; --mr) {
-    const int64_t rows = tiles_by_line(direct, ho, wo, rs, mr) ? ho * ((wo + mr - 1) / mr * mr) : (m + mr - 1) / mr * mr;
-    const double cost = double(rows) * double(mr + 3) / double(mr);
+    const bool lines = tiles_by_line(direct, ho, wo, rs, mr);
+    const int64_t rows = lines ? ho * ((wo + mr - 1) / mr * mr) : (m + mr - 1) / mr * mr;
+    const double cost = double(rows) * (lines ? live : 1.0) * double(mr + 3) / double(mr);
     if (best_cost < 0 || cost < best_cost - 1e-9) {
       best_cost = cost;
       best = int(mr);
@@ -490,7 +495,12 @@ GemmView ContractionLowering::implicit_conv_view() {
   GemmView g;
   g.batch = {nb};
   g.m = (ho - 1) * rs + wo;
-  if (sched_.contraction.fit_position_rows) sched_.contraction.mr = position_rows(direct, ho, wo, rs, g.m);
+  if (sched_.contraction.fit_position_rows) {
+    int64_t live = 0;
+    for (int64_t ky = 0; ky < kh; ++ky)
+      for (int64_t oy = 0; oy < ho; ++oy) live += oy * sy + ky * dy - pt >= 0 && oy * sy + ky * dy - pt < h;
+    sched_.contraction.mr = position_rows(direct, ho, wo, rs, g.m, double(live) / double(std::max<int64_t>(1, ho * kh)));
+  }
   if (sched_.contraction.implicit_kc > 0) sched_.contraction.kc = std::min(sched_.contraction.kc, sched_.contraction.implicit_kc);
   g.n = cout;
   g.k = ks * c;
