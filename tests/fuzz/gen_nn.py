@@ -346,6 +346,54 @@ def fam_inverted_residual(b):
     return z
 
 
+def fam_inception(b):
+    """An inception block: 2-4 branches over one input (a conv, a conv after a 1x1 conv, a 3x3
+    max-pool, an activation of the input), each usually with its activation, concatenated along the
+    channels (along another axis at times), then read by one or two consumers. At batch 1 with
+    computed parts kiln builds the Concat in place (fusion/concat_in_place.h): the branches write
+    their slices; a branch value sometimes also feeds a later op (a part with other readers)."""
+    x = b.pick(lambda v: v.rank == 4 and v.shape[1] <= 48)
+    n, c, h, w = x.shape
+    x = ops.tame(b, x, 10.0)
+    parts = []
+    for _ in range(b.randint(2, 4)):
+        kind = b.choice(["conv", "conv2", "pool", "act"], p=[4, 2, 2, 1])
+        if kind == "pool":
+            y = b.op1("MaxPool", [x], x.shape, x.mag, x.lb, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+        elif kind == "act":
+            y = ops.unary(b, x, b.choice(["Relu", "Sigmoid", "Tanh"]))
+        else:
+            y = x
+            for _ in range(2 if kind == "conv2" else 1):
+                m = b.choice([4, 8, 16, 24])
+                k = b.choice([1, 3, 3, 5]) if y is not x or kind == "conv" else 1
+                if n * m * h * w > MAX_ELEMS or m * y.shape[1] * k * k > MAX_ELEMS:
+                    raise Skip()
+                ins = [ops.tame(b, y, 10.0), b.weight((m, y.shape[1], k, k), 1 / math.sqrt(y.shape[1] * k * k))]
+                if b.chance(0.7):
+                    ins.append(b.weight((m,), 0.5, "bias"))
+                y = b.op1("Conv", ins, (n, m, h, w), 1.5 * min(y.mag, 10.0) + 2, kernel_shape=[k, k],
+                          pads=[k // 2] * 4)
+                if b.chance(0.8):
+                    y = ops.unary(b, y, b.choice(["Relu", "Relu", "Clip", "HardSwish"]))
+        parts.append(y)
+    axis = 1 if b.chance(0.8) else b.choice([2, 3])
+    if axis != 1 and len({p.shape[1] for p in parts}) > 1:
+        axis = 1
+    out = list(parts[0].shape)
+    out[axis] = sum(p.shape[axis] for p in parts)
+    if numel(out) > MAX_ELEMS:
+        raise Skip()
+    cat = b.op1("Concat", parts, tuple(out), max(p.mag for p in parts), min(p.lb for p in parts), axis=axis)
+    y = ops.unary(b, cat, b.choice(["Relu", "Sigmoid", "Neg"]))
+    if b.chance(0.5):
+        b.op1("MaxPool", [cat], cat.shape, cat.mag, cat.lb, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    if b.chance(0.3):
+        p = parts[b.randint(0, len(parts) - 1)]
+        b.op1("Mul", [p, p], p.shape, p.mag * p.mag, 0.0)
+    return y
+
+
 def batchnorm(b, x):
     c = x.shape[1]
     ins = [x, b.weight((c,), 0.3, "gamma"), b.weight((c,), 0.3, "beta"), b.weight((c,), 0.3, "mean"),
