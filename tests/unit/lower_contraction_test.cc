@@ -367,6 +367,16 @@ std::vector<ConvCase> implicit_conv_cases() {
 )", "%x: f32[1,18,5,4,3]", "%y", {{"w", {40, 18, 3, 1, 1}}}},
       {"ic_narrow_out_20", R"(  %y: f32[1,20,5,7] = Conv(%x, %w) {kernel_shape=[3,3], pads=[0,1,2,1]} name="conv"
 )", "%x: f32[1,16,5,7]", "%y", {{"w", {20, 16, 3, 3}}}},
+      // Inception-v3's 1x7 conv over 17x17: 23-wide lines, each computed as two 9-row tiles (18
+      // rows for 17 outputs; the last tile's extra row reads past the line, into the next one
+      // and, after the last, into the planes' slack). Bias and ReLU.
+      {"ic_1x7_lines", R"(  %c: f32[1,40,17,17] = Conv(%x, %w, %b) {kernel_shape=[1,7], pads=[0,3,0,3]} name="conv"
+  %y: f32[1,40,17,17] = Relu(%c) name="relu"
+)", "%x: f32[1,16,17,17]", "%y", {{"w", {40, 16, 1, 7}}, {"b", {40}}}},
+      // A 3x3 stride-2 conv to 7x7 (ResNet's layer4.0 conv2 in small): 7-row tiles of one
+      // phase-plane line (49 rows, not 55 over the 8-wide lines).
+      {"ic_stride2_7x7_lines", R"(  %y: f32[1,32,7,7] = Conv(%x, %w) {kernel_shape=[3,3], pads=[1,1,1,1], strides=[2,2]} name="conv"
+)", "%x: f32[1,16,14,14]", "%y", {{"w", {32, 16, 3, 3}}}},
   };
 }
 
@@ -410,7 +420,7 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
         // folded into the batch, channel rows.)
         static const std::set<std::string> unit_stride_staged = {
             "ic_3x3_pad",       "ic_dilated_lines", "ic_dilated_aspp_skip",   "ic_3d_temporal_3x1x1",
-            "ic_narrow_out_16", "ic_narrow_out_20", "ic_stem_im2col_few_out"};
+            "ic_narrow_out_16", "ic_narrow_out_20", "ic_stem_im2col_few_out", "ic_1x7_lines"};
         const bool transposed_staging = nest.find("kiln_transpose_f32(&kiln_xph") != std::string::npos;
         EXPECT_EQ(transposed_staging, sp == &inner && unit_stride_staged.count(c.name)) << nest;
         // The implicit form: weights packed from their [Cout][Cin][kh][kw] order, K in segments
@@ -433,6 +443,14 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
         // (With 16 input channels at the default kc a call runs all nine kernel positions: no skip.)
         if ((sp && c.name == "ic_dilated_lines") || c.name == "ic_dilated_aspp_skip") {
           EXPECT_NE(nest.find("zero segments skipped per tile"), std::string::npos) << nest;
+        }
+        if (!sp && c.name == "ic_1x7_lines") {
+          EXPECT_NE(nest.find("micro-kernel 9x32"), std::string::npos) << nest;
+          EXPECT_NE(nest.find("[305 x 112]"), std::string::npos) << nest;  // 16 lines of 18 rows, then 17
+        }
+        if (!sp && c.name == "ic_stride2_7x7_lines") {
+          EXPECT_NE(nest.find("micro-kernel 7x32"), std::string::npos) << nest;
+          EXPECT_NE(nest.find("[49 x 144]"), std::string::npos) << nest;
         }
         if (!sp && c.name == "ic_narrow_out_20") {
           EXPECT_NE(nest.find("micro-kernel 7x32"), std::string::npos) << nest;  // one output line of 7
