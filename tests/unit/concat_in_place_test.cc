@@ -195,15 +195,9 @@ TEST(ConcatInPlace, ExecutableMatchesTheReference) {
         }
         EXPECT_EQ(in_place, batch == 1 ? 1 : 0);
         const TensorMap got = ex->run(in);
-        for (const auto& [name, t] : want) {
-          double mx = 0, diff = 0;
-          for (int64_t i = 0; i < t.numel(); ++i) {
-            mx = std::max(mx, std::fabs(t.as_double(i)));
-            diff = std::max(diff, std::fabs(got.at(name).as_double(i) - t.as_double(i)));
-          }
-          EXPECT_LE(diff, (strict ? 0.0 : 1e-4) * mx)
+        for (const auto& [name, t] : want)
+          EXPECT_EQ(testing::within_max_magnitude(got.at(name), t, strict ? 0.0 : 1e-4), "")
               << name << " batch " << batch << " threads " << threads << " strict " << strict;
-        }
       }
   }
 }
