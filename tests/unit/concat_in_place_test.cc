@@ -183,10 +183,7 @@ TEST(ConcatInPlace, ExecutableMatchesTheReference) {
     const TensorMap want = run_reference(*g, in);
     for (bool strict : {false, true})
       for (int threads : {1, 2}) {
-        runtime::BuildOptions o;
-        o.threads = threads;
-        o.strict_fp = strict;
-        auto ex = runtime::Executable::build(g->clone(), o);
+        auto ex = testing::build_executable(*g, threads, strict);
         int in_place = 0;
         for (const auto& k : ex->kernels()) {
           const FusionGroup& grp = ex->plan().groups[k.group];

@@ -201,6 +201,14 @@ inline TensorMap random_inputs(const Graph& g, unsigned seed = 3, const TensorMa
   return m;
 }
 
+// An executable of a copy of g at the given thread count and numerics (default or --strict-fp).
+inline std::unique_ptr<runtime::Executable> build_executable(const Graph& g, int threads, bool strict) {
+  runtime::BuildOptions o;
+  o.threads = threads;
+  o.strict_fp = strict;
+  return runtime::Executable::build(g.clone(), o);
+}
+
 // Partitions g, runs it lowered and unfused, and checks every output. Returns the run.
 // "" when got matches want within tol × the largest finite |want| (NaN matches NaN, infinities
 // must be equal): the numerics contract.

@@ -110,10 +110,7 @@ TEST(RuntimeRegression, AttentionOf399PositionsWithHeadsOf24) {
   const Tensor want = run_reference(*g, in).at("y");
   for (bool strict : {false, true})
     for (int threads : {1, 2}) {
-      runtime::BuildOptions o;
-      o.threads = threads;
-      o.strict_fp = strict;
-      auto ex = runtime::Executable::build(g->clone(), o);
+      auto ex = testing::build_executable(*g, threads, strict);
       size_t kernels = 0;
       for (const auto& k : ex->kernels()) {
         kernels += ex->plan().groups[k.group].counts_as_kernel();
