@@ -94,13 +94,14 @@ TEST(ConcatInPlace, LegalityAndItsReasons) {
 
   // DenseNet's pattern: a feature map is a part of every later Concat of its block; it can have
   // one place only, so none of them is built in place (they fuse into their consumers instead).
-  auto dense = ir("  %a: f32[1,4] = Exp(%x) name=\"a\"\n  %b: f32[1,4] = Neg(%x) name=\"b\"\n"
-                  "  %c1: f32[1,8] = Concat(%x2, %a) {axis=1} name=\"cat1\"\n"
-                  "  %c2: f32[1,12] = Concat(%x2, %a, %b) {axis=1} name=\"cat2\"\n"
+  auto dense = ir("  %f: f32[1,4] = Tanh(%x) name=\"f\"\n  %a: f32[1,4] = Exp(%x) name=\"a\"\n"
+                  "  %b: f32[1,4] = Neg(%x) name=\"b\"\n"
+                  "  %c1: f32[1,8] = Concat(%f, %a) {axis=1} name=\"cat1\"\n"
+                  "  %c2: f32[1,12] = Concat(%f, %a, %b) {axis=1} name=\"cat2\"\n"
                   "  %y1: f32[1,8] = Neg(%c1) name=\"y1\"\n  %y2: f32[1,12] = Neg(%c2) name=\"y2\"\n",
-                  "%x: f32[1,4], %x2: f32[1,4]", "%y1, %y2");
-  EXPECT_EQ(concat_in_place(*dense, *node(*dense, "cat2")).reason(), "a part is not an intermediate tensor");
-  EXPECT_EQ(concat_in_place(*dense, *node(*dense, "cat1")).reason(), "a part is not an intermediate tensor");
+                  "%x: f32[1,4]", "%y1, %y2");
+  EXPECT_EQ(concat_in_place(*dense, *node(*dense, "cat1")).reason(), "part 'f' is also a part of another Concat");
+  EXPECT_EQ(concat_in_place(*dense, *node(*dense, "cat2")).reason(), "part 'f' is also a part of another Concat");
   auto nested = ir("  %a: f32[1,4] = Exp(%x) name=\"a\"\n  %b: f32[1,4] = Neg(%x) name=\"b\"\n"
                    "  %c1: f32[1,8] = Concat(%a, %b) {axis=1} name=\"inner\"\n  %e: f32[1,4] = Tanh(%x) name=\"e\"\n"
                    "  %c2: f32[1,12] = Concat(%c1, %e) {axis=1} name=\"outer\"\n  %d: f32[1,4] = Sin(%x) name=\"d\"\n"
