@@ -15,6 +15,18 @@ void depthwise_f32(int64_t kh, int64_t kw, int64_t rows, int64_t cols, const flo
     }
 }
 
+void depthwise_blocked_f32(int64_t taps, const int64_t* off, int64_t rows, int64_t cols, const float* in, int64_t ldi,
+                           const float* w, float* out, int64_t ldo) {
+  constexpr int64_t L = kDepthwiseBlockLanes;
+  for (int64_t y = 0; y < rows; ++y)
+    for (int64_t x = 0; x < cols; ++x)
+      for (int64_t l = 0; l < L; ++l) {
+        float s = 0.0f;
+        for (int64_t t = 0; t < taps; ++t) s = s + w[t * L + l] * in[(y * ldi + x + off[t]) * L + l];
+        out[(y * ldo + x) * L + l] = s;
+      }
+}
+
 std::string depthwise_name(int64_t kh, int64_t kw) {
   return std::string(kDepthwiseF32) + "_" + std::to_string(kh) + "x" + std::to_string(kw);
 }
@@ -131,6 +143,58 @@ std::string depthwise_c_source(const std::set<std::pair<int64_t, int64_t>>& wind
         "#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))\n#include <immintrin.h>\n#endif\n";
   for (auto [kh, kw] : windows) specialisation(os, kh, kw);
   return os.str() + "\n";
+}
+
+std::string depthwise_blocked_c_source() {
+  // A run of N positions (N = 1..8, a constant in each function so that the accumulators stay in
+  // registers): per tap one weight vector, then N input vectors multiply-added.
+  constexpr int kMaxRun = 8;
+  std::ostringstream os;
+  os << "/* The channel-blocked depthwise micro-kernel (src/kernels/depthwise.h): out[(y*ldo+x)*16+l] = sum over\n"
+        " * taps t of w[t*16+l] * in[(y*ldi+x+off[t])*16+l], fused multiply-adds, taps ascending. */\n"
+        "#if defined(__AVX512F__)\n#include <immintrin.h>\n";
+  for (int n = 1; n <= kMaxRun; ++n)
+    os << "static inline void kiln_dwc_f32_run" << n
+       << "(int64_t taps, const int64_t* restrict off, const float* restrict in, const float* restrict w,\n"
+       << "    float* restrict out) {\n"
+       << "  __m512 acc[" << n << "];\n"
+       << "  #pragma GCC unroll 8\n"
+       << "  for (int j = 0; j < " << n << "; ++j) acc[j] = _mm512_setzero_ps();\n"
+       << "  for (int64_t t = 0; t < taps; ++t) {\n"
+       << "    const __m512 wv = _mm512_loadu_ps(w + t * 16);\n"
+       << "    const float* restrict p = in + off[t] * 16;\n"
+       << "    #pragma GCC unroll 8\n"
+       << "    for (int j = 0; j < " << n << "; ++j) acc[j] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(p + j * 16), acc[j]);\n"
+       << "  }\n"
+       << "  #pragma GCC unroll 8\n"
+       << "  for (int j = 0; j < " << n << "; ++j) _mm512_storeu_ps(out + j * 16, acc[j]);\n"
+       << "}\n";
+  os << "#endif\n"
+     << "static void kiln_dwc_f32(int64_t taps, const int64_t* restrict off, int64_t rows, int64_t cols,\n"
+     << "    const float* restrict in, int64_t ldi, const float* restrict w, float* restrict out, int64_t ldo) {\n"
+     << "  for (int64_t y = 0; y < rows; ++y) {\n"
+     << "    const float* restrict ir = in + y * ldi * 16;\n"
+     << "    float* restrict orow = out + y * ldo * 16;\n"
+     << "#if defined(__AVX512F__)\n"
+     << "    int64_t x = 0;\n"
+     << "    for (; x + " << kMaxRun << " <= cols; x += " << kMaxRun << ") kiln_dwc_f32_run" << kMaxRun
+     << "(taps, off, ir + x * 16, w, orow + x * 16);\n"
+     << "    switch (cols - x) {\n";
+  for (int n = kMaxRun - 1; n >= 1; --n)
+    os << "      case " << n << ": kiln_dwc_f32_run" << n << "(taps, off, ir + x * 16, w, orow + x * 16); break;\n";
+  os << "      default: break;\n"
+     << "    }\n"
+     << "#else\n"
+     << "    for (int64_t x = 0; x < cols; ++x)\n"
+     << "      for (int64_t l = 0; l < 16; ++l) {\n"
+     << "        float s = 0.0f;\n"
+     << "        for (int64_t t = 0; t < taps; ++t) s += w[t * 16 + l] * ir[(x + off[t]) * 16 + l];\n"
+     << "        orow[x * 16 + l] = s;\n"
+     << "      }\n"
+     << "#endif\n"
+     << "  }\n"
+     << "}\n\n";
+  return os.str();
 }
 
 }  // namespace kiln::kernels

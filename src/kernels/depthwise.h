@@ -44,4 +44,30 @@ std::string depthwise_name(int64_t kh, int64_t kw);
 // compiled for (the preprocessor picks AVX-512, AVX2 + FMA or plain loops).
 std::string depthwise_c_source(const std::set<std::pair<int64_t, int64_t>>& windows);
 
+// The channel-blocked form: 16 channels per vector, the taps at any offsets (phase planes of a
+// strided or dilated window),
+//
+//   kiln_dwc_f32(taps, off, rows, cols, in, ldi, w, out, ldo)
+//     for y < rows, x < cols, l < 16:
+//       out[(y*ldo + x)*16 + l] = Σ_{t < taps, ascending, from +0} w[t*16 + l] * in[(y*ldi + x + off[t])*16 + l]
+//
+// (`off`: int64 offsets in positions; `in` and `out` interleave 16 channels per position, `w` the
+// 16 channels' weights per tap). Why: the channel-blocked stencil's sum written per output vector
+// loads a weight vector and an input vector per multiply-add (two loads per FMA, and GCC keeps
+// nothing across positions); here a run of up to 8 output positions of a row is summed at once,
+// each tap's weights loaded once for the run. EfficientNet-B0's 5x5 depthwise conv over 7x7 (1152
+// channels) in a C harness: 0.080 -> 0.052 ms (with the transposing copies around it, 0.042).
+// AVX-512: the run's accumulators in zmm registers; otherwise plain loops. The sums are in the
+// reference's order (tap ascending, from 0), with fused multiply-adds: the lowering calls it only
+// under the default numerics contract.
+inline constexpr const char* kDepthwiseBlockedF32 = "kiln_dwc_f32";
+inline constexpr int64_t kDepthwiseBlockLanes = 16;
+
+// The blocked form's semantics (the loop interpreter runs this).
+void depthwise_blocked_f32(int64_t taps, const int64_t* off, int64_t rows, int64_t cols, const float* in, int64_t ldi,
+                           const float* w, float* out, int64_t ldo);
+
+// Its C source (emitted once into a module that calls it).
+std::string depthwise_blocked_c_source();
+
 }  // namespace kiln::kernels

@@ -1,5 +1,6 @@
 #include "loop/loop_interpreter.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <cstring>
@@ -132,6 +133,7 @@ class Interpreter {
     if (s.text == kernels::kMicroKernelSegF32) return call_segmented_microkernel(s);
     if (s.text == kernels::kTransposeF32) return call_transpose(s);
     if (s.text == kernels::kDepthwiseF32) return call_depthwise(s);
+    if (s.text == kernels::kDepthwiseBlockedF32) return call_depthwise_blocked(s);
     KILN_CHECK(s.text == kernels::kMicroKernelF32 && s.call_args.size() == 11, "the interpreter cannot run call ",
                s.text);
     const auto& a = s.call_args;
@@ -201,6 +203,33 @@ class Interpreter {
     const float* w = f32_block(s, 6, 1, 0, kh * kw, 1);
     float* out = f32_block(s, 7, rows, ldo, cols, 1);
     kernels::depthwise_f32(kh, kw, rows, cols, in, ldi, w, out, ldo);
+  }
+
+  // kiln_dwc_f32(taps, off, rows, cols, in, ldi, w, out, ldo) (kernels/depthwise.h), the offset
+  // table and the blocks it reads and writes checked.
+  void call_depthwise_blocked(const StmtNode& s) {
+    KILN_CHECK(s.call_args.size() == 9, "kiln_dwc_f32 takes 9 arguments");
+    const auto& a = s.call_args;
+    auto i64 = [&](size_t k) { return eval(a[k]).i; };
+    const int64_t taps = i64(0), rows = i64(2), cols = i64(3), ldi = i64(5), ldo = i64(8);
+    constexpr int64_t L = kernels::kDepthwiseBlockLanes;
+    KILN_CHECK(taps >= 0 && rows >= 0 && cols >= 0 && ldi >= 0 && ldo >= 0, "bad blocked depthwise micro-kernel extents");
+    if (rows == 0 || cols == 0) return;
+    KILN_CHECK(a[1]->kind == ExprKind::Address, "kiln_dwc_f32 argument 1 is not an address");
+    Tensor* to = tensor(a[1]->buffer);
+    KILN_CHECK(to->dtype() == DType::Int64, "kiln_dwc_f32 offsets '", a[1]->buffer->name, "' are not int64");
+    const int64_t o0 = eval(a[1]->args[0]).i;
+    std::vector<int64_t> off(static_cast<size_t>(taps));
+    for (int64_t t = 0; t < taps; ++t) {
+      checked_index(a[1]->buffer, o0 + t);
+      off[size_t(t)] = to->data<int64_t>()[o0 + t];
+      KILN_CHECK(off[size_t(t)] >= 0, "kiln_dwc_f32: negative tap offset");
+    }
+    const int64_t reach = taps ? *std::max_element(off.begin(), off.end()) : 0;
+    const float* in = f32_block(s, 4, rows, ldi * L, (cols + reach) * L, 1);
+    const float* w = f32_block(s, 6, 1, 0, taps * L, 1);
+    float* out = f32_block(s, 7, rows, ldo * L, cols * L, 1);
+    kernels::depthwise_blocked_f32(taps, off.data(), rows, cols, in, ldi, w, out, ldo);
   }
 
   // kiln_transpose_f32(dst, ldd, src, lds, rows, cols), every element it touches checked.

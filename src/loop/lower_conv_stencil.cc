@@ -33,6 +33,9 @@
 #include <set>
 
 #include "kernels/depthwise.h"
+#include "kernels/microkernel.h"
+#include "loop/affine.h"
+#include "loop/loop_transforms_internal.h"
 #include "loop/contraction_lowering.h"
 #include "support/error.h"
 
@@ -294,23 +297,29 @@ LoopKernel ContractionLowering::build_stencil() {
 // padded 11x11 phase plane (5x5 window): 128 lanes computed for 49 stored, per channel, each tap
 // an unaligned load. With the channels as the lanes every load is one aligned vector and no lane
 // is wasted — the channel-blocked (NCHWc) kernels ONNX Runtime and oneDNN run — while the tensors
-// stay NCHW outside: the block's channels are staged into planes interleaved by channel (a gather
-// per position), the outputs stored with a scatter.
+// stay NCHW outside: the block's channels are staged into planes interleaved by channel and the
+// outputs transposed back.
 //
 //   for (n, block of 16 channels c0..)                    parallel over images × blocks
 //     planes[(slot · plane + r · wq + q) · 16 + l] = 0, then the interior from x[n][c0 + l] (the
-//       fused prologue evaluated there once per element)
-//     wb[tap · 16 + l] = w[c0 + l][0][tap]
+//       fused prologue evaluated there once per element; a plain input's rows are transposed in,
+//       one kiln_transpose_f32 call per row, where the window's stride along x is 1)
+//     wb[tap · 16 + l] = w[c0 + l][0][tap]                (one transposing call for constant weights)
+//     default numerics: sums[(y · Wo + x) · 16 + l] = kiln_dwc_f32(planes, wb) (kernels/depthwise.h)
 //     for y < Ho, x < Wo, l < 16 (vectorised)
 //       out(n, c0 + l, y, x) = epilogue(Σ_taps wb[tap · 16 + l] · planes[(offset(tap) + y · wq + x) · 16 + l]
-//                                       + bias[c0 + l])
+//                                       + bias[c0 + l])    (the sum: sums[...] or, strict, spelled out)
+//     — into a local tile per output, then one transposing call per output into its NCHW plane
+//       where the output's positions are contiguous; otherwise a store per element (a scatter)
 //
 // The sum keeps the plane stencil's order (kernel position ascending, from 0; a padding position
 // contributes 0 · w), so --strict-fp stays bit-identical. Taken (channel_block_stencil) for
 // depthwise convs with a multiple of 16 channels and rows narrower than
 // Schedule::stencil_channel_blocks_below, on 16-lane targets (AVX-512's gathers and scatters).
 // EfficientNet-B0's 5x5 depthwise conv + SiLU over 7x7 (1152 channels): 0.20 -> 0.095 ms (ONNX Runtime
-// 0.064-0.076), 576 channels 3x3: 0.051 -> 0.030 (0.032); kiln bench, 1 thread.
+// 0.064-0.076), 576 channels 3x3: 0.051 -> 0.030 (0.032); kiln bench, 1 thread. The micro-kernel
+// and the transposing copies (gathers and scatters of 16 channels a plane apart before): the 5x5
+// conv + SiLU 0.121 -> 0.059 ms in a C harness (bench figures: docs/benchmarks.md).
 bool ContractionLowering::channel_block_stencil() const {
   const Shape& xs = c_->input(0)->shape();
   const int64_t cg = xs[1] / group_, mg = c_->input(1)->shape()[0] / group_;
@@ -318,20 +327,46 @@ bool ContractionLowering::channel_block_stencil() const {
          geo_.out[1] < sched_.stencil_channel_blocks_below;
 }
 
+namespace {
+
+// dst[dst_off + q · 16 + l] = val for l < 16, q < run as one transposing copy
+// (kernels::kTransposeF32), when `val` is a float32 load of a kernel argument at an index affine in
+// the lane `l` (a positive coefficient: the channel stride) and in `q` (coefficient 1: a run of
+// consecutive elements). Null otherwise (the caller stores element by element).
+Stmt transposed_in(const Expr& val, const std::string& l, const std::string& q, int64_t run, const BufferPtr& dst,
+                   const Expr& dst_off) {
+  if (val->kind != ExprKind::Load || val->type != DType::Float32 || val->buffer->scope == Scope::Local) return nullptr;
+  AffineScope scope;
+  scope.varying = {l, q};
+  const auto f = affine_form(val->args[0], scope);
+  if (!f || f->coef_of(q) != 1 || f->coef_of(l) < 1) return nullptr;
+  const Expr src = sched::substitute(val->args[0], {{l, int_imm(0)}, {q, int_imm(0)}});
+  return call_stmt(kernels::kTransposeF32, {address(dst, dst_off), int_imm(kernels::kDepthwiseBlockLanes),
+                                            address(val->buffer, src), int_imm(f->coef_of(l)),
+                                            int_imm(kernels::kDepthwiseBlockLanes), int_imm(run)});
+}
+
+}  // namespace
+
 LoopKernel ContractionLowering::build_channel_block_stencil() {
   const int64_t numel = conv_sized_outputs();
   const Value* x = c_->input(0);
   const Value* w = c_->input(1);
   const Shape& ws = w->shape();
-  constexpr int64_t lanes = 16;
+  constexpr int64_t lanes = kernels::kDepthwiseBlockLanes;
   const int64_t nb = x->shape()[0], blocks = group_ / lanes;
   const int64_t ho = geo_.out[0], wo = geo_.out[1], kw = geo_.kernel[1], taps = geo_.kernel[0] * kw;
   if (taps > int64_t(kMaxExprNodes / 4)) refuse(cat("a ", geo_.kernel[0], "x", kw, " window has too many taps to unroll"));
   const PhasePlanes ph = phase_geometry();
   const int64_t positions = ph.slots * ph.plane;
+  // Under the default numerics the window sums go through the blocked micro-kernel; --strict-fp
+  // spells them out in the epilogue's loop (the same order, no fused multiply-adds).
+  const bool micro = sched_.reorder_sums;
 
   auto planes = std::make_shared<Buffer>(Buffer{"kiln_dbp", DType::Float32, {positions * lanes}, Scope::Local});
   auto wb = std::make_shared<Buffer>(Buffer{"kiln_dbw", DType::Float32, {taps * lanes}, Scope::Local});
+  auto sums = std::make_shared<Buffer>(Buffer{"kiln_dbs", DType::Float32, {ho * wo * lanes}, Scope::Local});
+  auto offs = std::make_shared<Buffer>(Buffer{"kiln_dbo", DType::Int64, {taps}, Scope::Local});
   const Expr t = var("kiln_dt"), l = var("kiln_dl");
   const Expr n = div_floor(t, int_imm(blocks)), co = add(mul(mod(t, int_imm(blocks)), int_imm(lanes)), l);
   auto over_lanes = [&](std::vector<Stmt> body) { return for_loop("kiln_dl", int_imm(lanes), std::move(body), ForKind::Vectorized); };
@@ -341,8 +376,10 @@ LoopKernel ContractionLowering::build_channel_block_stencil() {
   block.push_back(for_loop("kiln_dz", int_imm(positions), {over_lanes({store(planes, add(mul(var("kiln_dz"), int_imm(lanes)), l), float_imm(0))})}));
   {
     const Expr tap = var("kiln_dk");
-    Expr wv = to_compute(L_.value_at(w, Index::from_dims(ws, {co, int_imm(0), div_floor(tap, int_imm(kw)), mod(tap, int_imm(kw))})));
-    block.push_back(for_loop("kiln_dk", int_imm(taps), {over_lanes({store(wb, add(mul(tap, int_imm(lanes)), l), wv)})}));
+    // By flat offset (co · taps + tap): affine in the lane and the tap, for the transposing copy.
+    Expr wv = to_compute(L_.value_at(w, Index::from_flat(ws, add(mul(co, int_imm(taps)), tap))));
+    Stmt copy = transposed_in(wv, "kiln_dl", "kiln_dk", taps, wb, int_imm(0));
+    block.push_back(copy ? copy : for_loop("kiln_dk", int_imm(taps), {over_lanes({store(wb, add(mul(tap, int_imm(lanes)), l), wv)})}));
   }
   const nn::WindowGeometry g = planar_geometry();
   const int64_t h = g.in[0], wd = g.in[1], sy = g.stride[0], sx = g.stride[1], pt = g.pad_begin[0], pl = g.pad_begin[1];
@@ -355,29 +392,71 @@ LoopKernel ContractionLowering::build_channel_block_stencil() {
     const Expr y = sub(add(mul(r, int_imm(sy)), int_imm(py)), int_imm(pt));
     const Expr xx = sub(add(mul(q, int_imm(sx)), int_imm(px)), int_imm(pl));
     const Expr val = to_compute(L_.value_at(x, planar_index(x, n, co, y, xx)));
+    const Expr row_at = add(int_imm(sl * ph.plane), add(mul(r, int_imm(ph.wq)), int_imm(q0)));
+    if (Stmt copy = transposed_in(val, "kiln_dl", "kiln_xx", q1 - q0, planes, mul(row_at, int_imm(lanes)))) {
+      block.push_back(for_loop("kiln_xy", int_imm(r1 - r0), {copy}));
+      continue;
+    }
     const Expr at = add(mul(add(int_imm(sl * ph.plane), add(mul(r, int_imm(ph.wq)), q)), int_imm(lanes)), l);
     block.push_back(for_loop("kiln_xy", int_imm(r1 - r0), {for_loop("kiln_xx", int_imm(q1 - q0), {over_lanes({store(planes, at, val)})})}));
   }
-  {
-    const Expr y = var("kiln_dy"), xo = var("kiln_dx");
-    const Expr pos = add(mul(y, int_imm(ph.wq)), xo);
-    Expr sum = float_imm(0);
+  const Expr y = var("kiln_dy"), xo = var("kiln_dx");
+  const Expr pos = add(mul(y, int_imm(ph.wq)), xo);
+  const Expr tile_at = add(mul(add(mul(y, int_imm(wo)), xo), int_imm(lanes)), l);
+  Expr sum;
+  if (micro) {
+    for (int64_t tap = 0; tap < taps; ++tap) block.push_back(store(offs, int_imm(tap), int_imm(ph.offset[size_t(tap)])));
+    block.push_back(call_stmt(kernels::kDepthwiseBlockedF32,
+                              {int_imm(taps), address(offs, int_imm(0)), int_imm(ho), int_imm(wo), address(planes, int_imm(0)),
+                               int_imm(ph.wq), address(wb, int_imm(0)), address(sums, int_imm(0)), int_imm(wo)}));
+    sum = load(sums, tile_at);
+  } else {
+    sum = float_imm(0);
     for (int64_t tap = 0; tap < taps; ++tap) {
       const Expr wv = load(wb, add(int_imm(tap * lanes), l));
       const Expr xv = load(planes, add(mul(add(int_imm(ph.offset[size_t(tap)]), pos), int_imm(lanes)), l));
       sum = binary(BinOp::Add, sum, binary(BinOp::Mul, wv, xv));
     }
-    Index point = Index::from_dims(out_shape_, {n, co, y, xo});
-    std::vector<std::pair<Expr, Expr>> stores = epilogue_stores(point, result(sum, bias_ ? co : nullptr));
-    std::vector<Stmt> body;
-    int next_let = 0;
-    append_hoisted_stores(body, k_.outputs, std::move(stores), next_let);
-    block.push_back(for_loop("kiln_dy", int_imm(ho), {for_loop("kiln_dx", int_imm(wo), {over_lanes(std::move(body))})}));
   }
+  Index point = Index::from_dims(out_shape_, {n, co, y, xo});
+  std::vector<std::pair<Expr, Expr>> stores = epilogue_stores(point, result(sum, bias_ ? co : nullptr));
+  // Each output's positions one run (x coefficient 1, y coefficient Wo) and its channels a
+  // constant stride apart: the epilogue's values go to a local tile, then one transposing copy
+  // per output.
+  std::vector<int64_t> ldd;
+  for (size_t o = 0; o < stores.size(); ++o) {
+    AffineScope scope;
+    scope.varying = {"kiln_dy", "kiln_dx", "kiln_dl"};
+    const auto f = k_.outputs[o]->dtype == DType::Float32 ? affine_form(stores[o].first, scope) : std::nullopt;
+    if (!f || f->coef_of("kiln_dx") != 1 || f->coef_of("kiln_dy") != wo || f->coef_of("kiln_dl") < 1) break;
+    ldd.push_back(f->coef_of("kiln_dl"));
+  }
+  std::vector<Stmt> body;
+  int next_let = 0;
+  std::vector<BufferPtr> tiles;
+  if (ldd.size() == stores.size()) {
+    std::vector<std::pair<Expr, Expr>> to_tiles;
+    for (size_t o = 0; o < stores.size(); ++o) {
+      tiles.push_back(std::make_shared<Buffer>(
+          Buffer{"kiln_dbt" + std::to_string(o), DType::Float32, {ho * wo * lanes}, Scope::Local}));
+      to_tiles.push_back({tile_at, stores[o].second});
+    }
+    append_hoisted_stores(body, tiles, std::move(to_tiles), next_let);
+  } else {
+    append_hoisted_stores(body, k_.outputs, std::move(stores), next_let);
+  }
+  block.push_back(for_loop("kiln_dy", int_imm(ho), {for_loop("kiln_dx", int_imm(wo), {over_lanes(std::move(body))})}));
+  for (size_t o = 0; o < tiles.size(); ++o) {
+    const Expr dst = sched::substitute(stores[o].first, {{"kiln_dy", int_imm(0)}, {"kiln_dx", int_imm(0)}, {"kiln_dl", int_imm(0)}});
+    block.push_back(call_stmt(kernels::kTransposeF32, {address(k_.outputs[o], dst), int_imm(ldd[o]), address(tiles[o], int_imm(0)),
+                                                       int_imm(lanes), int_imm(ho * wo), int_imm(lanes)}));
+  }
+  Stmt body_all = allocate(planes, {allocate(wb, std::move(block))});
+  for (const BufferPtr& tb : tiles) body_all = allocate(tb, {body_all});
+  if (micro) body_all = allocate(sums, {allocate(offs, {body_all})});
   const int64_t work = numel * taps;
   const bool parallel = nb * blocks > 1 && work >= sched_.parallel_min_work;
-  k_.body = for_loop("kiln_dt", int_imm(nb * blocks), {allocate(planes, {allocate(wb, std::move(block))})},
-                     parallel ? ForKind::Parallel : ForKind::Serial);
+  k_.body = for_loop("kiln_dt", int_imm(nb * blocks), {body_all}, parallel ? ForKind::Parallel : ForKind::Serial);
   k_.vector_bits = 512;
   k_.no_tree_pre = true;
   return std::move(k_);

@@ -235,6 +235,30 @@ TEST(LowerConvStencil, ChannelBlocks) {
   EXPECT_NE(blocked.find("kiln_dbp"), std::string::npos) << blocked;
   EXPECT_NE(blocked.find("for kiln_dt in [0, 3)"), std::string::npos) << blocked;  // 3 blocks of 16
   EXPECT_EQ(bits, 512);
+  // The window sums through the blocked micro-kernel; the weights, the input's rows and the
+  // output go through transposing copies (one for the weights, one per input row, one for the
+  // output), no element-wise gather or scatter of the channels.
+  EXPECT_NE(blocked.find(kernels::kDepthwiseBlockedF32), std::string::npos) << blocked;
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count(blocked, kernels::kTransposeF32), 3u) << blocked;
+  EXPECT_EQ(count(blocked, "] = x["), 0u) << blocked;
+  // --strict-fp spells the sums out (the reference's order, no fused multiply-adds); the copies stay.
+  loop::Schedule strict = wide;
+  strict.set_strict_numerics();
+  const std::string spelled = nest_of(dw(48), in(48), {{"w", {48, 1, 3, 3}}}, strict).first;
+  EXPECT_EQ(spelled.find(kernels::kDepthwiseBlockedF32), std::string::npos) << spelled;
+  EXPECT_EQ(count(spelled, kernels::kTransposeF32), 3u) << spelled;
+  // A stride-2 window reads every other input column: the rows are gathered element by element.
+  loop::Schedule strided = wide;
+  strided.stencil_strided_depthwise = 1;  // (a 3x3 one of a kernel input takes the untiled nest otherwise)
+  const std::string s2 = nest_of("  %y: f32[1,32,4,4] = Conv(%x, %w) {kernel_shape=[3,3], pads=[1,1,1,1], strides=[2,2], group=32} name=\"conv\"\n",
+                                 "%x: f32[1,32,8,8]", {{"w", {32, 1, 3, 3}}}, strided).first;
+  EXPECT_EQ(count(s2, kernels::kTransposeF32), 2u) << s2;
+  EXPECT_NE(s2.find("] = x["), std::string::npos) << s2;
   EXPECT_NE(nest_of(dw(24), in(24), {{"w", {24, 1, 3, 3}}}, wide).first.find("kiln_dph"), std::string::npos);
   loop::Schedule off = wide, narrow;
   off.stencil_channel_blocks_below = 0;
