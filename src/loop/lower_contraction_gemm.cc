@@ -546,6 +546,20 @@ GemmView ContractionLowering::implicit_conv_view() {
   // over 14x14, rs = 38), each line computes only its whole tiles of outputs
   // (GemmOperand::line_rows): 16 of 38 rows per line there, 14 of 16 for a 3x3 conv over 14x14.
   const int64_t mr = std::max(1, sched_.contraction.mr), wpad = (wo + mr - 1) / mr * mr;
+  // The outputs o in [0, count) whose input o · stride + k · dilation − pad lies in [0, extent).
+  auto live = [](int64_t count, int64_t stride, int64_t kd, int64_t pad, int64_t extent) {
+    int64_t lo = 0;
+    while (lo < count && lo * stride + kd - pad < 0) ++lo;
+    int64_t hi = lo;
+    while (hi < count && hi * stride + kd - pad < extent) ++hi;
+    return hi > lo ? std::pair<int64_t, int64_t>{lo, hi} : std::pair<int64_t, int64_t>{0, 0};
+  };
+  // Skipping a kernel position where it reads only padding drops 0 · w from the sums: exact
+  // unless a weight is infinite or NaN (0 · inf is NaN), then nothing is skipped.
+  auto finite_weights = [&] {
+    const float* wd0 = w->constant().data<float>();
+    return std::all_of(wd0, wd0 + shape_numel(w->shape()), [](float f) { return std::isfinite(f); });
+  };
   if (tiles_by_line(direct, ho, wo, rs, mr)) {
     // A line's last tile computes wpad - wo positions past its outputs, whose windows reach as far
     // into the next line; the last line ends at its last output (m), so nothing reads past the planes.
@@ -554,27 +568,35 @@ GemmView ContractionLowering::implicit_conv_view() {
     g.a.line_stride = rs;
     // Such padding comes from a large dilation, and a kernel position then reads the padding
     // over whole lines or line ends: its live output rows and columns (GemmOperand::
-    // segment_live), for the tiles to skip it elsewhere. Skipping 0 · w is exact unless a weight
-    // is infinite or NaN (0 · inf is NaN): then nothing is skipped.
-    const Tensor& wt = w->constant();
-    const float* wd0 = wt.data<float>();
-    if (std::all_of(wd0, wd0 + shape_numel(w->shape()), [](float f) { return std::isfinite(f); })) {
-      // The outputs o in [0, count) whose input o · stride + k · dilation − pad lies in [0, extent).
-      auto live = [](int64_t count, int64_t stride, int64_t kd, int64_t pad, int64_t extent) {
-        int64_t lo = 0;
-        while (lo < count && lo * stride + kd - pad < 0) ++lo;
-        int64_t hi = lo;
-        while (hi < count && hi * stride + kd - pad < extent) ++hi;
-        return hi > lo ? std::pair<int64_t, int64_t>{lo, hi} : std::pair<int64_t, int64_t>{0, 0};
-      };
+    // segment_live), for the tiles to skip it elsewhere.
+    if (finite_weights())
       for (int64_t kpos = 0; kpos < ks; ++kpos) {
         const auto [l0, l1] = live(ho, sy, (kpos / kw) * dy, pt, h);
         const auto [r0, r1] = live(wo, sx, (kpos % kw) * dx, pl, wd);
         g.a.segment_live.push_back({l0, l1, r0, r1});
       }
-    }
     conv_weights_and_stores(g, w, layout, wpad, wo);
     return g;
+  }
+  // Flat row tiles across lines: a kernel row that reads the padding above or below the input
+  // (a 7x1 conv's outer rows) is skipped by the tiles that lie wholly in the output lines it
+  // misses, when at least dead_tile_min of the (tile, kernel position) calls are such — their
+  // tiles then lose the register epilogue and zero their accumulators first
+  // (lower_contraction_tiled.cc), which costs more than skipping a few calls saves.
+  if (!direct && ks > 1) {
+    std::vector<std::array<int64_t, 4>> rows_live;
+    const int64_t tiles = (g.m + mr - 1) / mr;
+    int64_t dead = 0;
+    for (int64_t kpos = 0; kpos < ks; ++kpos) {
+      const auto [l0, l1] = live(ho, sy, (kpos / kw) * dy, pt, h);
+      rows_live.push_back({l0, l1, 0, rs});
+      for (int64_t t = 0; t < tiles; ++t)
+        dead += std::min(g.m, (t + 1) * mr) <= l0 * rs || t * mr >= l1 * rs;
+    }
+    if (double(dead) >= sched_.contraction.dead_tile_min * double(tiles * ks) && finite_weights()) {
+      g.a.segment_live = std::move(rows_live);
+      g.a.segment_line = rs;
+    }
   }
   conv_weights_and_stores(g, w, layout, rs, wo);
   return g;

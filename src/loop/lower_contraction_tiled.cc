@@ -110,12 +110,13 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   // call. Only where a K block is one segment's (with several segments per call the micro-kernel
   // runs them all) and some segment is dead somewhere.
   bool skip_dead = false;
-  if (nsb == 0 && v.k_segment > 0 && v.a.line_rows > 0 && !v.a.segment_live.empty()) {
+  const int64_t live_line = v.a.line_rows > 0 ? v.a.line_rows : v.a.segment_line;
+  if (nsb == 0 && v.k_segment > 0 && live_line > 0 && !v.a.segment_live.empty()) {
     KILN_CHECK(int64_t(v.a.segment_live.size()) == nsegs, "tiled GEMM: segment_live has ", v.a.segment_live.size(),
                " entries for ", nsegs, " segments");
-    const int64_t lines = ceil_div(v.m, v.a.line_rows);
+    const int64_t lines = ceil_div(v.m, live_line);
     for (const auto& l : v.a.segment_live)
-      skip_dead = skip_dead || l[0] > 0 || l[1] < lines || l[2] > 0 || l[3] < v.a.line_rows;
+      skip_dead = skip_dead || l[0] > 0 || l[1] < lines || (v.a.line_rows > 0 && (l[2] > 0 || l[3] < v.a.line_rows));
   }
   auto livetab = std::make_shared<Buffer>(Buffer{"kiln_seglive", DType::Int64, {std::max<int64_t>(4 * nsegs, 1)}, Scope::Local});
   // M blocks bound the accumulator tile (and give the threads more tiles when N is narrow): 128
@@ -373,9 +374,17 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
                                   : (ep ? kernels::kMicroKernelEpF32 : kernels::kMicroKernelF32),
                           std::move(args));
     if (!skip_dead) return call;
+    const Expr row = add(var("kiln_m0"), r);
+    if (!v.a.line_rows) {
+      // Flat rows: the tile's rows [row, row + rows) against the live lines' rows
+      // [sl0 · L, sl1 · L).
+      const Expr L = int_imm(v.a.segment_line);
+      return if_then(binary(BinOp::And, lt(row, mul(var("kiln_sl1"), L)), lt(mul(var("kiln_sl0"), L), add(row, rows_arg))),
+                     {std::move(call)});
+    }
     // The tile's rows [x0, x0 + rows) of line ln (a tile lies within one line) against the
     // segment's live lines [sl0, sl1) and rows [sl2, sl3).
-    const Expr row = add(var("kiln_m0"), r), ln = div_floor(row, int_imm(v.a.line_rows)), x0 = mod(row, int_imm(v.a.line_rows));
+    const Expr ln = div_floor(row, int_imm(v.a.line_rows)), x0 = mod(row, int_imm(v.a.line_rows));
     Expr live = binary(BinOp::Ge, ln, var("kiln_sl0"));
     live = binary(BinOp::And, live, lt(ln, var("kiln_sl1")));
     live = binary(BinOp::And, live, lt(var("kiln_sl2"), add(x0, rows_arg)));

@@ -53,6 +53,11 @@ struct GemmOperand {
   // (DeepLabV3's dilation-12 3x3 conv over 14x14: a tap 12 rows up reads 2 of 14 rows) were 5x
   // the useful products. Empty: every segment is live everywhere.
   std::vector<std::array<int64_t, 4>> segment_live;
+  // A only, without lines (line_rows 0), with segment_live: the rows are a conv's positions over
+  // its padded plane, lines of segment_line rows; a row tile whose rows all lie outside segment
+  // s's live lines [l0, l1) skips the segment's micro-kernel calls (r0, r1 unused). A 7x1 conv
+  // over 17x17 with 14-row tiles: 13 of its 147 (tile, kernel row) calls read only padding.
+  int64_t segment_line = 0;
   // B only: the buffer holds B in the micro-kernel's panel layout (panel_layout.h) with panels of
   // panel_nr columns (the schedule's nr); base(b) is the batch's offset, strides are unused.
   int64_t panel_nr = 0;

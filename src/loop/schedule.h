@@ -55,6 +55,12 @@ struct ContractionTile {
   // L1, which 256 filled (128 -> 128 3x3 conv over 28x28 with 14-row tiles: 1.29 ms at 256, 1.17
   // at 128).
   int64_t implicit_kc = 128;
+  // The implicit GEMM's flat row tiles skip a kernel position's calls where it reads only padding
+  // (GemmOperand::segment_line) when at least this fraction of the (tile, kernel position) calls
+  // can: Inception-v3's 7x1 convs over 17x17 (9 % of their calls; 192 -> 192 1.37 -> 1.27 ms,
+  // kiln bench, 1 thread), not a 3x3 conv over 56x56 (1 %, where the lost register epilogue and
+  // the zeroed accumulators cost more).
+  double dead_tile_min = 0.05;
   // The implicit GEMM's staged phase planes hold the channels innermost (1; 0: a plane per
   // channel): a micro-kernel call's A rows are then kc consecutive floats instead of kc floats a
   // plane apart (as many cache lines and, over 56x56 planes, pages as k values). Only for a conv

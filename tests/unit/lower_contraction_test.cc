@@ -373,6 +373,12 @@ std::vector<ConvCase> implicit_conv_cases() {
       {"ic_1x7_lines", R"(  %c: f32[1,40,17,17] = Conv(%x, %w, %b) {kernel_shape=[1,7], pads=[0,3,0,3]} name="conv"
   %y: f32[1,40,17,17] = Relu(%c) name="relu"
 )", "%x: f32[1,16,17,17]", "%y", {{"w", {40, 16, 1, 7}}, {"b", {40}}}},
+      // Inception-v3's 7x1 conv over 17x17: flat 14-row tiles across the lines; the tiles that lie
+      // wholly in the output rows a kernel row misses (its taps read the padding above or below)
+      // skip its calls (GemmOperand::segment_line). Bias and ReLU.
+      {"ic_7x1_flat", R"(  %c: f32[1,40,17,17] = Conv(%x, %w, %b) {kernel_shape=[7,1], pads=[3,0,3,0]} name="conv"
+  %y: f32[1,40,17,17] = Relu(%c) name="relu"
+)", "%x: f32[1,144,17,17]", "%y", {{"w", {40, 144, 7, 1}}, {"b", {40}}}},
       // A 3x3 stride-2 conv to 7x7 (ResNet's layer4.0 conv2 in small): 7-row tiles of one
       // phase-plane line (49 rows, not 55 over the 8-wide lines).
       {"ic_stride2_7x7_lines", R"(  %y: f32[1,32,7,7] = Conv(%x, %w) {kernel_shape=[3,3], pads=[1,1,1,1], strides=[2,2]} name="conv"
@@ -420,7 +426,8 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
         // folded into the batch, channel rows.)
         static const std::set<std::string> unit_stride_staged = {
             "ic_3x3_pad",       "ic_dilated_lines", "ic_dilated_aspp_skip",   "ic_3d_temporal_3x1x1",
-            "ic_narrow_out_16", "ic_narrow_out_20", "ic_stem_im2col_few_out", "ic_1x7_lines"};
+            "ic_narrow_out_16", "ic_narrow_out_20", "ic_stem_im2col_few_out", "ic_1x7_lines",
+            "ic_7x1_flat"};
         const bool transposed_staging = nest.find("kiln_transpose_f32(&kiln_xph") != std::string::npos;
         EXPECT_EQ(transposed_staging, sp == &inner && unit_stride_staged.count(c.name)) << nest;
         // The implicit form: weights packed from their [Cout][Cin][kh][kw] order, K in segments
@@ -447,6 +454,13 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
         if (!sp && c.name == "ic_1x7_lines") {
           EXPECT_NE(nest.find("micro-kernel 9x32"), std::string::npos) << nest;
           EXPECT_NE(nest.find("[305 x 112]"), std::string::npos) << nest;  // 16 lines of 18 rows, then 17
+        }
+        if (c.name == "ic_7x1_flat") {
+          EXPECT_NE(nest.find("zero segments skipped per tile"), std::string::npos) << nest;
+          if (!sp) {
+            EXPECT_NE(nest.find("micro-kernel 14x32"), std::string::npos) << nest;
+            EXPECT_NE(nest.find("[289 x 1008]"), std::string::npos) << nest;  // flat: no padding rows
+          }
         }
         if (!sp && c.name == "ic_stride2_7x7_lines") {
           EXPECT_NE(nest.find("micro-kernel 7x32"), std::string::npos) << nest;
