@@ -310,6 +310,52 @@ def fam_depthwise_rows(b):
     return y
 
 
+def fam_narrow_windows(b):
+    """Windows over small maps (rows narrower than 12): a depthwise conv of 16, 32 or 48 channels
+    (kiln's channel-blocked stencil: the blocked micro-kernel under the default numerics and the
+    transposing copies in and out, lower_conv_stencil.cc), sometimes of a computed input (the
+    element-wise staging) or strided (the gathered rows), or a group-1 conv with a tall window (7x1,
+    5x1, 3x1) whose outer kernel rows read the padding above or below (the flat tiles that skip
+    them, lower_contraction_gemm.cc); an activation, sometimes a residual."""
+    n, c = 1, b.choice([16, 32, 48])
+    h, w = b.randint(2, 17), b.randint(2, 11)  # rows narrower than 12: channel blocks
+    if b.chance(0.5):
+        kh = kw = b.choice([3, 5, 7])
+        s = 1 if b.chance(0.7) else 2
+        d = 1 if b.chance(0.8) else 2
+        pads = [d * (kh - 1) // 2, d * (kw - 1) // 2] * 2 if b.chance(0.7) else \
+            [b.randint(0, d * (kh - 1)), b.randint(0, d * (kw - 1)), b.randint(0, d * (kh - 1)), b.randint(0, d * (kw - 1))]
+        ho, wo = conv_out(h, kh, s, d, pads[0], pads[2]), conv_out(w, kw, s, d, pads[1], pads[3])
+        if min(ho, wo) < 1 or d * (kh - 1) + 1 > h + pads[0] + pads[2] or d * (kw - 1) + 1 > w + pads[1] + pads[3]:
+            raise Skip()
+        x = b.graph_input((n, c, h, w))
+        if b.chance(0.3):
+            x = ops.unary(b, x, b.choice(["Relu", "Sigmoid", "Neg"]))
+        y = depthwise_conv(b, ops.tame(b, x, 10.0), kh, kw, s, d, pads, (ho, wo), 1.5 * x.mag + 2)
+    else:
+        kh = b.choice([3, 5, 7])
+        ph = kh // 2 if b.chance(0.8) else b.randint(0, kh - 1)
+        h = max(h, kh)
+        # 96 or 128 input channels: a K segment (a kernel row's channels) of more than two thirds
+        # of the K block, one segment per call, the calls a tile may skip
+        c = b.choice([16, 32, 96, 128])
+        m = b.choice([16, 32, 40])
+        ho = conv_out(h, kh, 1, 1, ph, ph)
+        if ho < 1 or m * c * kh > MAX_ELEMS:
+            raise Skip()
+        x = ops.tame(b, b.graph_input((n, c, h, w)), 10.0)
+        ins = [x, b.weight((m, c, kh, 1), 1 / math.sqrt(c * kh))]
+        if b.chance(0.7):
+            ins.append(b.weight((m,), 0.5, "bias"))
+        y = b.op1("Conv", ins, (n, m, ho, w), 1.5 * x.mag + 2, kernel_shape=[kh, 1], pads=[ph, 0, ph, 0])
+    if b.chance(0.7):
+        y = ops.unary(b, y, b.choice(["Relu", "Clip", "HardSwish", "Swish"]))
+    if b.chance(0.3):
+        r = b.graph_input(y.shape)
+        y = b.op1("Add", [y, r], y.shape, y.mag + r.mag)
+    return y
+
+
 def fam_inverted_residual(b):
     """MobileNet's block: a 1x1 expansion, an activation, a depthwise conv (3x3 or 5x5, stride 1 or 2,
     sometimes dilated or asymmetric padding), an activation, sometimes a 1x1 projection with a

@@ -392,7 +392,7 @@ def pick_family(b):
         (gen_nn.fam_matmul, 4), (gen_nn.fam_conv, 3), (gen_nn.fam_pool, 2), (gen_nn.fam_reduce, 3),
         (gen_nn.fam_softmax, 2), (gen_nn.fam_layernorm, 2), (gen_nn.fam_batchnorm, 1), (gen_nn.fam_recurrent, 1),
         (gen_nn.fam_inverted_residual, 2), (gen_nn.fam_wide_conv, 1), (gen_nn.fam_depthwise_rows, 1),
-        (gen_nn.fam_inception, 1),
+        (gen_nn.fam_inception, 1), (gen_nn.fam_narrow_windows, 1),
         (gen_layout.fam_transpose, 2), (gen_layout.fam_reshape, 2), (gen_layout.fam_flatten, 1),
         (gen_layout.fam_squeeze, 1), (gen_layout.fam_unsqueeze, 1), (gen_layout.fam_concat, 2),
         (gen_layout.fam_split, 1), (gen_layout.fam_slice, 2), (gen_layout.fam_pad, 2),
