@@ -90,6 +90,7 @@ DeviceProgram GpuEmitter::emit_program(const std::vector<LoopKernel>& kernels) {
   for (const auto& key : ep_microkernels_) os << ep_microkernel_source(key);
   for (const auto& spaces : transposes_) os << transpose_source(spaces);
   for (const auto& spaces : depthwises_) os << depthwise_source(spaces);
+  for (const auto& spaces : blocked_depthwises_) os << blocked_depthwise_source(spaces);
   os << "\n" << body.str();
   prog.source = os.str();
   return prog;
@@ -268,6 +269,24 @@ std::string GpuEmitter::depthwise_source(const std::string& spaces) const {
          "}\n";
 }
 
+// The blocked depthwise micro-kernel on a device (kernels/depthwise.h): the interface's loops, one
+// variant per address spaces of off, in, w and out.
+std::string GpuEmitter::blocked_depthwise_source(const std::string& spaces) const {
+  auto ptr = [&](size_t i, const std::string& t) { return spaces[i] == 'g' ? global_ptr(t) : t + "*"; };
+  return device_function() + "void kiln_dwc_f32_" + spaces + "(int64_t taps, " + ptr(0, "const int64_t") +
+         " off, int64_t rows, int64_t cols,\n    " + ptr(1, "const float") + " in, int64_t ldi, " + ptr(2, "const float") +
+         " w, " + ptr(3, "float") +
+         " out, int64_t ldo) {\n"
+         "  for (int64_t y = 0; y < rows; ++y)\n"
+         "    for (int64_t x = 0; x < cols; ++x)\n"
+         "      for (int64_t l = 0; l < 16; ++l) {\n"
+         "        float s = 0.0f;\n"
+         "        for (int64_t t = 0; t < taps; ++t) s = s + w[t * 16 + l] * in[(y * ldi + x + off[t]) * 16 + l];\n"
+         "        out[(y * ldo + x) * 16 + l] = s;\n"
+         "      }\n"
+         "}\n";
+}
+
 std::pair<std::string, size_t> GpuEmitter::microkernel_call(const StmtNode& s) {
   auto space = [&](size_t i) {
     const Expr& a = s.call_args[i];
@@ -277,6 +296,11 @@ std::pair<std::string, size_t> GpuEmitter::microkernel_call(const StmtNode& s) {
     const std::string spaces = {space(4), space(6), space(7)};
     depthwises_.insert(spaces);
     return {"kiln_dw_f32_" + spaces, 0};
+  }
+  if (s.text == kernels::kDepthwiseBlockedF32 && s.call_args.size() == 9) {
+    const std::string spaces = {space(1), space(4), space(6), space(7)};
+    blocked_depthwises_.insert(spaces);
+    return {"kiln_dwc_f32_" + spaces, 0};
   }
   if (s.text == kernels::kTransposeF32 && s.call_args.size() == 6) {
     const std::string spaces = {space(0), space(2)};

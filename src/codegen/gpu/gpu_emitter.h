@@ -108,7 +108,9 @@ class GpuEmitter : public CStyleEmitter {
   std::set<std::string> transposes_;               // transposing-copy variants used (spaces of dst, src)
   std::string transpose_source(const std::string& spaces) const;
   std::set<std::string> depthwises_;               // depthwise micro-kernel variants used (spaces of in, w, out)
+  std::set<std::string> blocked_depthwises_;       // blocked depthwise variants used (spaces of off, in, w, out)
   std::string depthwise_source(const std::string& spaces) const;
+  std::string blocked_depthwise_source(const std::string& spaces) const;
 };
 
 }  // namespace kiln::codegen
