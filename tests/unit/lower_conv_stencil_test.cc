@@ -80,6 +80,11 @@ std::vector<StencilCase> stencil_cases() {
       {"dw_3x3_s2_blocks_residual", R"(  %c: f32[2,16,5,4] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,0,1,1], strides=[2,2], group=16} name="conv"
   %y: f32[2,16,5,4] = Add(%c, %r) name="res"
 )", "%x: f32[2,16,9,8], %r: f32[2,16,5,4]", "%y", {{"w", {16, 1, 3, 3}}, {"b", {16}}}},
+      // Two images, stride 1: each image's rows transposed into the planes, its outputs out of the
+      // tile (the copies' offsets per image), and a dilated window's taps from the offset table.
+      {"dw_3x3_two_images_blocks", R"(  %c: f32[2,16,6,5] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[2,2,2,2], dilations=[2,2], group=16} name="conv"
+  %y: f32[2,16,6,5] = Add(%c, %r) name="res"
+)", "%x: f32[2,16,6,5], %r: f32[2,16,6,5]", "%y", {{"w", {16, 1, 3, 3}}, {"b", {16}}}},
       {"dw_5x5_rows_14_residual", R"(  %c: f32[1,3,4,14] = Conv(%x, %w) {kernel_shape=[5,5], pads=[2,2,2,2], group=3} name="conv"
   %y: f32[1,3,4,14] = Add(%c, %r) name="res"
 )", "%x: f32[1,3,4,14], %r: f32[1,3,4,14]", "%y", {{"w", {3, 1, 5, 5}}}},
