@@ -319,7 +319,7 @@ LoopKernel ContractionLowering::build_stencil() {
 // EfficientNet-B0's 5x5 depthwise conv + SiLU over 7x7 (1152 channels): 0.20 -> 0.095 ms (ONNX Runtime
 // 0.064-0.076), 576 channels 3x3: 0.051 -> 0.030 (0.032); kiln bench, 1 thread. The micro-kernel
 // and the transposing copies (gathers and scatters of 16 channels a plane apart before): the 5x5
-// conv + SiLU 0.121 -> 0.059 ms in a C harness (bench figures: docs/benchmarks.md).
+// conv + SiLU, emitted kernel in a C harness, 0.128 -> 0.069 ms (docs/benchmarks.md, eighth session).
 bool ContractionLowering::channel_block_stencil() const {
   const Shape& xs = c_->input(0)->shape();
   const int64_t cg = xs[1] / group_, mg = c_->input(1)->shape()[0] / group_;
