@@ -27,6 +27,17 @@ void depthwise_blocked_f32(int64_t taps, const int64_t* off, int64_t rows, int64
       }
 }
 
+void grouped_conv_f32(int64_t cg, int64_t mg, int64_t taps, const int64_t* off, int64_t len, const float* in,
+                      int64_t ldi, const float* w, float* out, int64_t ldo) {
+  for (int64_t m = 0; m < mg; ++m)
+    for (int64_t j = 0; j < len; ++j) {
+      float s = 0.0f;
+      for (int64_t ci = 0; ci < cg; ++ci)
+        for (int64_t t = 0; t < taps; ++t) s = s + w[(m * cg + ci) * taps + t] * in[ci * ldi + off[t] + j];
+      out[m * ldo + j] = s;
+    }
+}
+
 std::string depthwise_name(int64_t kh, int64_t kw) {
   return std::string(kDepthwiseF32) + "_" + std::to_string(kh) + "x" + std::to_string(kw);
 }
@@ -193,6 +204,69 @@ std::string depthwise_blocked_c_source() {
      << "      }\n"
      << "#endif\n"
      << "  }\n"
+     << "}\n\n";
+  return os.str();
+}
+
+std::string grouped_conv_c_source() {
+  // Up to 8 output channels (a constant per function, so that their 2 x 8 accumulators stay in
+  // registers) over 32 positions per step; each (input channel, tap) loads two input vectors and
+  // broadcasts one weight per output channel.
+  constexpr int kMaxChannels = 8;
+  std::ostringstream os;
+  os << "/* The grouped-conv stencil micro-kernel (src/kernels/depthwise.h): out[m*ldo+j] = sum over input\n"
+        " * channels ci and taps t of w[(m*cg+ci)*taps+t] * in[ci*ldi+off[t]+j], fused multiply-adds. */\n"
+        "#if defined(__AVX512F__)\n#include <immintrin.h>\n";
+  for (int n = 1; n <= kMaxChannels; ++n)
+    os << "static inline void kiln_gcv_f32_m" << n
+       << "(int64_t cg, int64_t taps, const int64_t* restrict off, int64_t len, const float* restrict in,\n"
+       << "    int64_t ldi, const float* restrict w, float* restrict out, int64_t ldo) {\n"
+       << "  const int64_t ws = cg * taps;\n"
+       << "  for (int64_t j = 0; j < len; j += 32) {\n"
+       << "    __m512 a[" << n << "][2];\n"
+       << "    #pragma GCC unroll 8\n"
+       << "    for (int m = 0; m < " << n << "; ++m) a[m][0] = a[m][1] = _mm512_setzero_ps();\n"
+       << "    for (int64_t ci = 0; ci < cg; ++ci)\n"
+       << "      for (int64_t t = 0; t < taps; ++t) {\n"
+       << "        const float* restrict p = in + ci * ldi + off[t] + j;\n"
+       << "        const __m512 x0 = _mm512_loadu_ps(p), x1 = _mm512_loadu_ps(p + 16);\n"
+       << "        const float* restrict wp = w + ci * taps + t;\n"
+       << "        #pragma GCC unroll 8\n"
+       << "        for (int m = 0; m < " << n << "; ++m) {\n"
+       << "          const __m512 wv = _mm512_set1_ps(wp[m * ws]);\n"
+       << "          a[m][0] = _mm512_fmadd_ps(wv, x0, a[m][0]);\n"
+       << "          a[m][1] = _mm512_fmadd_ps(wv, x1, a[m][1]);\n"
+       << "        }\n"
+       << "      }\n"
+       << "    #pragma GCC unroll 8\n"
+       << "    for (int m = 0; m < " << n << "; ++m) {\n"
+       << "      _mm512_storeu_ps(out + m * ldo + j, a[m][0]);\n"
+       << "      _mm512_storeu_ps(out + m * ldo + j + 16, a[m][1]);\n"
+       << "    }\n"
+       << "  }\n"
+       << "}\n";
+  os << "#endif\n"
+     << "static void kiln_gcv_f32(int64_t cg, int64_t mg, int64_t taps, const int64_t* restrict off, int64_t len,\n"
+     << "    const float* restrict in, int64_t ldi, const float* restrict w, float* restrict out, int64_t ldo) {\n"
+     << "#if defined(__AVX512F__)\n"
+     << "  for (int64_t m0 = 0; m0 < mg; m0 += " << kMaxChannels << ") {\n"
+     << "    const float* restrict wm = w + m0 * cg * taps;\n"
+     << "    float* restrict om = out + m0 * ldo;\n"
+     << "    switch (mg - m0 < " << kMaxChannels << " ? mg - m0 : " << kMaxChannels << ") {\n";
+  for (int n = kMaxChannels; n >= 1; --n)
+    os << "      case " << n << ": kiln_gcv_f32_m" << n << "(cg, taps, off, len, in, ldi, wm, om, ldo); break;\n";
+  os << "      default: break;\n"
+     << "    }\n"
+     << "  }\n"
+     << "#else\n"
+     << "  for (int64_t m = 0; m < mg; ++m)\n"
+     << "    for (int64_t j = 0; j < len; ++j) {\n"
+     << "      float s = 0.0f;\n"
+     << "      for (int64_t ci = 0; ci < cg; ++ci)\n"
+     << "        for (int64_t t = 0; t < taps; ++t) s += w[(m * cg + ci) * taps + t] * in[ci * ldi + off[t] + j];\n"
+     << "      out[m * ldo + j] = s;\n"
+     << "    }\n"
+     << "#endif\n"
      << "}\n\n";
   return os.str();
 }

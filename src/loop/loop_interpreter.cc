@@ -134,6 +134,7 @@ class Interpreter {
     if (s.text == kernels::kTransposeF32) return call_transpose(s);
     if (s.text == kernels::kDepthwiseF32) return call_depthwise(s);
     if (s.text == kernels::kDepthwiseBlockedF32) return call_depthwise_blocked(s);
+    if (s.text == kernels::kGroupedConvF32) return call_grouped_conv(s);
     KILN_CHECK(s.text == kernels::kMicroKernelF32 && s.call_args.size() == 11, "the interpreter cannot run call ",
                s.text);
     const auto& a = s.call_args;
@@ -230,6 +231,33 @@ class Interpreter {
     const float* w = f32_block(s, 6, 1, 0, taps * L, 1);
     float* out = f32_block(s, 7, rows, ldo * L, cols * L, 1);
     kernels::depthwise_blocked_f32(taps, off.data(), rows, cols, in, ldi, w, out, ldo);
+  }
+
+  // kiln_gcv_f32(cg, mg, taps, off, len, in, ldi, w, out, ldo) (kernels/depthwise.h), the offset
+  // table and the blocks it reads and writes checked.
+  void call_grouped_conv(const StmtNode& s) {
+    KILN_CHECK(s.call_args.size() == 10, "kiln_gcv_f32 takes 10 arguments");
+    const auto& a = s.call_args;
+    auto i64 = [&](size_t k) { return eval(a[k]).i; };
+    const int64_t cg = i64(0), mg = i64(1), taps = i64(2), len = i64(4), ldi = i64(6), ldo = i64(9);
+    KILN_CHECK(cg >= 1 && mg >= 1 && taps >= 1 && len >= 0 && len % 32 == 0 && ldi >= 0 && ldo >= 0,
+               "bad grouped-conv micro-kernel extents");
+    if (len == 0) return;
+    KILN_CHECK(a[3]->kind == ExprKind::Address, "kiln_gcv_f32 argument 3 is not an address");
+    Tensor* to = tensor(a[3]->buffer);
+    KILN_CHECK(to->dtype() == DType::Int64, "kiln_gcv_f32 offsets '", a[3]->buffer->name, "' are not int64");
+    const int64_t o0 = eval(a[3]->args[0]).i;
+    std::vector<int64_t> off(static_cast<size_t>(taps));
+    for (int64_t t = 0; t < taps; ++t) {
+      checked_index(a[3]->buffer, o0 + t);
+      off[size_t(t)] = to->data<int64_t>()[o0 + t];
+      KILN_CHECK(off[size_t(t)] >= 0, "kiln_gcv_f32: negative tap offset");
+    }
+    const int64_t reach = *std::max_element(off.begin(), off.end());
+    const float* in = f32_block(s, 5, cg, ldi, reach + len, 1);
+    const float* w = f32_block(s, 7, 1, 0, mg * cg * taps, 1);
+    float* out = f32_block(s, 8, mg, ldo, len, 1);
+    kernels::grouped_conv_f32(cg, mg, taps, off.data(), len, in, ldi, w, out, ldo);
   }
 
   // kiln_transpose_f32(dst, ldd, src, lds, rows, cols), every element it touches checked.

@@ -198,9 +198,20 @@ LoopKernel ContractionLowering::build_stencil() {
   for (int64_t tap = 0; dw_kernel && tap < taps; ++tap)
     dw_kernel = ph.offset[size_t(tap)] == ph.offset[0] + (tap / kw) * ph.wq + tap % kw;  // stride and dilation 1
   const bool direct = !dw_kernel && direct_ok;
+  // Groups of several channels (or a channel multiplier), under the default numerics, with the
+  // weights read in place: every output channel of the group at once through the grouped-conv
+  // micro-kernel (kernels/depthwise.h) into one accumulator plane per output channel, in the same
+  // order as the loops below (input channel, then kernel position, from 0) — where those load an
+  // input vector and the accumulator per multiply-add and store it back per input channel. A
+  // RegNetY-400MF group (8 channels, 3x3 stride 2 over 112x112) in a C harness: 0.467 -> 0.275 ms.
+  const bool grouped_kernel = !dw_kernel && !direct && sched_.reorder_sums && cg * mg > 1 && len_p % 32 == 0 &&
+                              is_group_input(w) && L_.input_buffers_.count(w) && ws.size() == 4 &&
+                              w->dtype() == DType::Float32;
+  auto gacc = std::make_shared<Buffer>(Buffer{"kiln_dga", DType::Float32, {mg * len_p}, Scope::Local});
+  auto goffs = std::make_shared<Buffer>(Buffer{"kiln_dgo", DType::Int64, {taps}, Scope::Local});
   Expr direct_sum;
   std::vector<Stmt> per_channel_body;
-  if (dw_kernel) {
+  if (dw_kernel || grouped_kernel) {
     // Filled by the call below, once the epilogue's row width (the columns it reads) is known.
   } else if (direct) {
     const Expr jd = add(mul(var("kiln_dy"), int_imm(ph.wq)), var("kiln_dx"));
@@ -215,7 +226,7 @@ LoopKernel ContractionLowering::build_stencil() {
   } else {
     per_channel_body.push_back(over_j({store(acc, j, float_imm(0))}));
   }
-  if (!direct && !dw_kernel) {
+  if (!direct && !dw_kernel && !grouped_kernel) {
     std::vector<Stmt> per_ci;
     const Expr ci = cg == 1 ? int_imm(0) : var("kiln_dci");
     Expr sum = load(acc, j);
@@ -243,9 +254,10 @@ LoopKernel ContractionLowering::build_stencil() {
   {
     const Expr y = var("kiln_dy"), x = var("kiln_dx");
     Index point = Index::from_dims(out_shape_, {n, co, y, x});
-    const Expr a = direct      ? direct_sum
-                   : dw_kernel ? load(dw_acc, add(mul(var("kiln_dr"), int_imm(ph.wq)), x))
-                               : load(acc, add(mul(y, int_imm(ph.wq)), x));
+    const Expr a = direct           ? direct_sum
+                   : dw_kernel      ? load(dw_acc, add(mul(var("kiln_dr"), int_imm(ph.wq)), x))
+                   : grouped_kernel ? load(gacc, add(mul(var("kiln_dm"), int_imm(len_p)), add(mul(y, int_imm(ph.wq)), x)))
+                                    : load(acc, add(mul(y, int_imm(ph.wq)), x));
     std::vector<std::pair<Expr, Expr>> stores = epilogue_stores(point, result(a, bias_ ? co : nullptr));
     std::vector<Stmt> body;
     int next_let = 0;
@@ -282,6 +294,17 @@ LoopKernel ContractionLowering::build_stencil() {
   const int64_t work = numel * cg * taps;
   const bool parallel = nb * group_ > 1 && work >= sched_.parallel_min_work;
   Stmt compute = direct ? channels : allocate(dw_kernel ? dw_acc : acc, {channels});
+  if (grouped_kernel) {
+    std::vector<Stmt> sums;
+    for (int64_t tap = 0; tap < taps; ++tap) sums.push_back(store(goffs, int_imm(tap), int_imm(ph.offset[size_t(tap)])));
+    sums.push_back(call_stmt(kernels::kGroupedConvF32,
+                             {int_imm(cg), int_imm(mg), int_imm(taps), address(goffs, int_imm(0)), int_imm(len_p),
+                              address(planes, int_imm(0)), int_imm(per_channel),
+                              address(L_.input_buffers_.at(w), mul(g, int_imm(mg * cg * taps))), address(gacc, int_imm(0)),
+                              int_imm(len_p)}));
+    sums.push_back(channels);
+    compute = allocate(gacc, {allocate(goffs, std::move(sums))});
+  }
   if (wide) k_.vector_bits = 512;
   k_.no_tree_pre = true;
   k_.body = for_loop("kiln_dt", int_imm(nb * group_), {allocate(planes, zero_tail ? std::vector<Stmt>{fill, zero_tail, compute}

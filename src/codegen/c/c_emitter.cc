@@ -26,10 +26,11 @@ constexpr int64_t kMaxStackBytes = 64 * 1024;
 // micro-kernel calls.
 void collect_tiles(const Stmt& s, std::set<std::pair<int64_t, int64_t>>& tiles, bool& any, bool& transpose,
                    std::set<std::pair<int64_t, int64_t>>& windows, std::set<std::pair<int64_t, int64_t>>& ep_tiles,
-                   bool& blocked_depthwise) {
+                   bool& blocked_depthwise, bool& grouped) {
   if (!s) return;
   if (s->kind == StmtKind::Call && s->text == kernels::kTransposeF32) transpose = true;
   if (s->kind == StmtKind::Call && s->text == kernels::kDepthwiseBlockedF32) blocked_depthwise = true;
+  if (s->kind == StmtKind::Call && s->text == kernels::kGroupedConvF32) grouped = true;
   if (s->kind == StmtKind::Call && s->text == kernels::kDepthwiseF32) {
     const auto& a = s->call_args;
     KILN_CHECK(a.size() == 9 && a[0]->kind == ExprKind::IntImm && a[1]->kind == ExprKind::IntImm,
@@ -45,8 +46,8 @@ void collect_tiles(const Stmt& s, std::set<std::pair<int64_t, int64_t>>& tiles, 
       if (ep) ep_tiles.insert({a[0]->int_value, a[1]->int_value});
     }
   }
-  for (const auto& c : s->body) collect_tiles(c, tiles, any, transpose, windows, ep_tiles, blocked_depthwise);
-  for (const auto& c : s->else_body) collect_tiles(c, tiles, any, transpose, windows, ep_tiles, blocked_depthwise);
+  for (const auto& c : s->body) collect_tiles(c, tiles, any, transpose, windows, ep_tiles, blocked_depthwise, grouped);
+  for (const auto& c : s->else_body) collect_tiles(c, tiles, any, transpose, windows, ep_tiles, blocked_depthwise, grouped);
 }
 
 // Whether `s` accumulates into a variable (an Assign) inside two or more loops while reading an
@@ -93,14 +94,15 @@ class CEmitter final : public CStyleEmitter {
     // pragma is for compilers that honour it instead.
     os << (opts_.strict_fp ? "#pragma STDC FP_CONTRACT OFF\n\n" : "#pragma STDC FP_CONTRACT ON\n\n");
     std::set<std::pair<int64_t, int64_t>> tiles, windows, ep_tiles;
-    bool any_microkernel = false, transpose = false, blocked_depthwise = false;
+    bool any_microkernel = false, transpose = false, blocked_depthwise = false, grouped = false;
     for (const auto& k : kernels)
-      collect_tiles(k.body, tiles, any_microkernel, transpose, windows, ep_tiles, blocked_depthwise);
+      collect_tiles(k.body, tiles, any_microkernel, transpose, windows, ep_tiles, blocked_depthwise, grouped);
     if (any_microkernel) os << kernels::microkernel_c_source(tiles, !opts_.strict_fp, ep_tiles);
     if (transpose) os << kernels::transpose_c_source() << "\n";
     // (Only the default numerics' lowering calls it: its sums are not in the reference's order.)
     if (!windows.empty()) os << kernels::depthwise_c_source(windows);
     if (blocked_depthwise) os << kernels::depthwise_blocked_c_source();
+    if (grouped) os << kernels::grouped_conv_c_source();
     for (const auto& k : kernels) emit_kernel(os, k);
     return os.str();
   }

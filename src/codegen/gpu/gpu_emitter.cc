@@ -91,6 +91,7 @@ DeviceProgram GpuEmitter::emit_program(const std::vector<LoopKernel>& kernels) {
   for (const auto& spaces : transposes_) os << transpose_source(spaces);
   for (const auto& spaces : depthwises_) os << depthwise_source(spaces);
   for (const auto& spaces : blocked_depthwises_) os << blocked_depthwise_source(spaces);
+  for (const auto& spaces : grouped_convs_) os << grouped_conv_source(spaces);
   os << "\n" << body.str();
   prog.source = os.str();
   return prog;
@@ -287,6 +288,24 @@ std::string GpuEmitter::blocked_depthwise_source(const std::string& spaces) cons
          "}\n";
 }
 
+// The grouped-conv micro-kernel on a device (kernels/depthwise.h): the interface's loops, one
+// variant per address spaces of off, in, w and out.
+std::string GpuEmitter::grouped_conv_source(const std::string& spaces) const {
+  auto ptr = [&](size_t i, const std::string& t) { return spaces[i] == 'g' ? global_ptr(t) : t + "*"; };
+  return device_function() + "void kiln_gcv_f32_" + spaces + "(int64_t cg, int64_t mg, int64_t taps, " +
+         ptr(0, "const int64_t") + " off, int64_t len,\n    " + ptr(1, "const float") + " in, int64_t ldi, " +
+         ptr(2, "const float") + " w, " + ptr(3, "float") +
+         " out, int64_t ldo) {\n"
+         "  for (int64_t m = 0; m < mg; ++m)\n"
+         "    for (int64_t j = 0; j < len; ++j) {\n"
+         "      float s = 0.0f;\n"
+         "      for (int64_t ci = 0; ci < cg; ++ci)\n"
+         "        for (int64_t t = 0; t < taps; ++t) s = s + w[(m * cg + ci) * taps + t] * in[ci * ldi + off[t] + j];\n"
+         "      out[m * ldo + j] = s;\n"
+         "    }\n"
+         "}\n";
+}
+
 std::pair<std::string, size_t> GpuEmitter::microkernel_call(const StmtNode& s) {
   auto space = [&](size_t i) {
     const Expr& a = s.call_args[i];
@@ -301,6 +320,11 @@ std::pair<std::string, size_t> GpuEmitter::microkernel_call(const StmtNode& s) {
     const std::string spaces = {space(1), space(4), space(6), space(7)};
     blocked_depthwises_.insert(spaces);
     return {"kiln_dwc_f32_" + spaces, 0};
+  }
+  if (s.text == kernels::kGroupedConvF32 && s.call_args.size() == 10) {
+    const std::string spaces = {space(3), space(5), space(7), space(8)};
+    grouped_convs_.insert(spaces);
+    return {"kiln_gcv_f32_" + spaces, 0};
   }
   if (s.text == kernels::kTransposeF32 && s.call_args.size() == 6) {
     const std::string spaces = {space(0), space(2)};

@@ -111,6 +111,8 @@ class GpuEmitter : public CStyleEmitter {
   std::set<std::string> blocked_depthwises_;       // blocked depthwise variants used (spaces of off, in, w, out)
   std::string depthwise_source(const std::string& spaces) const;
   std::string blocked_depthwise_source(const std::string& spaces) const;
+  std::set<std::string> grouped_convs_;            // grouped-conv variants used (spaces of off, in, w, out)
+  std::string grouped_conv_source(const std::string& spaces) const;
 };
 
 }  // namespace kiln::codegen
