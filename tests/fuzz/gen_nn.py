@@ -314,7 +314,8 @@ def fam_narrow_windows(b):
     """Windows over small maps (rows narrower than 12): a depthwise conv of 16, 32 or 48 channels
     (kiln's channel-blocked stencil: the blocked micro-kernel under the default numerics and the
     transposing copies in and out, lower_conv_stencil.cc), sometimes of a computed input (the
-    element-wise staging) or strided (the gathered rows), or a group-1 conv with a tall window (7x1,
+    element-wise staging) or strided (the gathered rows), at times a grouped conv of 2-8 channels
+    per group instead (the grouped-conv micro-kernel), or a group-1 conv with a tall window (7x1,
     5x1, 3x1) whose outer kernel rows read the padding above or below (the flat tiles that skip
     them, lower_contraction_gemm.cc); an activation, sometimes a residual."""
     n, c = 1, b.choice([16, 32, 48])
@@ -331,7 +332,17 @@ def fam_narrow_windows(b):
         x = b.graph_input((n, c, h, w))
         if b.chance(0.3):
             x = ops.unary(b, x, b.choice(["Relu", "Sigmoid", "Neg"]))
-        y = depthwise_conv(b, ops.tame(b, x, 10.0), kh, kw, s, d, pads, (ho, wo), 1.5 * x.mag + 2)
+        if b.chance(0.3):
+            # A grouped conv (2-8 channels per group, RegNet/ResNeXt style): the grouped-conv
+            # micro-kernel over the plane stencil (lower_conv_stencil.cc)
+            cg = b.choice([2, 4, 8])
+            ins = [ops.tame(b, x, 10.0), b.weight((c, cg, kh, kw), 1 / math.sqrt(cg * kh * kw))]
+            if b.chance(0.7):
+                ins.append(b.weight((c,), 0.5, "bias"))
+            attrs = {"kernel_shape": [kh, kw], "pads": pads, "group": c // cg, "strides": [s, s], "dilations": [d, d]}
+            y = b.op1("Conv", ins, (n, c, ho, wo), 1.5 * x.mag + 2, **attrs)
+        else:
+            y = depthwise_conv(b, ops.tame(b, x, 10.0), kh, kw, s, d, pads, (ho, wo), 1.5 * x.mag + 2)
     else:
         kh = b.choice([3, 5, 7])
         ph = kh // 2 if b.chance(0.8) else b.randint(0, kh - 1)
