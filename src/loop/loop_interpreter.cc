@@ -206,6 +206,23 @@ class Interpreter {
     kernels::depthwise_f32(kh, kw, rows, cols, in, ldi, w, out, ldo);
   }
 
+  // The `taps` offsets of a stencil micro-kernel's table (argument k, an int64 Address), each read
+  // checked to lie in its buffer and to be non-negative.
+  std::vector<int64_t> tap_offsets(const StmtNode& s, size_t k, int64_t taps) {
+    const Expr& e = s.call_args.at(k);
+    KILN_CHECK(e->kind == ExprKind::Address, s.text, " argument ", k, " is not an address");
+    Tensor* t = tensor(e->buffer);
+    KILN_CHECK(t->dtype() == DType::Int64, s.text, " offsets '", e->buffer->name, "' are not int64");
+    const int64_t o0 = eval(e->args[0]).i;
+    std::vector<int64_t> off(static_cast<size_t>(taps));
+    for (int64_t i = 0; i < taps; ++i) {
+      checked_index(e->buffer, o0 + i);
+      off[size_t(i)] = t->data<int64_t>()[o0 + i];
+      KILN_CHECK(off[size_t(i)] >= 0, s.text, ": negative tap offset");
+    }
+    return off;
+  }
+
   // kiln_dwc_f32(taps, off, rows, cols, in, ldi, w, out, ldo) (kernels/depthwise.h), the offset
   // table and the blocks it reads and writes checked.
   void call_depthwise_blocked(const StmtNode& s) {
@@ -216,16 +233,7 @@ class Interpreter {
     constexpr int64_t L = kernels::kDepthwiseBlockLanes;
     KILN_CHECK(taps >= 0 && rows >= 0 && cols >= 0 && ldi >= 0 && ldo >= 0, "bad blocked depthwise micro-kernel extents");
     if (rows == 0 || cols == 0) return;
-    KILN_CHECK(a[1]->kind == ExprKind::Address, "kiln_dwc_f32 argument 1 is not an address");
-    Tensor* to = tensor(a[1]->buffer);
-    KILN_CHECK(to->dtype() == DType::Int64, "kiln_dwc_f32 offsets '", a[1]->buffer->name, "' are not int64");
-    const int64_t o0 = eval(a[1]->args[0]).i;
-    std::vector<int64_t> off(static_cast<size_t>(taps));
-    for (int64_t t = 0; t < taps; ++t) {
-      checked_index(a[1]->buffer, o0 + t);
-      off[size_t(t)] = to->data<int64_t>()[o0 + t];
-      KILN_CHECK(off[size_t(t)] >= 0, "kiln_dwc_f32: negative tap offset");
-    }
+    const std::vector<int64_t> off = tap_offsets(s, 1, taps);
     const int64_t reach = taps ? *std::max_element(off.begin(), off.end()) : 0;
     const float* in = f32_block(s, 4, rows, ldi * L, (cols + reach) * L, 1);
     const float* w = f32_block(s, 6, 1, 0, taps * L, 1);
@@ -243,16 +251,7 @@ class Interpreter {
     KILN_CHECK(cg >= 1 && mg >= 1 && taps >= 1 && len >= 0 && len % 32 == 0 && ldi >= 0 && ldo >= 0,
                "bad grouped-conv micro-kernel extents");
     if (len == 0) return;
-    KILN_CHECK(a[3]->kind == ExprKind::Address, "kiln_gcv_f32 argument 3 is not an address");
-    Tensor* to = tensor(a[3]->buffer);
-    KILN_CHECK(to->dtype() == DType::Int64, "kiln_gcv_f32 offsets '", a[3]->buffer->name, "' are not int64");
-    const int64_t o0 = eval(a[3]->args[0]).i;
-    std::vector<int64_t> off(static_cast<size_t>(taps));
-    for (int64_t t = 0; t < taps; ++t) {
-      checked_index(a[3]->buffer, o0 + t);
-      off[size_t(t)] = to->data<int64_t>()[o0 + t];
-      KILN_CHECK(off[size_t(t)] >= 0, "kiln_gcv_f32: negative tap offset");
-    }
+    const std::vector<int64_t> off = tap_offsets(s, 3, taps);
     const int64_t reach = *std::max_element(off.begin(), off.end());
     const float* in = f32_block(s, 5, cg, ldi, reach + len, 1);
     const float* w = f32_block(s, 7, 1, 0, mg * cg * taps, 1);
