@@ -136,7 +136,7 @@ double operand_reuse(const Node& c, size_t slot, const Target& t) {
     double window = 1;
     for (size_t i = 0; i < k.size(); ++i) window *= double(k[i]) / double(i < st.size() ? st[i] : 1);
     // A dense conv stages a computed input once per call (phase planes, or a plain copy the
-    // im2col panels are packed from: lower_contraction_gemm.cc), except with few input channels,
+    // im2col panels are packed from: lower_contraction_implicit.cc), except with few input channels,
     // whose transposed im2col holds each element once per kernel position.
     const Shape& in = c.input(0)->shape();
     if (group == 1) return in.size() >= 2 && in[1] < 16 ? std::max(1.0, window) : 1.0;

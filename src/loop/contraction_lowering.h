@@ -1,7 +1,10 @@
-// ContractionLowering: the lowering of a contraction-anchored group, shared by three files —
-// lower_contraction.cc (analysis, geometry, the untiled nest, the epilogue), lower_contraction_gemm.cc
-// (the GEMM views and the tiled nest through the micro-kernel) and lower_contraction_rows.cc (row
-// reductions after the contraction). Internal to src/loop; see lower_contraction.cc for the nests.
+// ContractionLowering: the lowering of a contraction-anchored group, its members defined across
+// files — lower_contraction.cc (analysis, geometry, the untiled nest, the epilogue),
+// lower_contraction_gemm.cc (the MatMul and im2col GEMM views, weight packing),
+// lower_contraction_implicit.cc (the implicit-GEMM and channel-rows views of convs),
+// lower_conv_staging.cc and lower_conv_stencil.cc (phase planes, the grouped/depthwise stencils),
+// lower_contraction_rows.cc (row reductions after the contraction) and the sibling/chain files.
+// Internal to src/loop; see lower_contraction.cc for the nests.
 #pragma once
 #include <algorithm>
 #include <functional>

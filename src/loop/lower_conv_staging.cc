@@ -1,4 +1,4 @@
-// Staging a conv's input once per call (lower_contraction_gemm.cc's implicit GEMM and im2col
+// Staging a conv's input once per call (lower_contraction_implicit.cc's implicit GEMM and im2col
 // forms, lower_conv_stencil.cc, lower_contraction_rows.cc): zero-padded phase planes, the planar
 // (2-D) view of 1-D and foldable 3-D convs, and a plain copy of a computed input.
 #include <algorithm>

@@ -22,7 +22,7 @@ struct ContractionTile {
   // A 1x1 conv read in place is a GEMM with output channels as rows (its output rows stored
   // contiguously) from this many output positions, or from channel_rows_positions_few_k when it
   // has at most channel_rows_few_k input channels; else the implicit GEMM with positions as rows
-  // (lower_contraction_gemm.cc, implicit_conv), whose tile is stored transposed. 56x56 outputs
+  // (lower_contraction_implicit.cc, implicit_conv), whose tile is stored transposed. 56x56 outputs
   // (3136 positions) take the implicit form since its transposing store (1 thread, AMD EPYC
   // Zen 4, bench/ab_kernels.py: 256 -> 64 1.05 -> 0.93 ms, 256 -> 128 2.11 -> 1.88, 160 -> 128
   // 1.26 -> 1.20; 2048 before); at 112x112 the two forms were within the noise.
@@ -31,7 +31,7 @@ struct ContractionTile {
   int64_t channel_rows_few_k = 128;
   // A windowed 2-D conv whose staged phase planes take more than this many bytes (16 x the L2,
   // from the target) is a GEMM with output channels as rows and the positions over its planes as
-  // columns (staged_im2col_view in lower_contraction_gemm.cc); up to it the implicit GEMM with
+  // columns (staged_im2col_view in lower_contraction_implicit.cc); up to it the implicit GEMM with
   // positions as rows. On a Zen 5 VM the bound was the L2 (ResNet's 128-channel 3x3 conv over
   // 112x112, 6.6 MB of planes: 20.7 ms as channel rows, 23.2 as positions); on a Zen 4 VM the
   // implicit form won at every size measured, 1 thread (channel rows -> positions): that conv
@@ -112,7 +112,7 @@ struct Schedule {
   int reduction_lanes = 16;
   // Whether a contraction may sum its K terms in another order than the reference's (a conv's K
   // as (kernel position, input channel) instead of (input channel, kernel position), so that its
-  // input is read in place per kernel position; lower_contraction_gemm.cc). False under
+  // input is read in place per kernel position; lower_contraction_implicit.cc). False under
   // --strict-fp, with reduction_lanes = 0: every float sum then runs in the reference's order.
   bool reorder_sums = true;
   // Iterations × inner work (multiply-adds for a contraction) below which a nest stays serial:

@@ -230,7 +230,7 @@ def fam_conv(b):
 def fam_wide_conv(b):
     """A group-1 conv with a 3x3 or 5x5 window and 64-96 output channels over a map of at least 128
     positions (kiln's implicit GEMM over phase planes; with the output channels as rows only
-    beyond 16 x L2 of planes or under strict numerics: lower_contraction_gemm.cc
+    beyond 16 x L2 of planes or under strict numerics: lower_contraction_implicit.cc
     window_channel_rows), strided, dilated or asymmetrically padded at times, with a bias, an
     activation and sometimes a residual."""
     x = b.pick(lambda v: v.rank == 4 and v.shape[2] * v.shape[3] >= 128 and v.shape[1] <= 96)
@@ -317,7 +317,7 @@ def fam_narrow_windows(b):
     element-wise staging) or strided (the gathered rows), at times a grouped conv of 2-8 channels
     per group instead (the grouped-conv micro-kernel), or a group-1 conv with a tall window (7x1,
     5x1, 3x1) whose outer kernel rows read the padding above or below (the flat tiles that skip
-    them, lower_contraction_gemm.cc); an activation, sometimes a residual."""
+    them, lower_contraction_implicit.cc); an activation, sometimes a residual."""
     n, c = 1, b.choice([16, 32, 48])
     h, w = b.randint(2, 17), b.randint(2, 11)  # rows narrower than 12: channel blocks
     if b.chance(0.5):
