@@ -63,3 +63,17 @@ if ! python3 -c "import ray" >/dev/null 2>&1; then
   python3 -m pip install --quiet "ray==2.40.0" \
     || echo "setup: ray not installed; kiln tune --measurer ray and its test (tune_ray_measurer) will fail"
 fi
+# Hugging Face Transformers for bench/models/hf_models.py and its ctest (hf_models_compiled_check):
+# models as Hugging Face's code builds and exports them. Not a Debian package, and the current
+# release needs a newer torch than Debian's 1.13, so a pinned set that runs on it goes into its own
+# folder (KILN_HF_DEPS), which the exporter puts on Debian's Python's path; --no-deps keeps pip
+# from pulling a torch into it.
+HF_DEPS=${KILN_HF_DEPS:-$HOME/.cache/kiln/hf-pydeps}
+if ! /usr/bin/python3 -c "import sys; sys.path.insert(0, '$HF_DEPS'); import transformers" >/dev/null 2>&1; then
+  echo "setup: installing transformers 4.30.2 into $HF_DEPS (pip)"
+  python3 -m pip install --quiet --upgrade --no-deps --target "$HF_DEPS" \
+    transformers==4.30.2 huggingface_hub==0.16.4 safetensors==0.3.3 tokenizers==0.13.3 regex==2026.12.2 \
+    packaging==26.4 pyyaml==6.0.4 filelock==4.3.2 tqdm==4.70.1 requests==2.34.2 urllib3==2.8.0 idna==3.20 \
+    certifi==2026.10.19.post1 charset_normalizer==3.5.3 fsspec==2026.9.0 typing_extensions==4.16.0 \
+    || echo "setup: transformers not installed; hf_models_compiled_check will fail"
+fi

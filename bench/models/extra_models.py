@@ -211,8 +211,20 @@ class UNetSmall(nn.Module):
         return torch.sigmoid(self.ps(e))
 
 
+class SegmentationOut(torch.nn.Module):
+    """A torchvision segmentation model's "out" map (its forward returns a dict)."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, x):
+        return self.m(x)["out"]
+
+
 IMG = (1, 3, 224, 224)
 tv = torchvision.models
+seg = torchvision.models.segmentation
 # name -> (seed, constructor, input shape, description), as in make_models.MODELS
 EXTRA_MODELS = {
     "efficientnet_b0": (200, lambda: tv.efficientnet_b0(weights=None), IMG, "torchvision efficientnet_b0"),
@@ -238,6 +250,16 @@ EXTRA_MODELS = {
     "rnn_encoder": (215, RnnEncoder, (1, 20, 32), "2-layer LSTM + bidirectional GRU + linear head, 20 steps"),
     "audio_encoder": (216, AudioEncoder, (1, 1, 8000), "Conv1d feature extractor + transformer layer, 399 frames"),
     "unet_small": (217, UNetSmall, (1, 3, 64, 64), "small U-Net: norms, ConvTranspose, Upsample, PixelShuffle"),
+    "deeplabv3_mbv3": (218, lambda: SegmentationOut(seg.deeplabv3_mobilenet_v3_large(
+        weights=None, weights_backbone=None, aux_loss=False)), IMG,
+        "torchvision deeplabv3_mobilenet_v3_large (dilated convs, ASPP, bilinear Resize)"),
+    "lraspp_mbv3": (219, lambda: SegmentationOut(seg.lraspp_mobilenet_v3_large(weights=None, weights_backbone=None)),
+                    IMG, "torchvision lraspp_mobilenet_v3_large"),
+    "maxvit_t": (220, lambda: tv.maxvit_t(weights=None), IMG,
+                 "torchvision maxvit_t (MBConv, block and grid attention, relative position bias)"),
+    "regnet_x_400mf": (221, lambda: tv.regnet_x_400mf(weights=None), IMG,
+                       "torchvision regnet_x_400mf (16-channel groups)"),
+    "mobilenet_v3_large": (222, lambda: tv.mobilenet_v3_large(weights=None), IMG, "torchvision mobilenet_v3_large"),
 }
 
 

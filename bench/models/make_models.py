@@ -145,6 +145,42 @@ def save_npy(path, array):
     write_atomic(path, writer)
 
 
+def accept_export(name, tmp_onnx, onnx_path, x, expected, out_dir):
+    """Check an exported model (written to tmp_onnx) and its PyTorch output; on success move it to
+    onnx_path and save NAME.input.npy (x) and NAME.output.npy (expected). Returns (proto, op
+    histogram, max |expected|). Raises RuntimeError, removing tmp_onnx, when the export has
+    non-standard ops or more than one input or output, or the output is not finite or too tiny or
+    huge for a relative-error check to mean anything (see calibrate_batchnorm)."""
+    proto = onnx.load(tmp_onnx)
+    onnx.checker.check_model(proto, full_check=True)
+    ops = op_histogram(proto)
+    foreign = [op for op in ops if "::" in op]
+    if foreign:
+        os.remove(tmp_onnx)
+        raise RuntimeError(f"{name}: export produced non-standard ops {foreign}")
+    if len(proto.graph.input) != 1 or len(proto.graph.output) != 1:
+        os.remove(tmp_onnx)
+        raise RuntimeError(f"{name}: expected one graph input and one output")
+    os.replace(tmp_onnx, onnx_path)
+    if not np.isfinite(expected).all():
+        raise RuntimeError(f"{name}: PyTorch output is not finite")
+    max_abs = float(np.abs(expected).max())
+    if not 1e-2 <= max_abs <= 1e4:
+        raise RuntimeError(f"{name}: PyTorch output magnitude {max_abs:g} is not sane")
+    save_npy(os.path.join(out_dir, f"{name}.input.npy"), x)
+    save_npy(os.path.join(out_dir, f"{name}.output.npy"), expected)
+    return proto, ops, max_abs
+
+
+def write_meta(out_dir, name, meta):
+    """NAME.json, written last: its presence means the model's other files are complete."""
+    def write_json(tmp):
+        with open(tmp, "w") as f:
+            json.dump(meta, f, indent=1)
+            f.write("\n")
+    write_atomic(os.path.join(out_dir, f"{name}.json"), write_json)
+
+
 def export_model(name, out_dir):
     seed, ctor, input_shape, description = MODELS[name]
     t0 = time.perf_counter()
@@ -170,27 +206,7 @@ def export_model(name, out_dir):
                       training=torch.onnx.TrainingMode.EVAL)
     t_export = time.perf_counter()
 
-    proto = onnx.load(tmp_onnx)
-    onnx.checker.check_model(proto, full_check=True)
-    ops = op_histogram(proto)
-    foreign = [op for op in ops if "::" in op]
-    if foreign:
-        os.remove(tmp_onnx)
-        raise RuntimeError(f"{name}: export produced non-standard ops {foreign}")
-    if len(proto.graph.input) != 1 or len(proto.graph.output) != 1:
-        os.remove(tmp_onnx)
-        raise RuntimeError(f"{name}: expected one graph input and one output")
-    os.replace(tmp_onnx, onnx_path)
-
-    if not np.isfinite(expected).all():
-        raise RuntimeError(f"{name}: PyTorch output is not finite")
-    max_abs = float(np.abs(expected).max())
-    # A tiny or huge output makes a relative-error check meaningless (see calibrate_batchnorm).
-    if not 1e-2 <= max_abs <= 1e4:
-        raise RuntimeError(f"{name}: PyTorch output magnitude {max_abs:g} is not sane")
-
-    save_npy(os.path.join(out_dir, f"{name}.input.npy"), x.numpy())
-    save_npy(os.path.join(out_dir, f"{name}.output.npy"), expected)
+    proto, ops, max_abs = accept_export(name, tmp_onnx, onnx_path, x.numpy(), expected, out_dir)
     meta = {
         "name": name,
         "description": description,
@@ -205,12 +221,7 @@ def export_model(name, out_dir):
         "num_parameters": int(sum(p.numel() for p in model.parameters())),
         "ops": ops,
     }
-
-    def write_json(tmp):
-        with open(tmp, "w") as f:
-            json.dump(meta, f, indent=1)
-            f.write("\n")
-    write_atomic(os.path.join(out_dir, f"{name}.json"), write_json)
+    write_meta(out_dir, name, meta)
 
     t_end = time.perf_counter()
     size_mb = os.path.getsize(onnx_path) / 1e6

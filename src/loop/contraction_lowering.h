@@ -146,6 +146,8 @@ class ContractionLowering {
   bool implicit_conv() const;
   void narrow_panels(int64_t cout);
   GemmView implicit_conv_view();
+  bool patch_conv() const;
+  GemmView patch_conv_view();
   GemmView staged_im2col_view();
   bool window_channel_rows() const;
   int position_rows(bool direct, int64_t ho, int64_t wo, int64_t rs, int64_t m, double live) const;

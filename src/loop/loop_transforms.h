@@ -81,11 +81,18 @@ std::string cache_read(LoopKernel& k, const std::string& buffer, const std::stri
 // vectorise a loop whose selects read memory.
 void hoist_uniform_loads(LoopKernel& k);
 
+// Float divisions by a value the innermost loop around them does not change multiply by its
+// reciprocal instead (reciprocal_divisors.cc: a constant's at compile time, a computed one's in a
+// Let ahead of the loop, which then runs in two versions on whether that reciprocal is normal).
+// Default numerics only: within 1.5 ulp of the division.
+void reciprocal_divisors(LoopKernel& k);
+
 // The policy for elementwise / reduction nests, on loops still Serial (lowerings mark some loops
 // themselves): an innermost loop with a constant extent ≤ s.unroll is unrolled, another innermost
 // loop vectorized to s.vector_width; then each outermost loop whose work (iterations × the
 // statements they run) is ≥ s.parallel_min_work is parallelized. A transform that refuses leaves
-// its loop as it was.
+// its loop as it was. Then the uniform loads are hoisted and, with s.reciprocal_divisors, the
+// divisions rewritten (above).
 void apply_default_schedule(LoopKernel& k, const Schedule& s);
 
 }  // namespace kiln::loop

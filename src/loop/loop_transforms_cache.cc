@@ -279,6 +279,7 @@ void apply_default_schedule(LoopKernel& k, const Schedule& s) {
     }
   }
   hoist_uniform_loads(k);
+  if (s.reciprocal_divisors) reciprocal_divisors(k);
 }
 
 }  // namespace kiln::loop

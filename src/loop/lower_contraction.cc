@@ -59,12 +59,12 @@ LoopKernel ContractionLowering::lower() {
   // epilogue with a transcendental op (SiLU's sigmoid after a depthwise conv) then costs more than
   // the conv. EfficientNet-B0's depthwise conv + SiLU: 1.5 ms fused against about 0.7 ms as the
   // conv and a vectorised elementwise kernel (kiln bench --kernels, 2 threads, 2026-12-01). Above
-  // parallel_min_work such a group is refused, so the partitioner keeps the activation apart.
+  // small_kernel_work such a group is refused, so the partitioner keeps the activation apart.
   if (sched_.tile_contractions) {
     int64_t k = 1;
     for (int64_t e : k_extents_) k *= e;
     const int64_t work = shape_numel(out_shape_) * k;
-    if (const Node* n = transcendental_member(); n && work >= sched_.parallel_min_work)
+    if (const Node* n = transcendental_member(); n && work >= sched_.small_kernel_work)
       refuse(cat(n->op_type(), " in the epilogue of the untiled ", c_->op_type(), " nest (", work,
                  " multiply-adds) would run per element, unvectorised; as its own kernel it vectorises"));
   }

@@ -355,8 +355,13 @@ class RowPipeline {
         if (auto f = affine_form(bkj->args[0], scope))
           k_contiguous = std::abs(f->coef_of(K)) < std::abs(f->coef_of(J));
       }
-      out.push_back(k_contiguous ? for_loop(J, int_imm(st.n), {for_loop(K, int_imm(st.k), std::move(jb))})
-                                 : for_loop(K, int_imm(st.k), {for_loop(J, int_imm(st.n), std::move(jb))}));
+      // A float32 operand read in place along k is one transposing copy (16x16 blocks in
+      // registers): packed element by element, attention's K^T (197 x 64 per head) cost a tenth of
+      // a ViT-B attention kernel in scalar strided loads.
+      Stmt copy = k_contiguous ? transposed_copy(bkj, J, K, st.n, st.k, st.b_pack, int_imm(0), st.n) : nullptr;
+      if (copy) out.push_back(copy);
+      else out.push_back(k_contiguous ? for_loop(J, int_imm(st.n), {for_loop(K, int_imm(st.k), std::move(jb))})
+                                      : for_loop(K, int_imm(st.k), {for_loop(J, int_imm(st.n), std::move(jb))}));
       bkj = load(st.b_pack, add(mul(var(K), int_imm(st.n)), var(J)));
     }
     const Expr row_j = add(mul(var(t), int_imm(st.n)), var(J));  // (t, j) in a tile's rows
@@ -396,6 +401,7 @@ class RowPipeline {
       p.mr = mr_;
       p.nr = nr;
       p.prefix = cat("kiln_tr", s, "_");
+      p.wide_nr = st.panel ? 0 : merged_panel_width(sched_, mr_);
       p.zero_first = true;
       auto product = [&](int64_t rows) {
         p.rows = int_imm(rows);

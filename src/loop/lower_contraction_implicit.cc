@@ -70,7 +70,7 @@ bool ContractionLowering::implicit_conv() const {
   const bool rows_are_channels = window_channel_rows();
   // The few-channel form (staged_im2col_view) is 2-D only.
   if (geo_.rank() != 2 && c < 16 && ks > 1) return false;
-  if (!sched_.reorder_sums && !rows_are_channels) return false;
+  if (!sched_.reorder_sums && !rows_are_channels && !patch_conv()) return false;
   const Value* w = c_->input(1);
   if (!is_group_input(w) || !w->is_constant() || w->dtype() != DType::Float32 || c_->input(0) == w) return false;
   for (const Node* m : grp_.nodes)
@@ -107,7 +107,7 @@ bool ContractionLowering::implicit_conv() const {
 // The K order is the reference's (ci, ky, kx), so --strict-fp keeps this form too. Lines much wider than the output's (a large
 // dilation's padding) stay with the implicit form, which skips that padding per line.
 bool ContractionLowering::window_channel_rows() const {
-  if (c_->op_type() != "Conv" || group_ != 1 || geo_.rank() != 2 || unit_window()) return false;
+  if (c_->op_type() != "Conv" || group_ != 1 || geo_.rank() != 2 || unit_window() || patch_conv()) return false;
   const int64_t c = c_->input(0)->shape()[1];
   if (c < 16 && !sched_.reorder_sums) return true;
   const PhasePlanes ph = phase_geometry();
@@ -188,6 +188,7 @@ GemmView ContractionLowering::implicit_conv_view() {
   const int64_t hp = (ho - 1) * sy + (kh - 1) * dy + 1, wp = (wo - 1) * sx + (kw - 1) * dx + 1;
   if (window_channel_rows()) return staged_im2col_view();
   narrow_panels(cout);
+  if (patch_conv()) return patch_conv_view();
   const bool direct = is_group_input(x) && ks == 1 && sy == 1 && sx == 1 && pt == 0 && pl == 0 && hp == h && wp == wd;
   // Staged planes with the channels innermost: a micro-kernel call's A rows are runs of kc
   // consecutive floats, not kc floats a plane apart each.
@@ -391,6 +392,78 @@ void ContractionLowering::conv_weights_and_stores(GemmView& g, const Value* w, c
   g.line_epilogue = [this](const std::vector<Expr>& bt, Expr y, Expr x, Expr j, Expr acc) {
     return tile_stores(planar_index(c_->output(0), bt[0], j, y, x), acc, j);
   };
+}
+
+// A patch embedding (ViT's 16x16 stride-16 conv, CLIP's 32x32 stride 32, Swin's and ConvNeXt's
+// 4x4 stride-4 stems): kernel = stride along both axes, no padding, no dilation, so the windows
+// tile the input. Its phase planes would be one per kernel position — 1,024 staged planes of 7x7
+// for CLIP's, whose staging code the lowering refused (the conv then ran as a library kernel,
+// 13 ms where ONNX Runtime takes 0.79) — and each plane is read by one kernel position only.
+// Here A is the input itself: row (oy, ox) of K index (ci, ky, kx) is
+// x[ci][oy·s + ky][ox·s + kx], so within a segment (ci, ky) the kx terms are consecutive floats
+// (stride_c 1), rows along a line are s floats apart (stride_r) and lines s input rows apart;
+// K is in the reference's order. Taken when a kernel row is longer than the channel count (the
+// phase planes' segments: a stride-2 2x2 downsampling conv over 96 channels keeps the phase
+// planes and their 96-term segments), and whenever there are more than 256 kernel positions (the
+// staging code grows with the planes). Under --strict-fp too: each output sums its K terms in the
+// reference's order (with the phase planes, CLIP's conv stayed a library kernel there).
+bool ContractionLowering::patch_conv() const {
+  if (c_->op_type() != "Conv" || group_ != 1 || geo_.rank() != 2) return false;
+  for (size_t d = 0; d < 2; ++d)
+    if (geo_.kernel[d] != geo_.stride[d] || geo_.dilation[d] != 1 || geo_.pad_begin[d] != 0 || geo_.pad_end[d] != 0)
+      return false;
+  // Lines start a whole number of A rows (kw floats) apart.
+  const bool long_rows = geo_.kernel[1] >= c_->input(0)->shape()[1] || geo_.kernel[0] * geo_.kernel[1] > 256;
+  return geo_.kernel[1] > 1 && long_rows && geo_.in[1] * geo_.kernel[0] % geo_.kernel[1] == 0;
+}
+
+GemmView ContractionLowering::patch_conv_view() {
+  const Value* x = c_->input(0);
+  const Value* w = c_->input(1);
+  const Shape& xs = x->shape();
+  const int64_t nb = xs[0], c = xs[1], h = geo_.in[0], wd = geo_.in[1], ho = geo_.out[0], wo = geo_.out[1];
+  const int64_t kh = geo_.kernel[0], kw = geo_.kernel[1];
+  const int64_t cout = w->shape()[0];
+  GemmView g;
+  g.batch = {nb};
+  // A computed input (a normalisation folded in as a prologue) is staged once into a plain copy.
+  BufferPtr src;
+  if (is_group_input(x)) {
+    src = L_.input_buffers_.at(x);
+  } else {
+    src = stage_input();
+    g.staging_locals.push_back(src);
+    g.staging.push_back(stage_input_fill(src));
+  }
+  // Rows in lines of whole micro-kernel tiles, one line per output row: a line starts kh input
+  // rows (wd rows of A, kw floats each) after the previous one.
+  if (sched_.contraction.fit_position_rows) sched_.contraction.mr = position_rows(false, ho, wo, wd, ho * wo, 1.0);
+  const int64_t mr = std::max(1, sched_.contraction.mr), wpad = (wo + mr - 1) / mr * mr;
+  g.m = (ho - 1) * wpad + wo;  // the last line ends at its last output: nothing reads past the input
+  g.n = cout;
+  g.k = c * kh * kw;
+  g.k_segment = kw;
+  g.a.buffer = src;
+  g.a.stride_r = kw;
+  g.a.stride_c = 1;
+  g.a.line_rows = wpad;
+  g.a.line_stride = wd * kh / kw;  // whole rows: patch_conv()
+  // Segment s = (ci, ky): x[n][ci][ky][0].
+  g.a.segment_base = [=](const std::vector<Expr>& bt, Expr s) {
+    return add(mul(bt[0], int_imm(c * h * wd)),
+               add(mul(div_floor(s, int_imm(kh)), int_imm(h * wd)), mul(mod(s, int_imm(kh)), int_imm(wd))));
+  };
+  g.a.value = [](const std::vector<Expr>&, Expr, Expr) -> Expr { refuse("patch conv: A is read in place"); };
+  g.b.value = [](const std::vector<Expr>&, Expr, Expr) -> Expr { refuse("patch conv: B is prepacked"); };
+  // B(k, co) = W[co][k]: K is the weights' own (ci, ky, kx) order.
+  PanelLayout layout = PanelLayout::row_major(1, g.k, cout, sched_.contraction.nr);
+  layout.inner_rows = 1;
+  layout.inner_stride = 0;
+  layout.outer_stride = 1;
+  layout.col_stride = g.k;
+  layout.batch_stride = 0;
+  conv_weights_and_stores(g, w, layout, wpad, wo);
+  return g;
 }
 
 }  // namespace kiln::loop::detail

@@ -395,6 +395,7 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const LoopVars& outer, c
     return panels ? add(mul(j0, int_imm(k)), mul(k0, int_imm(nr))) : add(b_base, add(mul(k0, int_imm(ld)), j0));
   };
   prod.bs_k = panels ? nr : ld;
+  prod.wide_nr = panels ? 0 : merged_panel_width(sched_, mr);
   prod.acc = acc;
   prod.ld = prod.n = ld;
   prod.k = k;
@@ -583,7 +584,7 @@ LoopKernel ContractionLowering::build_rows(const ContractionRows& plan) {
   if (passes && !tiled_rows && sched_.tile_contractions && dtype_ == DType::Float32 && c_->op_type() == "MatMul" &&
       is_group_input(c_->input(1)) && computed_by_members(c_->input(0))) {
     const int64_t k = c_->input(0)->shape().back();
-    if (numel * k >= sched_.parallel_min_work)
+    if (numel * k >= sched_.small_kernel_work)
       refuse(cat("the row passes after MatMul would need the untiled dot-product nest (", numel * k,
                  " multiply-adds, B read down its columns) because its left operand is computed in the kernel; the "
                  "tiled rows read it in place"));
@@ -601,7 +602,7 @@ LoopKernel ContractionLowering::build_rows(const ContractionRows& plan) {
                " groups would need the untiled rows nest; the stencil nest and a separate row kernel are faster"));
   if (passes && !tiled_rows && sched_.tile_contractions && dtype_ == DType::Float32 && c_->op_type() == "Conv") {
     const int64_t k = shape_numel(c_->input(1)->shape()) / std::max<int64_t>(c_->input(1)->shape()[0], 1);
-    if (numel * k >= sched_.parallel_min_work)
+    if (numel * k >= sched_.small_kernel_work)
       refuse(cat("the row passes after a Conv with ", group_, " groups would need the untiled rows nest (",
                  numel * k, " multiply-adds); its own direct nest and a separate row kernel are faster"));
   }
@@ -614,7 +615,7 @@ LoopKernel ContractionLowering::build_rows(const ContractionRows& plan) {
   if (tiled_rows && c_->op_type() == "Conv") {
     const int64_t vw = std::max(1, sched_.vector_width), cols = (plan.row + vw - 1) / vw * vw;
     const int64_t k = shape_numel(c_->input(1)->shape()) / std::max<int64_t>(c_->input(1)->shape()[0], 1);
-    if (numel * k >= sched_.parallel_min_work && plan.row * 100 < cols * sched_.contraction.rows_min_column_percent)
+    if (numel * k >= sched_.small_kernel_work && plan.row * 100 < cols * sched_.contraction.rows_min_column_percent)
       refuse(cat("the row passes after a Conv over ", plan.row, " positions would use ", plan.row, " of ", cols,
                  " vector lanes per row (the tiled rows' columns); the conv's own implicit GEMM and a separate row "
                  "kernel are faster"));

@@ -344,8 +344,8 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
     Expr off = add(v.b.base(batch), add(mul(k0v, int_imm(v.b.stride_r)), var("kiln_j0")));
     return {address(v.b.buffer, off), int_imm(v.b.stride_r)};
   };
-  auto mk = [&](Expr rows, Expr cols, Expr r) {
-    const Expr rows_arg = rows;
+  // The micro-kernel call on rows [r, r + rows) of the tile, `cols` columns.
+  auto mk_call = [&](Expr rows, Expr cols, Expr r) {
     std::vector<Expr> args = {std::move(rows), std::move(cols)};
     if (nsb > 0) {
       args.push_back(var("kiln_ns"));
@@ -370,9 +370,13 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
       args.push_back(reg_ep->lo ? reg_ep->lo : float_imm(0));
       args.push_back(reg_ep->hi ? reg_ep->hi : float_imm(0));
     }
-    Stmt call = call_stmt(nsb > 0 ? (ep ? kernels::kMicroKernelSegEpF32 : kernels::kMicroKernelSegF32)
-                                  : (ep ? kernels::kMicroKernelEpF32 : kernels::kMicroKernelF32),
-                          std::move(args));
+    return call_stmt(nsb > 0 ? (ep ? kernels::kMicroKernelSegEpF32 : kernels::kMicroKernelSegF32)
+                             : (ep ? kernels::kMicroKernelEpF32 : kernels::kMicroKernelF32),
+                     std::move(args));
+  };
+  auto mk = [&](Expr rows, Expr cols, Expr r) {
+    const Expr rows_arg = rows;
+    Stmt call = mk_call(rows, cols, r);
     if (!skip_dead) return call;
     const Expr row = add(var("kiln_m0"), r);
     if (!v.a.line_rows) {
@@ -389,7 +393,17 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
     live = binary(BinOp::And, live, lt(ln, var("kiln_sl1")));
     live = binary(BinOp::And, live, lt(var("kiln_sl2"), add(x0, rows_arg)));
     live = binary(BinOp::And, live, lt(x0, var("kiln_sl3")));
-    return if_then(live, {std::move(call)});
+    // A call covers one kernel position's segment (skip_dead has one segment per call): where
+    // the position reads the input at no more than a quarter of the tile's rows, the call runs
+    // those rows only — through the generic micro-kernel (the count is known at run time), so
+    // only where it skips most of the work: a padded 3x3 conv's side taps read 13 of 14 rows, and
+    // running those 13 generically made a 256 -> 256 conv over 14x14 3.5x slower. A dilated
+    // window's side taps over a map narrower than the dilation read a few columns of each line:
+    // DeepLabV3's ASPP, 3x3 with dilation 12 over 14x14, whose side taps read 2 of 14.
+    const Expr lo = binary(BinOp::Max, x0, var("kiln_sl2")), hi = minimum(add(x0, rows_arg), var("kiln_sl3"));
+    const Expr whole = binary(BinOp::Lt, rows_arg, mul(sub(hi, lo), int_imm(4)));
+    Stmt part = mk_call(sub(hi, lo), cols, add(r, sub(lo, x0)));
+    return if_then(live, {if_then(whole, {std::move(call)}, {std::move(part)})});
   };
   // The row tiles of an M block of `rows` rows: full tiles of mr, then the rest. A packed B always
   // has nr columns (zero padded), an in-place B may not. With a constant row count (every block
@@ -726,7 +740,7 @@ std::vector<Stmt> row_tile_product(const RowTileProduct& p) {
   // Panels outside read all of A once per panel (MobileNetV2's last 1x1 conv, 1280 x 320
   // weights: streamed twice per call, the fused kernel 0.58 ms against 0.34 ms for the conv and
   // the pool apart).
-  if (p.panels_inside && p.n <= 2 * nr && p.n > nr) {
+  if (p.panels_inside && p.n <= 2 * nr && p.n > nr && p.n > p.wide_nr) {
     auto both = [&](Expr rows, Expr r) {
       return std::vector<Stmt>{mk(rows, int_imm(nr), int_imm(0), r), mk(rows, int_imm(p.n - nr), int_imm(nr), r)};
     };
@@ -744,9 +758,23 @@ std::vector<Stmt> row_tile_product(const RowTileProduct& p) {
     out.push_back(for_loop(kb, int_imm(kblocks), std::move(kblock)));
     return out;
   }
-  if (p.n / nr > 0) out.push_back(for_loop(jt, int_imm(p.n / nr), {panel(int_imm(nr), mul(var(jt), int_imm(nr)))}));
-  if (p.n % nr) out.push_back(panel(int_imm(p.n % nr), int_imm(p.n / nr * nr)));
+  // The rest past the last whole panel joins that panel as one wider call when it may.
+  const int64_t whole = p.n / nr, rest = p.n % nr;
+  const bool merge = whole > 0 && rest > 0 && nr + rest <= p.wide_nr;
+  const int64_t loop_panels = merge ? whole - 1 : whole;
+  if (loop_panels > 0) out.push_back(for_loop(jt, int_imm(loop_panels), {panel(int_imm(nr), mul(var(jt), int_imm(nr)))}));
+  if (merge) out.push_back(panel(int_imm(nr + rest), int_imm(loop_panels * nr)));
+  else if (rest) out.push_back(panel(int_imm(rest), int_imm(whole * nr)));
   return out;
+}
+
+int64_t merged_panel_width(const Schedule& s, int64_t mr) {
+  const int64_t vw = s.vector_width, nr = s.contraction.nr, extra = s.contraction.merge_tail_cols;
+  if (vw < 16 || extra <= 0 || mr < 1) return 0;
+  int64_t w = nr + extra;
+  // Every accumulator in a register: mr rows of ceil(w / vw) vectors.
+  while (w > nr && mr * ((w + vw - 1) / vw) > s.contraction.accumulator_registers) w -= vw;
+  return w > nr ? w : 0;
 }
 
 }  // namespace kiln::loop::detail

@@ -161,7 +161,12 @@ struct RowTileProduct {
   // The first K block overwrites the accumulators (every one of the rows and columns computed),
   // so the caller need not zero them; else every call adds to them.
   bool zero_first = false;
+  // The widest call the last column panel may grow to, taking in the columns past the last whole
+  // panel (0: nr, no merging). Only where B(k, j) is at b_at(0, k0) + j for every j (not panels).
+  int64_t wide_nr = 0;
 };
 std::vector<Stmt> row_tile_product(const RowTileProduct& p);
+// RowTileProduct::wide_nr for this schedule (0 when the target's kernels do not take it).
+int64_t merged_panel_width(const Schedule& s, int64_t mr);
 
 }  // namespace kiln::loop::detail

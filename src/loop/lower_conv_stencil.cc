@@ -151,8 +151,26 @@ LoopKernel ContractionLowering::build_stencil() {
   const bool whole = wide && wo_v != wo;
   const int64_t wo_p = whole ? wo_v : wo, read_len = len + (wo_p - wo);
   const int64_t lanes = 4 * std::max(1, sched_.vector_width), blocks = (read_len + lanes - 1) / lanes;
-  const int64_t len_p = blocks * lanes, tail = len_p - len;
+  const int64_t len_p = blocks * lanes;
   if (taps > int64_t(kMaxExprNodes / 4)) refuse(cat("a ", kh, "x", kw, " window has too many taps to unroll"));
+  // Groups of many channels (RegNetX's 16-channel groups, ResNeXt's 4-channel ones stay below):
+  // each group a small implicit GEMM under the default numerics — rows the flat plane positions
+  // y·wq + x in tiles of mr, columns the group's mg output channels (whole vectors), K =
+  // (kernel position, input channel) as the segmented micro-kernel's segments over the staged
+  // planes (the taps' offsets from a table), the weights packed per group once at build time
+  // (panel_layout.h) — into a position-major tile, transposed into the accumulator planes the
+  // epilogue below reads. The grouped-conv micro-kernel instead runs the positions as lanes, 8
+  // output channels at a time, a 7x7 output's 63 flat positions padded to 64 lanes.
+  const int64_t vw = std::max(1, sched_.vector_width);
+  const bool group_gemm = sched_.reorder_sums && sched_.stencil_group_gemm_min_channels > 0 &&
+                          cg >= sched_.stencil_group_gemm_min_channels && mg % vw == 0 && mg <= 64 &&
+                          is_group_input(w) && L_.input_buffers_.count(w) && ws.size() == 4 && w->is_constant() &&
+                          w->dtype() == DType::Float32 && only_right_operand(grp_, c_, w);
+  const int64_t gemm_mr = std::clamp<int64_t>(sched_.contraction.accumulator_registers / std::max<int64_t>(1, mg / vw), 1, 16);
+  // Every position the epilogue reads (read_len: a whole-vector row's lanes past wo too).
+  const int64_t gemm_rows = (read_len + gemm_mr - 1) / gemm_mr * gemm_mr;
+  // The planes' zeroed tail covers every position a lane or a row tile reads past len.
+  const int64_t tail = std::max(len_p, group_gemm ? gemm_rows : 0) - len;
 
   auto planes = std::make_shared<Buffer>(Buffer{"kiln_dph", DType::Float32, {cg * per_channel + tail}, Scope::Local});
   auto acc = std::make_shared<Buffer>(Buffer{"kiln_dacc", DType::Float32, {len_p}, Scope::Local});
@@ -205,14 +223,15 @@ LoopKernel ContractionLowering::build_stencil() {
   // input vector and the accumulator per multiply-add and store it back per input channel.
   // RegNetY-400MF's 8-channel groups (3x3 stride 2 over 112x112, one-node model, kiln bench, 1
   // thread): 0.48-0.52 -> 0.283 ms.
-  const bool grouped_kernel = !dw_kernel && !direct && sched_.reorder_sums && cg * mg > 1 && len_p % 32 == 0 &&
+  const bool grouped_kernel = !group_gemm && !dw_kernel && !direct && sched_.reorder_sums && cg * mg > 1 && len_p % 32 == 0 &&
                               is_group_input(w) && L_.input_buffers_.count(w) && ws.size() == 4 &&
                               w->dtype() == DType::Float32;
   auto gacc = std::make_shared<Buffer>(Buffer{"kiln_dga", DType::Float32, {mg * len_p}, Scope::Local});
   auto goffs = std::make_shared<Buffer>(Buffer{"kiln_dgo", DType::Int64, {taps}, Scope::Local});
   Expr direct_sum;
   std::vector<Stmt> per_channel_body;
-  if (dw_kernel || grouped_kernel) {
+  const bool plane_sums = grouped_kernel || group_gemm;  // every output channel's plane in kiln_dga
+  if (dw_kernel || plane_sums) {
     // Filled by the call below, once the epilogue's row width (the columns it reads) is known.
   } else if (direct) {
     const Expr jd = add(mul(var("kiln_dy"), int_imm(ph.wq)), var("kiln_dx"));
@@ -227,7 +246,7 @@ LoopKernel ContractionLowering::build_stencil() {
   } else {
     per_channel_body.push_back(over_j({store(acc, j, float_imm(0))}));
   }
-  if (!direct && !dw_kernel && !grouped_kernel) {
+  if (!direct && !dw_kernel && !plane_sums) {
     std::vector<Stmt> per_ci;
     const Expr ci = cg == 1 ? int_imm(0) : var("kiln_dci");
     Expr sum = load(acc, j);
@@ -257,7 +276,7 @@ LoopKernel ContractionLowering::build_stencil() {
     Index point = Index::from_dims(out_shape_, {n, co, y, x});
     const Expr a = direct           ? direct_sum
                    : dw_kernel      ? load(dw_acc, add(mul(var("kiln_dr"), int_imm(ph.wq)), x))
-                   : grouped_kernel ? load(gacc, add(mul(var("kiln_dm"), int_imm(len_p)), add(mul(y, int_imm(ph.wq)), x)))
+                   : plane_sums     ? load(gacc, add(mul(var("kiln_dm"), int_imm(len_p)), add(mul(y, int_imm(ph.wq)), x)))
                                     : load(acc, add(mul(y, int_imm(ph.wq)), x));
     std::vector<std::pair<Expr, Expr>> stores = epilogue_stores(point, result(a, bias_ ? co : nullptr));
     std::vector<Stmt> body;
@@ -306,6 +325,34 @@ LoopKernel ContractionLowering::build_stencil() {
     sums.push_back(channels);
     compute = allocate(gacc, {allocate(goffs, std::move(sums))});
   }
+  if (group_gemm) {
+    // B of group g: rows k = tap · cg + ci, columns the group's output channels, one panel.
+    PanelLayout layout;
+    layout.batch = group_;
+    layout.rows = taps * cg;
+    layout.cols = layout.nr = mg;
+    layout.inner_rows = cg;
+    layout.inner_stride = taps;
+    layout.outer_stride = 1;
+    layout.col_stride = cg * taps;
+    layout.batch_stride = mg * cg * taps;
+    const BufferPtr wp = pack_constant_weights(w, layout);
+    auto tile = std::make_shared<Buffer>(Buffer{"kiln_dgt", DType::Float32, {gemm_rows * mg}, Scope::Local});
+    std::vector<Stmt> sums;
+    for (int64_t tap = 0; tap < taps; ++tap) sums.push_back(store(goffs, int_imm(tap), int_imm(ph.offset[size_t(tap)])));
+    const Expr r0 = mul(var("kiln_dgr"), int_imm(gemm_mr));
+    sums.push_back(for_loop(
+        "kiln_dgr", int_imm(gemm_rows / gemm_mr),
+        {call_stmt(kernels::kMicroKernelSegF32,
+                   {int_imm(gemm_mr), int_imm(mg), int_imm(taps), int_imm(cg), address(planes, r0), address(goffs, int_imm(0)),
+                    int_imm(1), int_imm(per_channel), address(wp, mul(g, int_imm(taps * cg * mg))), int_imm(mg),
+                    address(tile, mul(r0, int_imm(mg))), int_imm(mg), int_imm(0)})}));
+    // The planes of the positions the epilogue reads (at most len_p of them).
+    sums.push_back(call_stmt(kernels::kTransposeF32, {address(gacc, int_imm(0)), int_imm(len_p), address(tile, int_imm(0)),
+                                                      int_imm(mg), int_imm(std::min(gemm_rows, len_p)), int_imm(mg)}));
+    sums.push_back(channels);
+    compute = allocate(gacc, {allocate(goffs, {allocate(tile, std::move(sums))})});
+  }
   if (wide) k_.vector_bits = 512;
   k_.no_tree_pre = true;
   k_.body = for_loop("kiln_dt", int_imm(nb * group_), {allocate(planes, zero_tail ? std::vector<Stmt>{fill, zero_tail, compute}
@@ -351,26 +398,17 @@ bool ContractionLowering::channel_block_stencil() const {
          geo_.out[1] < sched_.stencil_channel_blocks_below;
 }
 
-namespace {
-
-// dst[dst_off + q · 16 + l] = val for l < 16, q < run as one transposing copy
-// (kernels::kTransposeF32), when `val` is a float32 load of a kernel argument at an index affine in
-// the lane `l` (a positive coefficient: the channel stride) and in `q` (coefficient 1: a run of
-// consecutive elements). Null otherwise (the caller stores element by element).
-Stmt transposed_in(const Expr& val, const std::string& l, const std::string& q, int64_t run, const BufferPtr& dst,
-                   const Expr& dst_off) {
+Stmt transposed_copy(const Expr& val, const std::string& l, const std::string& q, int64_t rows, int64_t cols,
+                     const BufferPtr& dst, const Expr& dst_off, int64_t ldd) {
   if (val->kind != ExprKind::Load || val->type != DType::Float32 || val->buffer->scope == Scope::Local) return nullptr;
   AffineScope scope;
   scope.varying = {l, q};
   const auto f = affine_form(val->args[0], scope);
   if (!f || f->coef_of(q) != 1 || f->coef_of(l) < 1) return nullptr;
   const Expr src = sched::substitute(val->args[0], {{l, int_imm(0)}, {q, int_imm(0)}});
-  return call_stmt(kernels::kTransposeF32, {address(dst, dst_off), int_imm(kernels::kDepthwiseBlockLanes),
-                                            address(val->buffer, src), int_imm(f->coef_of(l)),
-                                            int_imm(kernels::kDepthwiseBlockLanes), int_imm(run)});
+  return call_stmt(kernels::kTransposeF32, {address(dst, dst_off), int_imm(ldd), address(val->buffer, src),
+                                            int_imm(f->coef_of(l)), int_imm(rows), int_imm(cols)});
 }
-
-}  // namespace
 
 LoopKernel ContractionLowering::build_channel_block_stencil() {
   const int64_t numel = conv_sized_outputs();
@@ -402,7 +440,7 @@ LoopKernel ContractionLowering::build_channel_block_stencil() {
     const Expr tap = var("kiln_dk");
     // By flat offset (co · taps + tap): affine in the lane and the tap, for the transposing copy.
     Expr wv = to_compute(L_.value_at(w, Index::from_flat(ws, add(mul(co, int_imm(taps)), tap))));
-    Stmt copy = transposed_in(wv, "kiln_dl", "kiln_dk", taps, wb, int_imm(0));
+    Stmt copy = transposed_copy(wv, "kiln_dl", "kiln_dk", lanes, taps, wb, int_imm(0), lanes);
     block.push_back(copy ? copy : for_loop("kiln_dk", int_imm(taps), {over_lanes({store(wb, add(mul(tap, int_imm(lanes)), l), wv)})}));
   }
   const nn::WindowGeometry g = planar_geometry();
@@ -417,7 +455,7 @@ LoopKernel ContractionLowering::build_channel_block_stencil() {
     const Expr xx = sub(add(mul(q, int_imm(sx)), int_imm(px)), int_imm(pl));
     const Expr val = to_compute(L_.value_at(x, planar_index(x, n, co, y, xx)));
     const Expr row_at = add(int_imm(sl * ph.plane), add(mul(r, int_imm(ph.wq)), int_imm(q0)));
-    if (Stmt copy = transposed_in(val, "kiln_dl", "kiln_xx", q1 - q0, planes, mul(row_at, int_imm(lanes)))) {
+    if (Stmt copy = transposed_copy(val, "kiln_dl", "kiln_xx", lanes, q1 - q0, planes, mul(row_at, int_imm(lanes)), lanes)) {
       block.push_back(for_loop("kiln_xy", int_imm(r1 - r0), {copy}));
       continue;
     }

@@ -273,6 +273,13 @@ void bind_kernel(const FusionGroup& grp, const std::string& name, LoopKernel& k,
 // member of grp reads w but as contraction c's right operand: only then may the kernel read w in
 // panels alone (another member reads it row-major; X · X too).
 bool only_right_operand(const FusionGroup& grp, const Node* c, const Value* w);
+// dst[dst_off + q · ldd + l] = val for l < rows, q < cols as one transposing copy
+// (kernels::kTransposeF32), when `val` is a float32 load of a kernel argument at an index affine
+// in `l` (a positive coefficient: the source's row stride) and in `q` (coefficient 1: each row a
+// run of consecutive elements) (lower_conv_stencil.cc). Null otherwise (the caller copies element
+// by element).
+Stmt transposed_copy(const Expr& val, const std::string& l, const std::string& q, int64_t rows, int64_t cols,
+                     const BufferPtr& dst, const Expr& dst_off, int64_t ldd);
 // Replaces input `input` of kernel k (a constant's buffer) by its packing in `layout`
 // (LoopKernel::packed_inputs: packed once when the executable is built) and returns the packed
 // buffer; an input packed already (by another nest of the kernel) is returned as it is.

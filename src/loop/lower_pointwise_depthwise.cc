@@ -252,6 +252,7 @@ class PointwiseDepthwiseLowering {
       prod.nr = nr;
       prod.rows = mb == ce ? int_imm(ce) : rows;
       prod.prefix = "kiln_pw";
+      prod.wide_nr = merged_panel_width(sched_, mr);
       prod.zero_first = true;
       for (Stmt& s : row_tile_product(prod)) inner.push_back(std::move(s));
     }

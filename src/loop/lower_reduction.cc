@@ -31,7 +31,9 @@
 // element.
 //  - Max/Min (the same value in any order; a zero maximum may take the other zero's sign, a NaN
 //    another NaN's payload) and integer accumulation (wrapping arithmetic is associative):
-//    L = kLanes = 32, the partials combined in lane order.
+//    L = kLanes = 32, the partials combined in the pairwise tree below. (Combined in lane order, a
+//    serial loop of compares, a softmax row's max spent more time there than in its 197 elements:
+//    a sixth of the attention kernel's non-GEMM time, ViT-B/16 shapes.)
 //  - Float sums (Sum, Mean, L1, L2, SumSquare, LogSum, GlobalAveragePool's double sum, the sum of
 //    exps of LogSumExp; float32, float64 and the half types, which add in float): L =
 //    Schedule::reduction_lanes (16), each partial starting at 0, then combined in a fixed
@@ -131,15 +133,15 @@ void RowKernelBuilder::lower_reduction(const Node& r, RKind kind, int k, std::ve
 
   // One pass: acc (of type `at`) = init; for the row: acc = update(acc, element, first). With a
   // `combine` (how two partial accumulators merge) and a long contiguous row, in lanes: `float_sum`
-  // for a float sum (sum_lanes_ partials, pairwise tree), else for Max/Min and integer passes,
-  // whose result no order changes (kLanes partials, lane order).
+  // for a float sum (sum_lanes_ partials), else for Max/Min and integer passes, whose result no
+  // order changes (kLanes partials); the partials combined in a pairwise tree.
   auto pass = [&](const std::string& name, DType at, Expr init, const Update& update, const Combine& combine,
                   bool float_sum = false) {
     // Order-free passes take half the lanes on a row too short for kLanes.
     const int64_t lanes = float_sum ? sum_lanes_ : row_ >= kMinLaneBlocks * kLanes ? kLanes : kLanes / 2;
     if (combine && lanes > 1 && contiguous_ && row_ >= kMinLaneBlocks * lanes) {
       for (auto& s : finish({Root{StmtKind::Let, name, nullptr, nullptr, init}})) out.push_back(s);
-      lane_pass(r, name, at, init, update, combine, lanes, float_sum, out);
+      lane_pass(r, name, at, init, update, combine, lanes, out);
       return;
     }
     std::vector<std::pair<std::string, int64_t>> loops;
@@ -370,14 +372,12 @@ Index RowKernelBuilder::row_point(const Expr& j) {
 //   lanes[l] = update(init, elem(l), first)                 l < L: each lane's first element
 //   for b in [1, row / L): lanes[l] = update(lanes[l], elem(b * L + l))      (l vectorized)
 //   lanes[l] = update(lanes[l], elem(row / L * L + l))    for the row % L tail
-// then, in lane order: acc = lanes[0]; acc = combine(acc, lanes[l]) for l = 1 .. L-1
-// or as a tree:        for h = L/2, L/4, .., 1: lanes[l] = combine(lanes[l], lanes[l + h]) for
-//                      l < h (vectorized); acc = lanes[0]
+// then as a tree: for h = L/2, L/4, .., 1: lanes[l] = combine(lanes[l], lanes[l + h]) for
+//                 l < h (vectorized); acc = lanes[0]
 // A staged reduction input (stage_row) is stored to its local row as each lane loop reads it.
 void RowKernelBuilder::lane_pass(const Node& r, const std::string& name, DType at, const Expr& init,
-                                 const Update& update, const Combine& combine, int64_t L, bool tree,
-                                 std::vector<Stmt>& out) {
-  KILN_CHECK(L >= 2 && row_ >= L && (!tree || (L & (L - 1)) == 0), "lane_pass: ", L, " lanes over a row of ", row_);
+                                 const Update& update, const Combine& combine, int64_t L, std::vector<Stmt>& out) {
+  KILN_CHECK(L >= 2 && row_ >= L && (L & (L - 1)) == 0, "lane_pass: ", L, " lanes over a row of ", row_);
   const std::string ps = std::to_string(passes_++);
   auto lanes = std::make_shared<Buffer>(Buffer{"kiln_lanes" + ps, at, Shape{L}, Scope::Local});
   const Expr yes = int_imm(1, DType::Bool), no = int_imm(0, DType::Bool);
@@ -407,19 +407,12 @@ void RowKernelBuilder::lane_pass(const Node& r, const std::string& name, DType a
     lane_loop("kiln_l" + ps, L, mul(add(var(b), int_imm(1)), int_imm(L)), false, ForKind::Vectorized, b, blocks - 1);
   }
   if (tail > 0) lane_loop("kiln_t" + ps, tail, int_imm(blocks * L), false, ForKind::Serial);
-  if (tree) {
-    for (int64_t h = L / 2; h >= 1; h /= 2) {
-      const Expr c = var("kiln_h" + ps + "_" + std::to_string(h));
-      body.push_back(for_loop(c->name, int_imm(h), {store(lanes, c, combine(load(lanes, c), load(lanes, add(c, int_imm(h)))))},
-                              h > 1 ? ForKind::Vectorized : ForKind::Serial));
-    }
-    body.push_back(assign(name, load(lanes, int_imm(0))));
-  } else {
-    body.push_back(assign(name, load(lanes, int_imm(0))));
-    const std::string c = "kiln_c" + ps;
-    body.push_back(for_loop(c, int_imm(L - 1),
-                            {assign(name, combine(var(name, at), load(lanes, add(var(c), int_imm(1)))))}));
+  for (int64_t h = L / 2; h >= 1; h /= 2) {
+    const Expr c = var("kiln_h" + ps + "_" + std::to_string(h));
+    body.push_back(for_loop(c->name, int_imm(h), {store(lanes, c, combine(load(lanes, c), load(lanes, add(c, int_imm(h)))))},
+                            h > 1 ? ForKind::Vectorized : ForKind::Serial));
   }
+  body.push_back(assign(name, load(lanes, int_imm(0))));
   out.push_back(allocate(lanes, std::move(body)));
 }
 

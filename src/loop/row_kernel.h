@@ -84,10 +84,10 @@ class RowKernelBuilder {
   // (row base + j) and its dims (j unravelled over the reduced axes).
   Index row_point(const Expr& j);
   // One reduction pass over a contiguous row in `lanes` partials (the file comment): `name`
-  // (already declared) ends up holding the combined value. The partials combine in lane order, or
-  // with `tree` (lanes a power of two) pairwise: lane l with lane l + lanes/2, and so on down to one.
+  // (already declared) ends up holding the combined value. The partials (lanes a power of two)
+  // combine pairwise: lane l with lane l + lanes/2, and so on down to one.
   void lane_pass(const Node& r, const std::string& name, DType at, const Expr& init, const Update& update,
-                 const Combine& combine, int64_t lanes, bool tree, std::vector<Stmt>& out);
+                 const Combine& combine, int64_t lanes, std::vector<Stmt>& out);
   // Kernel inputs and outputs, plus one fake Register buffer per reduction result.
   void bind(LoopKernel& k, const std::vector<const Node*>& reds);
   // One outer loop per dim of `shape` longer than 1 (outer_dims_); the current position's flat index.

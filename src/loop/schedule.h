@@ -50,6 +50,15 @@ struct ContractionTile {
   // phase planes' 16-wide lines 1.36 ms, 14-row tiles of exactly one line 1.03 ms.
   int fit_position_rows = 1;
   int accumulator_registers = 29;  // vector registers left for accumulators (the target's)
+  // A row tile product's columns past its last whole nr-wide panel (up to this many) join that
+  // panel as one wider call (its last vector masked; at most accumulator_registers accumulators),
+  // where B's rows run on across panels (an operand in place, not packed panels). Alone they were
+  // a call of one masked vector per row: a broadcast of A per multiply-add, the load ports'
+  // limit. SqueezeNet's last 1x1 conv + global pool, 169 = 5 x 32 + 9 columns: the 8x9 calls took
+  // 21 % of the kernel's time for 5 % of its work. Needs the FMA build's intrinsic kernels, which
+  // take any width (16-lane targets); 0: never (--strict-fp: the portable kernels take widths of
+  // whole 4-lane vectors only).
+  int64_t merge_tail_cols = 16;
   // The implicit GEMM's K block is at most this (and kc; 0: kc): its B block (kc × nr), the
   // tile's accumulators (126 × nr) and the kc lines of A one micro-kernel call reads share the
   // L1, which 256 filled (128 -> 128 3x3 conv over 28x28 with 14-row tiles: 1.29 ms at 256, 1.17
@@ -115,9 +124,25 @@ struct Schedule {
   // input is read in place per kernel position; lower_contraction_implicit.cc). False under
   // --strict-fp, with reduction_lanes = 0: every float sum then runs in the reference's order.
   bool reorder_sums = true;
-  // Iterations × inner work (multiply-adds for a contraction) below which a nest stays serial:
-  // waking the worker threads costs tens of microseconds, more than a small kernel gains.
-  int64_t parallel_min_work = int64_t(1) << 19;
+  // Whether a float division by a loop-invariant divisor may multiply by its reciprocal instead
+  // (reciprocal_divisors.cc; within 1.5 ulp). False under --strict-fp.
+  bool reciprocal_divisors = true;
+  // Iterations × inner work (multiply-adds for a contraction) below which a nest stays serial. A
+  // fork and join of the spinning team costs under a microsecond (`kiln bench --dispatch`: 0.75
+  // us at 2 threads), about what 2^15 multiply-adds take on one core. At 2^19 a serial kernel
+  // between parallel ones ran on one core while the other spun — and ran slower than on one
+  // thread: MnasNet's 576-channel 3x3 depthwise conv over 7x7 (254K multiply-adds) 0.015 ms at 1
+  // thread, 0.028-0.080 ms at 2. Kernel sums at 2 threads, 2^19 -> 2^15 (bench/ab_kernels.py, 3
+  // rounds, min): MobileNetV3-Small 1.118 -> 1.058 ms, ShuffleNetV2 2.318 -> 2.198, MobileNetV2
+  // 3.926 -> 3.850, EfficientNet-B0 6.615 -> 6.552, MnasNet 1.611 -> 1.600, BERT 1.027 -> 1.030;
+  // 1 thread within 1 % either way.
+  int64_t parallel_min_work = int64_t(1) << 15;
+  // Multiply-adds from which a contraction group is big enough that a slow nest for it costs more
+  // than a kernel launch and a pass over memory: from here the lowering refuses the groups whose
+  // only form would be the untiled nest with a transcendental epilogue or row passes, or tiled rows
+  // over mostly idle lanes (lower_contraction.cc, lower_contraction_rows.cc), so the partitioner
+  // keeps those members apart. (It was parallel_min_work's value until that fell to 2^15.)
+  int64_t small_kernel_work = int64_t(1) << 19;
   ContractionTile contraction;
   ChainTile chain;
   // Accumulator budget of a block of rows computed whole before their row passes (MatMul +
@@ -142,6 +167,13 @@ struct Schedule {
   // input vector loaded once for every row it reaches) under the default numerics; 0: never.
   // Narrower rows fill too few lanes of a row vector (a 7x7 plane: 7 of 16).
   int64_t stencil_kernel_min_width = 12;
+  // A grouped conv's stencil (lower_conv_stencil.cc) with at least this many input channels per
+  // group, and output channels per group a multiple of the vector width, sums each group as a
+  // small implicit GEMM under the default numerics: positions as rows, the group's output
+  // channels as columns, K = (kernel position, input channel) through the segmented micro-kernel
+  // over the staged planes, the weights packed per group at build time. 0: never (the
+  // grouped-conv micro-kernel, positions as lanes, takes them).
+  int64_t stencil_group_gemm_min_channels = 16;
   // On 16-lane (AVX-512) targets, a stencil's output rows run in whole vectors — a row of Wo
   // positions as ceil(Wo / 16) vectors, the lanes past Wo computed and their stores masked — and
   // its kernel is compiled preferring 512-bit vectors (LoopKernel::vector_bits; GCC's tuning for
@@ -170,6 +202,8 @@ struct Schedule {
   void set_strict_numerics() {
     reduction_lanes = 0;
     reorder_sums = false;
+    reciprocal_divisors = false;
+    contraction.merge_tail_cols = 0;
   }
 };
 

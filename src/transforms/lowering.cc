@@ -12,6 +12,7 @@
 #include "transforms/eliminate_dead_code.h"
 #include "transforms/expand_square.h"
 #include "transforms/fold_batchnorm.h"
+#include "transforms/fold_pad_into_conv.h"
 #include "transforms/lower_conv_transpose.h"
 #include "transforms/lower_einsum.h"
 #include "transforms/lower_gemm.h"
@@ -28,6 +29,9 @@ std::vector<std::unique_ptr<Pass>> lowering_pipeline(bool strict_fp) {
   p.push_back(std::make_unique<LowerGemm>());
   // Before fusion: the Conv it becomes is a contraction the loop lowering generates.
   p.push_back(std::make_unique<LowerConvTranspose>());
+  // Before trim_conv_taps, which then sees all of a conv's padding (a tap reading only the
+  // Pad's zeros is trimmed like one reading the conv's own).
+  p.push_back(std::make_unique<FoldPadIntoConv>());
   // After lower_conv_transpose, whose Convs pad the zero-inserted input too.
   p.push_back(std::make_unique<TrimConvTaps>());
   // Before transpose_to_reshape, which turns the Transposes it emits around unit dims into views.

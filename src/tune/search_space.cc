@@ -61,7 +61,7 @@ std::vector<Dimension> search_space(const FusionGroup& grp, const loop::Schedule
   const int64_t l2 = t.l2_bytes > 0 ? t.l2_bytes : 1024 * KiB;
   // Every kernel: whether it runs on one thread (small kernels lose to the wake-up of the workers,
   // big ones gain), and the unroll factor of short inner loops.
-  d.push_back(dim("parallel_min_work", {0, int64_t(1) << 15, int64_t(1) << 17, int64_t(1) << 21, kNever}, dflt));
+  d.push_back(dim("parallel_min_work", {0, int64_t(1) << 15, int64_t(1) << 17, int64_t(1) << 19, int64_t(1) << 21, kNever}, dflt));
   if (contraction) {
     // The register tile first: it matters most (docs/codegen.md "Tiled contractions").
     std::vector<int64_t> mrs, nrs;

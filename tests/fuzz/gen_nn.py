@@ -314,8 +314,8 @@ def fam_narrow_windows(b):
     """Windows over small maps (rows narrower than 12): a depthwise conv of 16, 32 or 48 channels
     (kiln's channel-blocked stencil: the blocked micro-kernel under the default numerics and the
     transposing copies in and out, lower_conv_stencil.cc), sometimes of a computed input (the
-    element-wise staging) or strided (the gathered rows), at times a grouped conv of 2-8 channels
-    per group instead (the grouped-conv micro-kernel), or a group-1 conv with a tall window (7x1,
+    element-wise staging) or strided (the gathered rows), at times a grouped conv of 2-16 channels
+    per group instead (the grouped-conv micro-kernel; 16: the per-group implicit GEMM), or a group-1 conv with a tall window (7x1,
     5x1, 3x1) whose outer kernel rows read the padding above or below (the flat tiles that skip
     them, lower_contraction_implicit.cc); an activation, sometimes a residual."""
     n, c = 1, b.choice([16, 32, 48])
@@ -333,9 +333,10 @@ def fam_narrow_windows(b):
         if b.chance(0.3):
             x = ops.unary(b, x, b.choice(["Relu", "Sigmoid", "Neg"]))
         if b.chance(0.3):
-            # A grouped conv (2-8 channels per group, RegNet/ResNeXt style): the grouped-conv
-            # micro-kernel over the plane stencil (lower_conv_stencil.cc)
-            cg = b.choice([2, 4, 8])
+            # A grouped conv (RegNet/ResNeXt style): 2-8 channels per group take the grouped-conv
+            # micro-kernel over the plane stencil, 16 the per-group implicit GEMM through the
+            # segmented micro-kernel (lower_conv_stencil.cc)
+            cg = b.choice([2, 4, 8, 16])
             ins = [ops.tame(b, x, 10.0), b.weight((c, cg, kh, kw), 1 / math.sqrt(cg * kh * kw))]
             if b.chance(0.7):
                 ins.append(b.weight((c,), 0.5, "bias"))
@@ -364,6 +365,96 @@ def fam_narrow_windows(b):
     if b.chance(0.3):
         r = b.graph_input(y.shape)
         y = b.op1("Add", [y, r], y.shape, y.mag + r.mag)
+    return y
+
+
+def fam_grouped_conv(b):
+    """A grouped conv (RegNet, ResNeXt, a channel multiplier): 2-32 input channels per group, as
+    many or twice as many output channels, maps up to 20 wide, 1x1, 3x3 or 5x5 windows, strides,
+    dilation and asymmetric padding, sometimes of a computed input, then a bias, an activation and
+    a residual. kiln's plane stencil (lower_conv_stencil.cc) sums groups of 2-8 channels through
+    the grouped-conv micro-kernel and groups of 16 or more with whole vectors of output channels as
+    a per-group implicit GEMM through the segmented micro-kernel."""
+    n = 1 if b.chance(0.8) else 2
+    cg = b.choice([2, 4, 8, 16, 16, 24, 32])
+    mg = cg * (1 if b.chance(0.7) else 2)
+    groups = b.randint(2, 4)
+    c, m = cg * groups, mg * groups
+    k = b.choice([1, 3, 3, 5])
+    s = 1 if b.chance(0.6) else 2
+    d = 1 if b.chance(0.8) or k == 1 else 2
+    h, w = b.randint(k, 20), b.randint(k, 20)
+    pads = [d * (k - 1) // 2] * 4 if b.chance(0.7) else [b.randint(0, d * (k - 1)) for _ in range(4)]
+    ho, wo = conv_out(h, k, s, d, pads[0], pads[2]), conv_out(w, k, s, d, pads[1], pads[3])
+    if min(ho, wo) < 1 or d * (k - 1) + 1 > min(h + pads[0] + pads[2], w + pads[1] + pads[3]):
+        raise Skip()
+    if n * max(c * h * w, m * ho * wo) > MAX_ELEMS or m * cg * k * k > MAX_ELEMS:
+        raise Skip()
+    x = b.graph_input((n, c, h, w))
+    if b.chance(0.3):
+        x = ops.unary(b, x, b.choice(["Relu", "Sigmoid", "Neg"]))
+    ins = [ops.tame(b, x, 10.0), b.weight((m, cg, k, k), 1 / math.sqrt(cg * k * k))]
+    if b.chance(0.7):
+        ins.append(b.weight((m,), 0.5, "bias"))
+    attrs = {"kernel_shape": [k, k], "pads": pads, "group": groups, "strides": [s, s], "dilations": [d, d]}
+    y = b.op1("Conv", ins, (n, m, ho, wo), 1.5 * x.mag + 2, **attrs)
+    if b.chance(0.7):
+        y = ops.unary(b, y, b.choice(["Relu", "Clip", "Swish"]))
+    if b.chance(0.3):
+        r = b.graph_input(y.shape)
+        y = b.op1("Add", [y, r], y.shape, y.mag + r.mag)
+    return y
+
+
+def fam_patch_conv(b):
+    """Convs of exported models with their padding spelled apart or their windows tiling the input:
+    a patch embedding (kernel = stride, no padding: ViT's 16x16, CLIP's 32x32, Swin's 4x4, and
+    rectangles; rows and columns past the last whole patch left out), or a conv behind an explicit
+    Pad of zeros on the spatial axes (TensorFlow SAME padding as Hugging Face and tf2onnx export it:
+    asymmetric, sometimes of width 0, before a conv that may pad too). kiln reads a patch conv's
+    input in place (lower_contraction_implicit.cc, patch_conv_view) and folds such a Pad into the
+    conv's pads (transforms/fold_pad_into_conv.cc). Sometimes of a computed input, then a bias and
+    an activation."""
+    n = 1 if b.chance(0.8) else 2
+    c = b.choice([1, 3, 3, 4, 8, 24])
+    m = b.choice([8, 16, 32, 48])
+    shape = (n, c, b.randint(4, 40), b.randint(4, 40))
+    if n * c * (shape[2] + 4) * (shape[3] + 4) > MAX_ELEMS:  # with the Pad's widest border
+        raise Skip()
+    x = b.graph_input(shape)
+    if b.chance(0.3):
+        x = ops.unary(b, x, b.choice(["Relu", "Sigmoid", "Neg"]))
+    h, w = x.shape[2], x.shape[3]
+    if b.chance(0.5):
+        kh = b.choice([2, 4, 7, 8, 16])
+        kw = kh if b.chance(0.7) else b.choice([2, 4, 8])
+        kh, kw = min(kh, h), min(kw, w)
+        ks, strides, pads = [kh, kw], [kh, kw], [0, 0, 0, 0]
+        ho, wo = h // kh, w // kw
+    else:
+        pp = [0, 0] + [b.randint(0, 2) for _ in range(2)] + [0, 0] + [b.randint(0, 2) for _ in range(2)]
+        x = b.op1("Pad", [x, b.ints(pp, "pads")], (n, c, h + pp[2] + pp[6], w + pp[3] + pp[7]), max(x.mag, 2.5),
+                  min(x.lb, 0.0))
+        h, w = x.shape[2], x.shape[3]
+        k = b.choice([1, 3, 3, 5])
+        s = b.choice([1, 2])
+        pads = [b.randint(0, 1) for _ in range(4)] if b.chance(0.3) else [0, 0, 0, 0]
+        ks, strides = [k, k], [s, s]
+        ho, wo = conv_out(h, k, s, 1, pads[0], pads[2]), conv_out(w, k, s, 1, pads[1], pads[3])
+    if min(ho, wo) < 1:
+        raise Skip()
+    fan_in = c * ks[0] * ks[1]
+    if n * max(c * h * w, m * ho * wo) > MAX_ELEMS or m * fan_in > MAX_ELEMS:
+        raise Skip()
+    ins = [ops.tame(b, x, 10.0), b.weight((m, c) + tuple(ks), 1 / math.sqrt(fan_in))]
+    if b.chance(0.7):
+        ins.append(b.weight((m,), 0.5, "bias"))
+    attrs = {"kernel_shape": ks, "strides": strides}
+    if any(pads):
+        attrs["pads"] = pads
+    y = b.op1("Conv", ins, (n, m, ho, wo), 1.5 * x.mag + 2, **attrs)
+    if b.chance(0.6):
+        y = ops.unary(b, y, b.choice(["Relu", "Clip", "Swish"]))
     return y
 
 

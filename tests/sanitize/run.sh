@@ -26,13 +26,22 @@ built=$(date +%s)
 # report kind in LLVM 14 (only interceptor_*/odr_violation entries), so the check is off for the
 # stage; every other ASan check (overflows, use-after-free, double free, leaks) stays on.
 export ASAN_OPTIONS="abort_on_error=1:halt_on_error=1:detect_leaks=1:alloc_dealloc_mismatch=0:suppressions=$SRC/tests/sanitize/asan.supp"
-export LSAN_OPTIONS="suppressions=$SRC/tests/sanitize/lsan.supp:print_suppressions=0"
+# use_tls=0: LeakSanitizer's exit-time tracer faults while it scans the threads' dynamic TLS
+# ("Tracer caught signal 11 ... LeakSanitizer has encountered a fatal error", after every test
+# had passed: CI at 9bec023, and 3 of 3 local runs of unit-test shard 1 at effa7ed). A known
+# LLVM-14 bug (google/sanitizers issue 1353; fixed upstream by D147459) that the JIT-loaded kernels
+# reach: their prelude's scratch pointer is a _Thread_local of a dlopen'd module, and the OpenMP
+# workers that ran them stay alive. Without TLS scanning no leak goes unseen; memory referenced
+# only from TLS is reported instead, and lsan.supp names each such allocation (with use_tls=0 the
+# same shard ran to its leak check and reported only glibc's pthread_setspecific block).
+export LSAN_OPTIONS="suppressions=$SRC/tests/sanitize/lsan.supp:print_suppressions=0:use_tls=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export KILN_SANITIZED=1   # the bad-input table skips its RSS bound (ASan's shadow memory)
 export XDG_CACHE_HOME="$BUILD/jit-cache"
-# One OpenMP thread: LeakSanitizer's exit-time scan stops every thread, and libgomp's idle workers
-# (started by the compiled kernels, never joined) crash its tracer ("Tracer caught signal 11").
-# The kernels are kiln's generated C, not instrumented; kiln's own code around them is serial.
+# One OpenMP thread where kiln does not set the count itself (an executable takes the machine's
+# cores unless told, and some tests ask for 2): LeakSanitizer's exit-time scan stops every thread,
+# and libgomp's idle workers (started by the compiled kernels, never joined) are among them. The
+# kernels are kiln's generated C, not instrumented; kiln's own code around them is serial.
 export OMP_NUM_THREADS=1
 
 # Models first: the unit tests that read the exported models (public-model sweeps) find them.
@@ -40,7 +49,8 @@ echo "sanitize: public models (compiled, every kernel against the reference)"
 # Without LeakSanitizer here: on encoder and mobilenet_v2 its exit-time tracer itself faults
 # ("Tracer caught signal 11 ... LeakSanitizer has encountered a fatal error", with one OpenMP
 # thread too) after the run has finished and matched; that is not a leak report, and ASan and
-# UBSan stay on. The unit tests and the bad-input table run with leak checking.
+# UBSan stay on (seen before use_tls=0 above, which these runs have not been tried with). The
+# unit tests and the bad-input table run with leak checking.
 ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" \
   KILN_RUN_MODE=check "$SRC/tests/models/run_models.sh" "$BUILD/models" "$BUILD/kiln" demo mlp_ln encoder resnet18 mobilenet_v2
 models=$(date +%s)
@@ -53,19 +63,34 @@ models=$(date +%s)
 # 2 cores; the code they reach is reached by the rest of the suite on smaller cases.
 SKIP="DecomposeResize.RunTimeScales:DecomposeResize.RunTimeRoi:LowerGroup.OnnxConformanceSweep"
 echo "sanitize: unit tests ($JOBS shards, all but $SKIP)"
+run_shard() {  # run_shard INDEX LOG
+  (cd "$BUILD/tests" && GTEST_TOTAL_SHARDS=$JOBS GTEST_SHARD_INDEX=$1 ./kiln_unit_tests --gtest_brief=1 --gtest_filter="-$SKIP" \
+     > "$2" 2>&1)
+}
+# Should LeakSanitizer's tracer fault all the same (use_tls=0 above), no leak check ran at all:
+# the shard runs once more, alone, and that run's leak check decides. Anything else (a failed
+# test, a leak report, an ASan or UBSan report) fails at once.
+tracer_fault() {  # tracer_fault LOG: the run passed and only the leak checker's tracer failed
+  grep -q '^\[  PASSED  \]' "$1" && grep -q 'Tracer caught signal' "$1" &&
+    ! grep -q 'ERROR: LeakSanitizer: detected memory leaks\|ERROR: AddressSanitizer\|runtime error:\|\[  FAILED  \]' "$1"
+}
 pids=()
 for ((i = 0; i < JOBS; i++)); do
-  (cd "$BUILD/tests" && GTEST_TOTAL_SHARDS=$JOBS GTEST_SHARD_INDEX=$i ./kiln_unit_tests --gtest_brief=1 --gtest_filter="-$SKIP" \
-     > "$BUILD/unit-shard-$i.log" 2>&1) &
+  run_shard "$i" "$BUILD/unit-shard-$i.log" &
   pids+=($!)
 done
 status=0
 for i in "${!pids[@]}"; do
-  if ! wait "${pids[$i]}"; then
-    status=1
-    echo "sanitize: unit-test shard $i failed:"
-    tail -n 60 "$BUILD/unit-shard-$i.log"
+  wait "${pids[$i]}" && continue
+  log="$BUILD/unit-shard-$i.log"
+  if tracer_fault "$log"; then
+    echo "sanitize: unit-test shard $i passed but LeakSanitizer's tracer faulted at exit; running the shard again for its leak check"
+    log="$BUILD/unit-shard-$i.retry.log"
+    run_shard "$i" "$log" && continue
   fi
+  status=1
+  echo "sanitize: unit-test shard $i failed:"
+  tail -n 60 "$log"
 done
 [ $status -eq 0 ] || exit 1
 units=$(date +%s)

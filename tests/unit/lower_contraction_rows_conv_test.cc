@@ -67,6 +67,12 @@ std::vector<RowsConvCase> rows_conv_cases() {
   %r: f32[2,16,7,7] = Clip(%c, %lo, %hi) name="clip"
   %y: f32[2,16,1,1] = GlobalAveragePool(%r) name="gap"
 )", "%x: f32[2,6,7,7]", {{"w", {16, 6, 1, 1}}, {"b", {16}}, {"lo", {}}, {"hi", {}}}, ""},
+      // 40 positions = 32 + 8: the rest joins the last whole column panel as one 40-wide call
+      // (Schedule::ContractionTile::merge_tail_cols), except under --strict-fp.
+      {"k1_in_place_merged_tail", R"(  %c: f32[1,8,5,8] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name="conv"
+  %r: f32[1,8,5,8] = Relu(%c) name="relu"
+  %y: f32[1,8,1,1] = GlobalAveragePool(%r) name="gap"
+)", "%x: f32[1,6,5,8]", {{"w", {8, 6, 1, 1}}, {"b", {8}}}, ""},
       // A 1x1 with stride 2 is not a unit window: packed from its (one) phase.
       {"k1_s2", R"(  %c: f32[1,8,4,3] = Conv(%x, %w) {kernel_shape=[1,1], strides=[2,2]} name="conv"
   %y: f32[1,8,1,1] = GlobalAveragePool(%c) name="gap"
@@ -148,6 +154,11 @@ TEST(LowerContractionRowsConv, MatchesReference) {
           EXPECT_NE(nest.find(c.b_source), std::string::npos) << nest;
         } else {
           EXPECT_EQ(nest.find("kiln_bpack"), std::string::npos) << "B not read in place:\n" << nest;
+        }
+        if (c.name == "k1_in_place_merged_tail" && mode >= 2) {
+          const bool merged = nest.find("kiln_mk_f32(8, 40,") != std::string::npos;
+          EXPECT_EQ(merged, mode == 2) << "mode " << mode << ":\n" << nest;
+          EXPECT_EQ(nest.find("kiln_mk_f32(8, 8,") != std::string::npos, mode == 3) << nest;
         }
         // Packed from the planes: no per-element bounds select or clamp in the packing.
         if (c.b_source.find("phase planes") != std::string::npos) {

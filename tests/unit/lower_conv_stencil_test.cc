@@ -52,6 +52,16 @@ std::vector<StencilCase> stencil_cases() {
       {"grouped_width_8_regnet", R"(  %c: f32[1,16,3,3] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1], strides=[2,2], group=2} name="conv"
   %y: f32[1,16,3,3] = Relu(%c) name="relu"
 )", "%x: f32[1,16,6,5]", "%y", {{"w", {16, 8, 3, 3}}, {"b", {16}}}},
+      // 16+ input channels per group and whole vectors of output channels: each group an
+      // implicit GEMM through the segmented micro-kernel under the default numerics
+      // (Schedule::stencil_group_gemm_min_channels); 16 and 32 output channels per group, two
+      // images, stride 2 with asymmetric padding and a residual.
+      {"groupgemm_16x16_relu", R"(  %c: f32[1,32,7,7] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1], group=2} name="conv"
+  %y: f32[1,32,7,7] = Relu(%c) name="relu"
+)", "%x: f32[1,32,7,7]", "%y", {{"w", {32, 16, 3, 3}}, {"b", {32}}}},
+      {"groupgemm_16x32_s2_residual", R"(  %c: f32[2,64,4,2] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,0,1,1], strides=[2,2], group=2} name="conv"
+  %y: f32[2,64,4,2] = Add(%c, %r) name="res"
+)", "%x: f32[2,32,8,5], %r: f32[2,64,4,2]", "%y", {{"w", {64, 16, 3, 3}}, {"b", {64}}}},
       {"grouped_pointwise", R"(  %y: f32[1,6,3,4] = Conv(%x, %w) {kernel_shape=[1,1], group=2} name="conv"
 )", "%x: f32[1,8,3,4]", "%y", {{"w", {6, 4, 1, 1}}}},
       {"dw_prologue_silu_epilogue", R"(  %a: f32[1,6,6,5] = Add(%x, %r) name="res"
@@ -172,9 +182,15 @@ TEST(LowerConvStencil, MatchesReference) {
         const bool several = c.name.rfind("grouped_", 0) == 0 || (c.name == "dw_multiplier_2" && mode <= 1);
         EXPECT_EQ(nest.find(kernels::kGroupedConvF32) != std::string::npos, several && !strict_mode)
             << "mode " << mode << ":\n" << nest;
+        const bool gemm = c.name.rfind("groupgemm_", 0) == 0 && !strict_mode;
+        EXPECT_EQ(nest.find(kernels::kMicroKernelSegF32) != std::string::npos, gemm) << "mode " << mode << ":\n" << nest;
         auto got = testing::interpret_group(*lg.kernel, grp, values);
         for (size_t o = 0; o < got.size(); ++o)
-          EXPECT_EQ(testing::compare_tensors(got[o], values.at(grp.outputs[o])), "") << "interpreted, output " << o;
+          // The group GEMM sums K as (kernel position, input channel): within the contract.
+          EXPECT_EQ(gemm ? testing::within_max_magnitude(got[o], values.at(grp.outputs[o]))
+                         : testing::compare_tensors(got[o], values.at(grp.outputs[o])),
+                    "")
+              << "interpreted, output " << o;
         if (mode == 1 || mode == 3 || mode == 5 || mode == 7 || mode == 8) fma.add(std::move(*lg.kernel), grp, values);
         else if (mode == 2 || mode == 4 || mode == 6 || mode == 9) strict.add(std::move(*lg.kernel), grp, values);
       }

@@ -298,7 +298,8 @@ TEST(ReductionLanes, RowKernels) {
       const std::string text = "graph main opset 17 (" + k.inputs + ") -> (%y) {\n" + k.body + "}\n";
       ls.push_back(lower(text, cat("rk_", k.name, "_", L), lanes(L)));
       ins.push_back(kernel_inputs(*ls.back().g));
-      EXPECT_EQ(print_kernel(ls.back().k).find("kiln_h") != std::string::npos, L == 16) << k.name;  // the tree
+      // The pairwise tree (lanes off, the order-free Max/Min passes still take one).
+      if (L == 16) EXPECT_NE(print_kernel(ls.back().k).find("kiln_h"), std::string::npos) << k.name;
     }
   std::vector<const Lowered*> ptrs;
   for (const auto& l : ls) ptrs.push_back(&l);

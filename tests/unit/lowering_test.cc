@@ -276,13 +276,13 @@ TEST(LowerGemm, RefusalsAndSharedWeights) {
 TEST(Lowering, PipelineOrderAndNames) {
   std::vector<std::string> order;
   for (const auto& p : lowering_pipeline()) order.push_back(p->name());
-  EXPECT_EQ(order, (std::vector<std::string>{"fold_batchnorm", "lower_gemm", "lower_conv_transpose", "trim_conv_taps",
+  EXPECT_EQ(order, (std::vector<std::string>{"fold_batchnorm", "lower_gemm", "lower_conv_transpose", "fold_pad_into_conv", "trim_conv_taps",
                                              "lower_einsum",
                                              "decompose_recurrent", "decompose_normalization", "decompose_softmax", "decompose_activations",
                                              "decompose_resize", "decompose_lrn", "expand_square",
                                              "transpose_to_reshape",
                                              "eliminate_common_subexpressions", "eliminate_dead_code"}));
-  EXPECT_EQ(lowering_pass_names().size(), 15u);
+  EXPECT_EQ(lowering_pass_names().size(), 16u);
   for (const std::string& name : lowering_pass_names()) EXPECT_EQ(create_pass(name)->name(), name);
   Graph g;
   PipelineOptions opts;

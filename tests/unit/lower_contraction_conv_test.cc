@@ -1,0 +1,546 @@
+// Convs through the contraction lowering (lower_contraction_implicit.cc and the tiled nest of
+// lower_contraction_tiled.cc): the implicit GEMM over phase planes (positions x output channels,
+// K in segments per kernel position, the weights packed), its channel-rows form, the skips of
+// kernel positions over padding, stems, squeeze-excitation FCs, staged and far-apart inputs, and
+// the im2col form kept under strict numerics. Each case runs through the loop interpreter against
+// the reference, and all cases of a test in one module through emit_c + JitModule.
+// (Split from lower_contraction_test.cc, which keeps the MatMul, nest-shape and model tests.)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ir/parser.h"
+#include "loop/loop_interpreter.h"
+#include "lower_group_test_util.h"
+
+namespace kiln {
+namespace {
+
+using testing::compare_tensors;
+using testing::KernelBatch;
+using testing::random_inputs;
+
+bool is_contraction_group(const FusionGroup& grp) { return grp.kind == GroupKind::Contraction; }
+
+// Convs as implicit GEMMs (positions × output channels, the input staged into phase planes, the
+// weights packed): every stride, dilation and padding, a fused prologue and epilogue, output
+// channels that are not a whole number of panels, and remainders of every tile dimension. The
+// weights must be constants for the implicit form (they are packed when the kernel is bound):
+// `consts` become constant lines of random values.
+struct ConvCase {
+  std::string name, body, inputs, outputs;
+  std::vector<std::pair<std::string, Shape>> consts;
+};
+
+std::vector<ConvCase> implicit_conv_cases() {
+  return {
+      {"ic_3x3_pad", R"(  %y: f32[2,40,5,6] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
+)", "%x: f32[2,16,5,6]", "%y", {{"w", {40, 16, 3, 3}}, {"b", {40}}}},
+      {"ic_stride2_asym_pad_relu_residual", R"(  %c: f32[1,32,4,2] = Conv(%x, %w) {kernel_shape=[3,3], pads=[1,0,2,1], strides=[2,2]} name="conv"
+  %a: f32[1,32,4,2] = Add(%c, %r) name="res"
+  %y: f32[1,32,4,2] = Relu(%a) name="relu"
+)", "%x: f32[1,17,7,5], %r: f32[1,32,4,2]", "%y", {{"w", {32, 17, 3, 3}}}},
+      {"ic_dilated_stride3_5x5", R"(  %y: f32[1,33,2,3] = Conv(%x, %w) {kernel_shape=[5,5], dilations=[2,1], strides=[3,2], pads=[2,2,2,2]} name="conv"
+)", "%x: f32[1,18,9,6]", "%y", {{"w", {33, 18, 5, 5}}}},
+      {"ic_prologue_pointwise", R"(  %s: f32[1,24,6,6] = Sigmoid(%x) name="sig"
+  %m: f32[1,24,6,6] = Mul(%x, %s) name="silu"
+  %y: f32[1,64,6,6] = Conv(%m, %w, %b) {kernel_shape=[1,1]} name="conv"
+)", "%x: f32[1,24,6,6]", "%y", {{"w", {64, 24, 1, 1}}, {"b", {64}}}},
+      {"ic_pointwise_stride2", R"(  %y: f32[2,48,3,4] = Conv(%x, %w) {kernel_shape=[1,1], strides=[2,2]} name="conv"
+)", "%x: f32[2,20,6,7]", "%y", {{"w", {48, 20, 1, 1}}}},
+      {"ic_pointwise_in_place", R"(  %y: f32[1,32,3,5] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name="conv"
+)", "%x: f32[1,16,3,5]", "%y", {{"w", {32, 16, 1, 1}}, {"b", {32}}}},
+      // Few input channels (a stem): K segments of 3 (the segmented micro-kernel keeps the
+      // accumulators across them); any number of output channels (16 < nr), output rows narrower
+      // than a tile. Under strict numerics, output channels as rows (StrictStemTakesChannelRows).
+      {"ic_stem_im2col", R"(  %c: f32[2,40,6,5] = Conv(%x, %w, %b) {kernel_shape=[7,7], pads=[3,3,3,3], strides=[2,2]} name="conv"
+  %y: f32[2,40,6,5] = Relu(%c) name="relu"
+)", "%x: f32[2,3,11,9]", "%y", {{"w", {40, 3, 7, 7}}, {"b", {40}}}},
+      {"ic_stem_im2col_few_out", R"(  %y: f32[1,16,7,9] = Conv(%x, %w) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
+)", "%x: f32[1,3,7,9]", "%y", {{"w", {16, 3, 3, 3}}}},
+      // Many positions (>= ContractionTile::window_channel_rows_positions) and output channels
+      // (>= window_channel_rows_min_cout): output channels as rows too, the columns positions over
+      // the phase planes' lines (GemmView::col_line; their padding columns computed, not stored);
+      // a residual and ReLU epilogue, 70 output channels (a rest of rows), two images; a strided
+      // conv with asymmetric padding over two phases of rows and columns.
+      {"ic_rows_3x3_residual", R"(  %c: f32[2,70,12,14] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
+  %a: f32[2,70,12,14] = Add(%c, %r) name="res"
+  %y: f32[2,70,12,14] = Relu(%a) name="relu"
+)", "%x: f32[2,24,12,14], %r: f32[2,70,12,14]", "%y", {{"w", {70, 24, 3, 3}}, {"b", {70}}}},
+      {"ic_rows_stride2_asym", R"(  %y: f32[1,64,14,11] = Conv(%x, %w) {kernel_shape=[3,3], pads=[1,0,2,1], strides=[2,2]} name="conv"
+)", "%x: f32[1,17,26,23]", "%y", {{"w", {64, 17, 3, 3}}}},
+      // Fewer output channels than the default nr (32): narrower panels (a 16x16 tile), and 20
+      // channels: panels of two vectors, the last one partly zero.
+      {"ic_narrow_out_16", R"(  %y: f32[1,16,9,8] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
+)", "%x: f32[1,24,9,8]", "%y", {{"w", {16, 24, 3, 3}}, {"b", {16}}}},
+      // Lines much wider than their outputs (an ASPP-style dilation over a small map: 17
+      // phase-plane columns for 5 outputs): only each line's whole micro-kernel tiles are computed.
+      {"ic_dilated_lines", R"(  %y: f32[1,32,6,5] = Conv(%x, %w, %b) {kernel_shape=[3,3], dilations=[6,6], pads=[6,6,6,6]} name="conv"
+)", "%x: f32[1,16,6,5]", "%y", {{"w", {32, 16, 3, 3}}, {"b", {32}}}},
+      // DeepLabV3's ASPP branch in small: dilation 12 over 14x14, where a tap 12 rows or columns
+      // off reads 2 of 14 lines or line positions. Each row tile skips the kernel positions that
+      // read only padding there (GemmOperand::segment_live), with a ReLU epilogue. 264 input
+      // channels: one K block per kernel position at the default kc (256), as the skip needs.
+      {"ic_dilated_aspp_skip", R"(  %c: f32[1,32,14,14] = Conv(%x, %w, %b) {kernel_shape=[3,3], dilations=[12,12], pads=[12,12,12,12]} name="conv"
+  %y: f32[1,32,14,14] = Relu(%c) name="relu"
+)", "%x: f32[1,264,14,14]", "%y", {{"w", {32, 264, 3, 3}}, {"b", {32}}}},
+      // 3-D convs with a trivial window along some axes (R(2+1)D's factorised convs): the
+      // (1, 3, 3) one over every depth position's plane (depth folded into the batch), the
+      // (3, 1, 1) one over (D, H·W); a residual epilogue reads the 5-D output.
+      {"ic_3d_spatial_1x3x3", R"(  %c: f32[2,32,3,3,5] = Conv(%x, %w, %b) {kernel_shape=[1,3,3], pads=[0,1,1,0,1,1], strides=[1,2,1]} name="conv"
+  %y: f32[2,32,3,3,5] = Add(%c, %r) name="res"
+)", "%x: f32[2,16,3,6,5], %r: f32[2,32,3,3,5]", "%y", {{"w", {32, 16, 1, 3, 3}}, {"b", {32}}}},
+      {"ic_3d_temporal_3x1x1", R"(  %y: f32[1,40,3,4,3] = Conv(%x, %w) {kernel_shape=[3,1,1], pads=[1,0,0,1,0,0], strides=[2,1,1]} name="conv"
+)", "%x: f32[1,18,5,4,3]", "%y", {{"w", {40, 18, 3, 1, 1}}}},
+      {"ic_narrow_out_20", R"(  %y: f32[1,20,5,7] = Conv(%x, %w) {kernel_shape=[3,3], pads=[0,1,2,1]} name="conv"
+)", "%x: f32[1,16,5,7]", "%y", {{"w", {20, 16, 3, 3}}}},
+      // Inception-v3's 1x7 conv over 17x17: 23-wide lines, each computed as two 9-row tiles (18
+      // rows for 17 outputs; the last tile's extra row reads past the line, into the next one
+      // and, after the last, into the planes' slack). Bias and ReLU.
+      {"ic_1x7_lines", R"(  %c: f32[1,40,17,17] = Conv(%x, %w, %b) {kernel_shape=[1,7], pads=[0,3,0,3]} name="conv"
+  %y: f32[1,40,17,17] = Relu(%c) name="relu"
+)", "%x: f32[1,16,17,17]", "%y", {{"w", {40, 16, 1, 7}}, {"b", {40}}}},
+      // Inception-v3's 7x1 conv over 17x17: flat 14-row tiles across the lines; the tiles that lie
+      // wholly in the output rows a kernel row misses (its taps read the padding above or below)
+      // skip its calls (GemmOperand::segment_line). Bias and ReLU.
+      {"ic_7x1_flat", R"(  %c: f32[1,40,17,17] = Conv(%x, %w, %b) {kernel_shape=[7,1], pads=[3,0,3,0]} name="conv"
+  %y: f32[1,40,17,17] = Relu(%c) name="relu"
+)", "%x: f32[1,144,17,17]", "%y", {{"w", {40, 144, 7, 1}}, {"b", {40}}}},
+      // A 3x3 stride-2 conv to 7x7 (ResNet's layer4.0 conv2 in small): 7-row tiles of one
+      // phase-plane line (49 rows, not 55 over the 8-wide lines).
+      {"ic_stride2_7x7_lines", R"(  %y: f32[1,32,7,7] = Conv(%x, %w) {kernel_shape=[3,3], pads=[1,1,1,1], strides=[2,2]} name="conv"
+)", "%x: f32[1,16,14,14]", "%y", {{"w", {32, 16, 3, 3}}}},
+      // Patch embeddings (kernel = stride, no padding): A read in place from the input, K in
+      // segments of a kernel row's kw consecutive floats; 2 images, the input's last 2 columns
+      // outside every window. Bias and ReLU.
+      {"ic_patch_4x4", R"(  %c: f32[2,40,4,3] = Conv(%x, %w, %b) {kernel_shape=[4,4], strides=[4,4]} name="conv"
+  %y: f32[2,40,4,3] = Relu(%c) name="relu"
+)", "%x: f32[2,3,16,14]", "%y", {{"w", {40, 3, 4, 4}}, {"b", {40}}}},
+      // CLIP's 32x32 patches: 1,024 phase planes, whose staging the lowering refused (the conv
+      // ran as a library kernel).
+      {"ic_patch_32x32", R"(  %y: f32[1,16,2,1] = Conv(%x, %w) {kernel_shape=[32,32], strides=[32,32]} name="conv"
+)", "%x: f32[1,3,64,40]", "%y", {{"w", {16, 3, 32, 32}}}},
+      // A computed input (staged once into a plain copy) and a rectangular 2x5 patch.
+      {"ic_patch_prologue_2x5", R"(  %s: f32[1,5,6,20] = Sigmoid(%x) name="sig"
+  %y: f32[1,36,3,4] = Conv(%s, %w) {kernel_shape=[2,5], strides=[2,5]} name="conv"
+)", "%x: f32[1,5,6,20]", "%y", {{"w", {36, 5, 2, 5}}}},
+  };
+}
+
+std::unique_ptr<Graph> make_conv_graph(const ConvCase& c) {
+  return testing::graph_with_constants(c.inputs, c.outputs, c.body, c.consts, 11, 0.3f);
+}
+
+TEST(LowerContraction, ImplicitConvMatchesReference) {
+  loop::Schedule small;
+  small.contraction = {2, 8, 5};  // remainders of rows, output channels and K blocks within segments
+  small.contraction.fit_position_rows = 0;  // keep mr = 2
+  small.parallel_min_work = 1;
+  // The same with the phase planes staged channels innermost (transposing copies).
+  loop::Schedule inner = small;
+  inner.contraction.implicit_channels_inner = 1;
+  KernelBatch batch;
+  for (const ConvCase& c : implicit_conv_cases()) {
+    SCOPED_TRACE(c.name);
+    // The ic_rows_ cases take the channel-rows form (their phase planes are below the L2 budget
+    // that sends a conv there by default).
+    const bool rows = c.name.rfind("ic_rows_", 0) == 0;
+    small.contraction.window_channel_rows_plane_bytes = rows ? 0 : loop::ContractionTile{}.window_channel_rows_plane_bytes;
+    loop::Schedule dflt;
+    if (rows) dflt.contraction.window_channel_rows_plane_bytes = 0;
+    auto g = make_conv_graph(c);
+    FusionPlan plan = partition(*g);
+    const TensorMap inputs = random_inputs(*g, 3, {}, false);
+    auto values = run_reference_values(*g, inputs);
+    int convs = 0;
+    for (const auto& grp : plan.groups) {
+      if (!is_contraction_group(grp)) continue;
+      ++convs;
+      for (const loop::Schedule* sp : std::vector<const loop::Schedule*>{&small, &inner, nullptr}) {
+        if (sp == &inner) inner.contraction.window_channel_rows_plane_bytes = small.contraction.window_channel_rows_plane_bytes;
+        auto lg = sp ? loop::lower_group(grp, "ic", *sp) : loop::lower_group(grp, c.name + "_" + grp.name, dflt);
+        ASSERT_TRUE(lg.kernel) << lg.reason;
+        const std::string nest = loop::print_kernel(*lg.kernel);
+        // Channels innermost wherever the conv reads a kernel input along unit-stride columns
+        // through staged planes: each plane row's interior one transposing copy.
+        // (Not: a computed input, columns of stride 2 or more, a 1x1 conv read in place, depth
+        // folded into the batch, channel rows.)
+        static const std::set<std::string> unit_stride_staged = {
+            "ic_3x3_pad",       "ic_dilated_lines", "ic_dilated_aspp_skip",   "ic_3d_temporal_3x1x1",
+            "ic_narrow_out_16", "ic_narrow_out_20", "ic_stem_im2col_few_out", "ic_1x7_lines",
+            "ic_7x1_flat"};
+        const bool transposed_staging = nest.find("kiln_transpose_f32(&kiln_xph") != std::string::npos;
+        EXPECT_EQ(transposed_staging, sp == &inner && unit_stride_staged.count(c.name)) << nest;
+        // The implicit form: weights packed from their [Cout][Cin][kh][kw] order, K in segments
+        // (or, as channel rows, the weights in place as A and each tile's B panel packed from
+        // the phase planes staged once per call).
+        if (c.name.rfind("ic_rows_", 0) == 0) {
+          EXPECT_NE(nest.find("kiln_xkoff"), std::string::npos) << nest;
+          EXPECT_NE(nest.find("B packed"), std::string::npos) << nest;
+        } else {
+          EXPECT_NE(nest.find("packed: panels of"), std::string::npos) << nest;
+          EXPECT_NE(nest.find("K in segments of"), std::string::npos) << nest;
+          EXPECT_EQ(nest.find("kiln_bpack"), std::string::npos) << "no im2col panel: " << nest;
+        }
+        // Narrow panels leave registers for more rows; the row tile is fitted to the output lines
+        // (position_rows): one line of 8 outputs (16 rows would compute 96 rows for 72 outputs).
+        if (!sp && c.name == "ic_narrow_out_16") {
+          EXPECT_NE(nest.find("micro-kernel 8x16"), std::string::npos) << nest;
+          EXPECT_NE(nest.find("[72 x 216]"), std::string::npos) << nest;  // no padding columns computed
+        }
+        // (With 16 input channels at the default kc a call runs all nine kernel positions: no skip.)
+        if ((sp && c.name == "ic_dilated_lines") || c.name == "ic_dilated_aspp_skip") {
+          EXPECT_NE(nest.find("zero segments skipped per tile"), std::string::npos) << nest;
+        }
+        // Its side taps read 2 of a line's 14 positions: those calls run the 2 rows only.
+        if (!sp && c.name == "ic_dilated_aspp_skip") {
+          EXPECT_NE(nest.find("kiln_mk_f32((min("), std::string::npos) << nest;
+        }
+        if (!sp && c.name == "ic_1x7_lines") {
+          EXPECT_NE(nest.find("micro-kernel 9x32"), std::string::npos) << nest;
+          EXPECT_NE(nest.find("[305 x 112]"), std::string::npos) << nest;  // 16 lines of 18 rows, then 17
+        }
+        if (c.name == "ic_7x1_flat") {
+          EXPECT_NE(nest.find("zero segments skipped per tile"), std::string::npos) << nest;
+          if (!sp) {
+            EXPECT_NE(nest.find("micro-kernel 14x32"), std::string::npos) << nest;
+            EXPECT_NE(nest.find("[289 x 1008]"), std::string::npos) << nest;  // flat: no padding rows
+          }
+        }
+        if (!sp && c.name == "ic_stride2_7x7_lines") {
+          EXPECT_NE(nest.find("micro-kernel 7x32"), std::string::npos) << nest;
+          EXPECT_NE(nest.find("[49 x 144]"), std::string::npos) << nest;
+        }
+        // Patch embeddings read the input (or its staged copy) in place: no phase planes.
+        if (c.name.rfind("ic_patch_", 0) == 0) {
+          EXPECT_EQ(nest.find("kiln_xph"), std::string::npos) << nest;
+          EXPECT_EQ(nest.find("kiln_xin") != std::string::npos, c.name == "ic_patch_prologue_2x5") << nest;
+        }
+        if (!sp && c.name == "ic_narrow_out_20") {
+          EXPECT_NE(nest.find("micro-kernel 7x32"), std::string::npos) << nest;  // one output line of 7
+          EXPECT_NE(nest.find("[35 x 144]"), std::string::npos) << nest;
+        }
+        auto got = testing::interpret_group(*lg.kernel, grp, values);
+        for (size_t o = 0; o < got.size(); ++o)
+          EXPECT_EQ(testing::within_max_magnitude(got[o], values.at(grp.outputs[o]), 1e-5), "") << "output " << o;
+        if (!sp) batch.add(std::move(*lg.kernel), grp, values);
+      }
+    }
+    EXPECT_EQ(convs, 1);
+  }
+  batch.check("implicit_conv_test", /*contract=*/true);
+}
+
+// The nests of these cases at the default schedule, each also checked against the reference
+// (interpreted, then compiled in one module).
+std::vector<std::string> default_nests(const std::vector<ConvCase>& cases, const std::string& tag) {
+  std::vector<std::string> nests;
+  KernelBatch batch;
+  for (const ConvCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto g = make_conv_graph(c);
+    FusionPlan plan = partition(*g);
+    const TensorMap inputs = random_inputs(*g, 3, {}, false);
+    auto values = run_reference_values(*g, inputs);
+    EXPECT_EQ(plan.groups.size(), 1u);
+    for (const auto& grp : plan.groups) {
+      auto lg = loop::lower_group(grp, c.name);
+      EXPECT_TRUE(lg.kernel) << lg.reason;
+      if (!lg.kernel) continue;
+      nests.push_back(loop::print_kernel(*lg.kernel));
+      auto got = testing::interpret_group(*lg.kernel, grp, values);
+      for (size_t o = 0; o < got.size(); ++o)
+        EXPECT_EQ(testing::within_max_magnitude(got[o], values.at(grp.outputs[o]), 1e-5), "") << "output " << o;
+      batch.add(std::move(*lg.kernel), grp, values);
+    }
+  }
+  batch.check(tag, /*contract=*/true);
+  return nests;
+}
+
+// A GEMM of one K block stores as much as it computes: its tiles are short and wide
+// (ContractionTile::store_run), each output row a run of 128 columns instead of 32; with two K
+// blocks the tile keeps its rows (B's panels reused across them).
+TEST(LowerContraction, OneKBlockGemmTakesWideShortTiles) {
+  const std::vector<ConvCase> cases = {
+      {"expand_k16", R"(  %c: f32[1,96,32,32] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name="conv"
+  %y: f32[1,96,32,32] = Relu(%c) name="relu"
+)", "%x: f32[1,16,32,32]", "%y", {{"w", {96, 16, 1, 1}}, {"b", {96}}}},
+      {"k_two_blocks", R"(  %y: f32[1,96,64,64] = Conv(%x, %w) {kernel_shape=[1,1]} name="conv"
+)", "%x: f32[1,300,64,64]", "%y", {{"w", {96, 300, 1, 1}}}},
+  };
+  const std::vector<std::string> nests = default_nests(cases, "wide_short_tiles");
+  ASSERT_EQ(nests.size(), 2u);
+  EXPECT_NE(nests[0].find("[96 x 16] * [16 x 1024], tile 32x128"), std::string::npos) << nests[0];
+  EXPECT_NE(nests[1].find("[96 x 300] * [300 x 4096], tile 96x32"), std::string::npos) << nests[1];
+}
+
+// A 1x1 conv + global pool over a 7x7 map as the tiled rows: 49 columns are two micro-kernel
+// panels (32 + 17), both computed inside each row tile so that the weights (A, 512 rows) are
+// read once, not once per panel (RowTileProduct::panels_inside): no column-panel loop.
+TEST(LowerContraction, ConvPoolRowsReadTheWeightsOnce) {
+  const ConvCase c = {"conv_gap_7x7", R"(  %c: f32[1,512,7,7] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name="conv"
+  %r: f32[1,512,7,7] = Relu(%c) name="relu"
+  %y: f32[1,512,1,1] = GlobalAveragePool(%r) name="gap"
+)", "%x: f32[1,64,7,7]", "%y", {{"w", {512, 64, 1, 1}}, {"b", {512}}}};
+  auto g = make_conv_graph(c);
+  // By default 49 positions fill 49 of 64 lanes of the tiled rows' columns: the conv and the pool
+  // stay apart, and the refusal says why.
+  FusionPlan apart = partition(*g);
+  EXPECT_EQ(apart.groups.size(), 2u);
+  bool said = false;
+  for (const auto& r : apart.rejected) said = said || r.reason.find("49 of 64 vector lanes") != std::string::npos;
+  EXPECT_TRUE(said);
+  // Allowed (rows_min_column_percent 0): the tiled rows, both column panels inside each row tile.
+  loop::Schedule sched;
+  sched.contraction.rows_min_column_percent = 0;
+  FusionOptions o;
+  o.schedule = sched;
+  FusionPlan plan = partition(*g, o);
+  ASSERT_EQ(plan.groups.size(), 1u);
+  auto lg = loop::lower_group(plan.groups[0], c.name, sched);
+  ASSERT_TRUE(lg.kernel) << lg.reason;
+  const std::string nest = loop::print_kernel(*lg.kernel);
+  EXPECT_NE(nest.find("tiled rows"), std::string::npos) << nest;
+  EXPECT_EQ(nest.find("kiln_tr_jt"), std::string::npos) << nest;
+  auto values = run_reference_values(*g, random_inputs(*g, 3, {}, false));
+  auto got = testing::interpret_group(*lg.kernel, plan.groups[0], values);
+  EXPECT_EQ(testing::within_max_magnitude(got[0], values.at(plan.groups[0].outputs[0]), 1e-5), "");
+}
+
+// Skipping a kernel position's products over the padding drops terms 0 · w, which is exact only
+// for finite weights (0 · inf is NaN, as the reference computes it): with one infinite weight
+// nothing is skipped.
+TEST(LowerContraction, ImplicitConvSkipsPaddingOnlyWithFiniteWeights) {
+  const auto cases = implicit_conv_cases();
+  const auto it = std::find_if(cases.begin(), cases.end(), [](const ConvCase& k) { return k.name == "ic_dilated_aspp_skip"; });
+  ASSERT_NE(it, cases.end());
+  const ConvCase c = *it;
+  for (bool finite : {true, false}) {
+    auto g = make_conv_graph(c);
+    if (!finite)
+      for (Value* v : g->values())
+        if (v->name() == "w") {
+          Tensor t = v->constant();
+          t.data<float>()[7] = std::numeric_limits<float>::infinity();
+          v->set_constant(std::move(t));
+        }
+    FusionPlan plan = partition(*g);
+    int convs = 0;
+    for (const auto& grp : plan.groups) {
+      if (!is_contraction_group(grp)) continue;
+      ++convs;
+      auto lg = loop::lower_group(grp, "ic");
+      ASSERT_TRUE(lg.kernel) << lg.reason;
+      const std::string nest = loop::print_kernel(*lg.kernel);
+      EXPECT_EQ(nest.find("zero segments skipped per tile") != std::string::npos, finite) << nest;
+    }
+    EXPECT_EQ(convs, 1);
+  }
+}
+
+// A conv group of `members` nodes (by default three: two prologue ops whose result the kernel
+// computes, and the conv), lowered at default and strict numerics: `check_nest` sees each nest
+// (strict: true), the interpreted outputs match the reference (bit-exact under strict, and under
+// the default too when `fma_exact`), and both batches compile and run.
+void check_conv_both_numerics(const ConvCase& c, bool fma_exact, const std::function<void(const std::string&, bool)>& check_nest,
+                       const loop::Schedule& base = {}, size_t members = 3) {
+  auto g = make_conv_graph(c);
+  const TensorMap inputs = random_inputs(*g, 3, {}, false);
+  auto values = run_reference_values(*g, inputs);
+  KernelBatch fma, strict;
+  loop::Schedule strict_sched = base;
+  strict_sched.set_strict_numerics();
+  int convs = 0;
+  for (const auto& grp : partition(*g).groups) {
+    if (!is_contraction_group(grp)) continue;
+    ++convs;
+    EXPECT_EQ(grp.nodes.size(), members);  // the prologue (or epilogue) is fused
+    for (const loop::Schedule* sp : {static_cast<const loop::Schedule*>(nullptr), static_cast<const loop::Schedule*>(&strict_sched)}) {
+      auto lg = sp ? loop::lower_group(grp, c.name + "_strict", *sp) : loop::lower_group(grp, c.name, base);
+      ASSERT_TRUE(lg.kernel) << lg.reason;
+      check_nest(loop::print_kernel(*lg.kernel), sp != nullptr);
+      auto got = testing::interpret_group(*lg.kernel, grp, values);
+      for (size_t o = 0; o < got.size(); ++o)
+        EXPECT_EQ(sp || fma_exact ? compare_tensors(got[o], values.at(grp.outputs[o]))
+                                  : testing::within_max_magnitude(got[o], values.at(grp.outputs[o]), 1e-5),
+                  "");
+      (sp ? strict : fma).add(std::move(*lg.kernel), grp, values);
+    }
+  }
+  EXPECT_EQ(convs, 1);
+  fma.check(c.name + "_fma", /*contract=*/true);
+  strict.check(c.name + "_strict", /*contract=*/false);
+}
+
+// A 3-channel stem: the implicit form by default (K segments of the 3 channels per kernel
+// position), output channels as rows under strict numerics (K in the reference's (ci, ky, kx)
+// order, A the weights in place, B packed per tile from the phase planes), bit-exact there.
+TEST(LowerContraction, StrictStemTakesChannelRows) {
+  const ConvCase c{"stem", R"(  %c: f32[1,24,8,7] = Conv(%x, %w, %b) {kernel_shape=[7,7], pads=[3,3,3,3], strides=[2,2]} name="conv"
+  %y: f32[1,24,8,7] = Relu(%c) name="relu"
+)", "%x: f32[1,3,16,13]", "%y", {{"w", {24, 3, 7, 7}}, {"b", {24}}}};
+  check_conv_both_numerics(c, /*fma_exact=*/false, [](const std::string& nest, bool strict) {
+    EXPECT_EQ(nest.find("K in segments of 3") != std::string::npos, !strict) << nest;
+    EXPECT_EQ(nest.find("kiln_xkoff") != std::string::npos, strict) << nest;
+  }, {}, 2);
+}
+
+// A squeeze-excitation FC: a 1x1 conv over a 1x1 map (a matrix-vector product with the hard
+// sigmoid after it) takes the implicit GEMM, one row of positions by panels of 32 output
+// channels with the weights packed once, instead of a scalar dot product per output; strict
+// numerics keep the direct nest (the reference's order), bit-exact.
+TEST(LowerContraction, SqueezeExcitationFcIsTiled) {
+  const ConvCase c{"se_fc", R"(  %c: f32[1,144,1,1] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name="fc"
+  %y: f32[1,144,1,1] = HardSigmoid(%c) name="gate"
+)", "%x: f32[1,576,1,1]", "%y", {{"w", {144, 576, 1, 1}}, {"b", {144}}}};
+  check_conv_both_numerics(c, /*fma_exact=*/false, [](const std::string& nest, bool strict) {
+    EXPECT_EQ(nest.find("micro-kernel 1x32") != std::string::npos, !strict) << nest;
+    EXPECT_EQ(nest.find("B prepacked") != std::string::npos, !strict) << nest;
+    EXPECT_EQ(nest.find("micro-kernel") == std::string::npos, strict) << nest;
+  }, {}, 2);
+}
+
+// A pointwise conv over many positions whose input the kernel computes (a fused prologue): the
+// input is staged once into a plain buffer and read in place as B of the channel-rows GEMM — not
+// packed per tile through its per-element value. Both numerics modes; both bit-exact.
+TEST(LowerContraction, StagedPointwiseConvMatchesReference) {
+  const ConvCase c{"staged_pw", R"(  %s: f32[2,16,24,24] = Sigmoid(%x) name="sig"
+  %m: f32[2,16,24,24] = Mul(%x, %s) name="silu"
+  %y: f32[2,40,24,24] = Conv(%m, %w, %b) {kernel_shape=[1,1]} name="conv"
+)", "%x: f32[2,16,24,24]", "%y", {{"w", {40, 16, 1, 1}}, {"b", {40}}}};
+  check_conv_both_numerics(c, /*fma_exact=*/true, [](const std::string& nest, bool) {
+    EXPECT_NE(nest.find("kiln_xph"), std::string::npos) << nest;       // staged once
+    EXPECT_EQ(nest.find("kiln_bpack"), std::string::npos) << nest;     // no panel packed per tile
+    EXPECT_EQ(nest.find("K in segments"), std::string::npos) << nest;  // output channels as rows
+  });
+}
+
+// A 3x3 conv whose input the kernel computes (a skip connection's Concat with an upsampled
+// branch, as in a U-Net decoder), under strict numerics (the im2col form): the input is staged
+// once per call into a plain copy (kiln_xin) and the panels are packed from it, bit-exact; under
+// the default numerics the implicit GEMM stages it into phase planes.
+TEST(LowerContraction, ComputedInputOfWindowedConvIsStagedOnce) {
+  const ConvCase c{"staged_3x3", R"(  %u: f32[1,8,6,6] = Relu(%a) name="relu"
+  %cat: f32[1,20,6,6] = Concat(%u, %s) {axis=1} name="cat"
+  %y: f32[1,16,6,6] = Conv(%cat, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
+)", "%a: f32[1,8,6,6], %s: f32[1,12,6,6]", "%y", {{"w", {16, 20, 3, 3}}, {"b", {16}}}};
+  check_conv_both_numerics(c, /*fma_exact=*/false, [](const std::string& nest, bool strict) {
+    EXPECT_NE(nest.find(strict ? "kiln_xin" : "kiln_xph"), std::string::npos) << nest;  // staged once per call
+  });
+}
+
+// A pointwise conv whose input channels lie pages apart (2070 positions each) with K blocks of 128
+// rows: its in-place B is copied per tile into a contiguous panel (ContractionTile::copy_b_min_k),
+// the last column tile's 22 columns padded with zeros; both numerics modes match the reference.
+// With copy_b_min_k above K it is read in place.
+TEST(LowerContraction, FarApartInPlaceBIsCopiedPerTile) {
+  const ConvCase c{"copy_b", R"(  %s: f32[1,128,46,45] = Sigmoid(%x) name="sig"
+  %m: f32[1,128,46,45] = Mul(%x, %s) name="silu"
+  %y: f32[1,24,46,45] = Conv(%m, %w, %b) {kernel_shape=[1,1]} name="conv"
+)", "%x: f32[1,128,46,45]", "%y", {{"w", {24, 128, 1, 1}}, {"b", {24}}}};
+  check_conv_both_numerics(c, /*fma_exact=*/true, [](const std::string& nest, bool) {
+    EXPECT_NE(nest.find("B copied per tile"), std::string::npos) << nest;
+    EXPECT_NE(nest.find("kiln_pz"), std::string::npos) << nest;  // the rest tile's zero columns
+  });
+  loop::Schedule sched;
+  sched.contraction.copy_b_min_k = 256;
+  auto g = make_conv_graph(c);
+  for (const auto& grp : partition(*g).groups)
+    if (is_contraction_group(grp)) {
+      auto lg = loop::lower_group(grp, "c", sched);
+      ASSERT_TRUE(lg.kernel) << lg.reason;
+      const std::string nest = loop::print_kernel(*lg.kernel);
+      EXPECT_EQ(nest.find("B copied per tile"), std::string::npos) << nest;
+      EXPECT_EQ(nest.find("kiln_bpack"), std::string::npos) << nest;
+      // B in place: the last column tile (2070 mod 32 = 22 columns) calls the micro-kernel with
+      // its width as a constant (a specialisation), never the tile's run-time width.
+      EXPECT_NE(nest.find("kiln_mk_f32(8, 22,"), std::string::npos) << nest;
+      EXPECT_EQ(nest.find(", kiln_nc, kiln_kc"), std::string::npos) << nest;
+    }
+}
+
+// A windowed conv over many positions with many output channels takes the output channels as
+// rows (window_channel_rows), its computed input staged once into phase planes; K stays in the
+// reference's order, so --strict-fp keeps this form and is bit-identical to the reference.
+TEST(LowerContraction, WindowedConvOverManyPositionsHasChannelRows) {
+  const ConvCase c{"rows_3x3", R"(  %s: f32[1,20,15,13] = Sigmoid(%x) name="sig"
+  %m: f32[1,20,15,13] = Mul(%x, %s) name="silu"
+  %y: f32[1,72,15,13] = Conv(%m, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
+)", "%x: f32[1,20,15,13]", "%y", {{"w", {72, 20, 3, 3}}, {"b", {72}}}};
+  // Its planes (20 KiB) are below the default budget: as if they exceeded it.
+  loop::Schedule over;
+  over.contraction.window_channel_rows_plane_bytes = 16 * 1024;
+  check_conv_both_numerics(
+      c, /*fma_exact=*/false,
+      [](const std::string& nest, bool) {
+        EXPECT_NE(nest.find("kiln_xkoff"), std::string::npos) << nest;      // B's rows from the staged planes
+        EXPECT_NE(nest.find("kiln_xph"), std::string::npos) << nest;        // staged once per call
+        EXPECT_EQ(nest.find("K in segments"), std::string::npos) << nest;  // not the implicit form
+      },
+      over);
+  // Below either threshold (planes within the budget, or fewer output channels): the implicit
+  // form (positions as rows).
+  for (const auto& [plane_bytes, cout] : std::vector<std::pair<int64_t, int64_t>>{{int64_t(1) << 20, 64}, {0, 128}}) {
+    loop::Schedule sched;
+    sched.contraction.window_channel_rows_plane_bytes = plane_bytes;
+    sched.contraction.window_channel_rows_min_cout = cout;
+    auto g = make_conv_graph(c);
+    for (const auto& grp : partition(*g).groups)
+      if (is_contraction_group(grp)) {
+        auto lg = loop::lower_group(grp, "r", sched);
+        ASSERT_TRUE(lg.kernel) << lg.reason;
+        EXPECT_NE(loop::print_kernel(*lg.kernel).find("K in segments"), std::string::npos) << plane_bytes << " " << cout;
+      }
+  }
+}
+
+// Under strict numerics (reorder_sums false) convs keep the reference's K order: im2col.
+TEST(LowerContraction, ImplicitConvNotUnderStrictNumerics) {
+  loop::Schedule strict;
+  strict.reorder_sums = false;
+  auto g = make_conv_graph(implicit_conv_cases()[0]);
+  for (const auto& grp : partition(*g).groups)
+    if (is_contraction_group(grp)) {
+      auto lg = loop::lower_group(grp, "s", strict);
+      ASSERT_TRUE(lg.kernel) << lg.reason;
+      EXPECT_EQ(loop::print_kernel(*lg.kernel).find("K in segments"), std::string::npos);
+    }
+}
+
+// Patch convs sum K in the reference's (ci, ky, kx) order, so --strict-fp takes the in-place form
+// too (with phase planes, CLIP's 32x32 conv stayed a library kernel there): bit-identical to the
+// reference, compiled without FMA contraction.
+TEST(LowerContraction, PatchConvUnderStrictNumericsIsBitExact) {
+  loop::Schedule strict;
+  strict.set_strict_numerics();
+  KernelBatch batch;
+  int patches = 0;
+  for (const ConvCase& c : implicit_conv_cases()) {
+    if (c.name.rfind("ic_patch_", 0) != 0) continue;
+    SCOPED_TRACE(c.name);
+    ++patches;
+    auto g = make_conv_graph(c);
+    const TensorMap inputs = random_inputs(*g, 3, {}, false);
+    auto values = run_reference_values(*g, inputs);
+    for (const auto& grp : partition(*g).groups) {
+      if (!is_contraction_group(grp)) continue;
+      auto lg = loop::lower_group(grp, c.name + "_strict", strict);
+      ASSERT_TRUE(lg.kernel) << lg.reason;
+      const std::string nest = loop::print_kernel(*lg.kernel);
+      EXPECT_NE(nest.find("K in segments of"), std::string::npos) << nest;
+      EXPECT_EQ(nest.find("kiln_xph"), std::string::npos) << nest;
+      batch.add(std::move(*lg.kernel), grp, values);
+    }
+  }
+  EXPECT_EQ(patches, 3);
+  batch.check("patch_strict", /*contract=*/false, /*bits=*/true);
+}
+
+}  // namespace
+}  // namespace kiln
