@@ -199,9 +199,13 @@ TEST(MachineProbe, QuickProbeIsSane) {
   EXPECT_GT(m.l2_bytes, m.l1d_bytes);
   EXPECT_GT(m.l3_bytes, 0);
   EXPECT_EQ(m.probed_at.size(), 20u) << m.probed_at;  // 2026-11-30T12:00:00Z
-  EXPECT_GT(m.peak_gflops_1t, 0.1);
-  EXPECT_GT(m.dram_1t.read_gbps, 0.1);
-  EXPECT_GT(m.dram_1t.triad_gbps, 0.1);
+  // Speeds are checked for having been measured (positive, not NaN), not against a floor: the
+  // quick probe times a few microseconds of work, and on a shared 2-core CI machine under ASan
+  // with the other ctest shard busy, the N-thread peak once came out at 0.078 GFLOP/s (one thread
+  // waiting for a core the other shard held).
+  EXPECT_GT(m.peak_gflops_1t, 0.0);
+  EXPECT_GT(m.dram_1t.read_gbps, 0.0);
+  EXPECT_GT(m.dram_1t.triad_gbps, 0.0);
   // The cache level's figure above DRAM's — except in the sanitizer build, where every load of
   // the probe's loops is instrumented: L1 "bandwidth" there is the checks' speed (15.6 GB/s
   // against 19.7 from DRAM was seen under ASan with the other shard on the second core).
@@ -209,9 +213,9 @@ TEST(MachineProbe, QuickProbeIsSane) {
   // N-thread figures exist; how they compare with one thread, or with each other, is not
   // checked here: ctest runs tests in parallel on a 2-core machine, so another test may hold the
   // second core during one probe and not the next (dram_nt > l1_nt was seen that way).
-  EXPECT_GT(m.peak_gflops_nt, 0.1);
-  EXPECT_GT(m.l1_nt.read_gbps, 0.1);
-  EXPECT_GT(m.dram_nt.read_gbps, 0.1);
+  EXPECT_GT(m.peak_gflops_nt, 0.0);
+  EXPECT_GT(m.l1_nt.read_gbps, 0.0);
+  EXPECT_GT(m.dram_nt.read_gbps, 0.0);
 }
 
 }  // namespace
