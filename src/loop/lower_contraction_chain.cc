@@ -41,6 +41,7 @@
 #include "loop/lower_contraction_tiled.h"
 #include "loop/lower_internal.h"
 #include "loop/rebind_buffers.h"
+#include "loop/row_jam.h"
 #include "support/error.h"
 
 namespace kiln::loop::detail {
@@ -437,7 +438,16 @@ class RowPipeline {
     }
     epilogue(cx, s, acc_val, row_j, var(J), jbody);
     out.push_back(per_row(t, {for_loop(J, int_imm(st.n), std::move(jbody), st.axpy ? ForKind::Vectorized : ForKind::Serial)}));
-    if (st.plan) out.push_back(per_row(t, row_passes(s, t)));
+    if (st.plan) {
+      // Short rows run sched_.chain.row_jam at a time (ChainTile::row_jam): each row keeps its
+      // own order of operations, so the results are the same bits.
+      Stmt rows = per_row(t, row_passes(s, t));
+      const int64_t jam = sched_.chain.row_jam;
+      if (jam >= 2 && st.n >= sched_.chain.row_jam_from && st.n < sched_.chain.row_jam_below && tile_ >= jam)
+        for (auto& x : jam_loop(t, tile_, rows->body, int(jam), ForKind::Serial)) out.push_back(std::move(x));
+      else
+        out.push_back(std::move(rows));
+    }
     return out;
   }
 

@@ -1,5 +1,6 @@
 #include "loop/affine.h"
 #include "loop/row_jam.h"
+#include "loop/register_epilogue.h"
 
 #include <functional>
 #include <set>
@@ -83,8 +84,16 @@ class Renamer {
   std::unordered_map<const ExprNode*, Expr> memo_;
 };
 
-// Loops appear once with their bodies jammed; allocations once per copy, nested around the jammed
-// body; everything else once per copy, in copy order.
+bool reads_memory(const Expr& e) {
+  if (!e) return false;
+  if (e->kind == ExprKind::Load) return true;
+  for (const Expr& a : e->args)
+    if (reads_memory(a)) return true;
+  return false;
+}
+
+// Loops appear once with their bodies jammed, and so do conditions the copies share; allocations
+// once per copy, nested around the jammed body; everything else once per copy, in copy order.
 std::vector<Stmt> jam(const std::vector<Stmt>& list, std::vector<Renamer>& copies) {
   std::vector<Stmt> out;
   for (const Stmt& s : list) {
@@ -100,6 +109,22 @@ std::vector<Stmt> jam(const std::vector<Stmt>& list, std::vector<Renamer>& copie
         break;
       }
       case StmtKind::Block: out.push_back(block(jam(s->body, copies))); break;
+      case StmtKind::If: {
+        // A condition that is the same in every copy (a row kernel's `if (true)`, a guard on the
+        // tile) is tested once around the jammed branches; a per-row guard (i < M) is not the
+        // same, and its copies run one after the other.
+        Stmt c = copies[0].shallow(s);
+        bool shared = !reads_memory(c->cond);  // an earlier copy may write what it reads
+        for (auto& r : copies) shared = shared && same_expr(r.shallow(s)->cond, c->cond);
+        if (!shared) {
+          for (auto& r : copies) out.push_back(r.deep(s));
+          break;
+        }
+        c->body = jam(s->body, copies);
+        c->else_body = jam(s->else_body, copies);
+        out.push_back(c);
+        break;
+      }
       case StmtKind::Allocate: {
         std::vector<Stmt> inner = jam(s->body, copies);
         for (size_t k = copies.size(); k-- > 0;) {

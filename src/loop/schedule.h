@@ -107,6 +107,17 @@ struct ChainTile {
   // A stage's right operand (one matrix) streams once per row tile; past this size (the L2, from
   // the target) every tile reads it from L3/DRAM and the pipeline loses to the kernels apart.
   int64_t max_stream_bytes = 1024 * 1024;
+  // A stage's row passes over rows of row_jam_from to row_jam_below - 1 elements run row_jam rows
+  // at a time (unroll-and-jam, row_jam.h; 0 or 1: one at a time). Such a row's passes are one
+  // chain of dependent vector steps (max, its tree, the exps, the sum, its tree, the scale) too
+  // short to fill the pipelines and too long for the CPU to overlap with the next row's on its
+  // own: SegFormer's attention over 49 keys, 0.45 -> 0.34 ms with four rows at a time (two: 0.36).
+  // Rows under two vectors have scalar passes, which jammed ran 0.95-1.13x (LeViT, MobileViT);
+  // rows of 128 and more overlap well enough alone: 0.95-0.99x on ViT's and MobileViT's attention,
+  // 0.97-1.12x on their LayerNorm rows (192-768).
+  int64_t row_jam = 4;
+  int64_t row_jam_from = 32;
+  int64_t row_jam_below = 128;
 };
 
 struct Schedule {

@@ -54,6 +54,9 @@ const std::vector<Field>& fields() {
       {"chain.min_tiles", [](S& s) -> int64_t& { return s.chain.min_tiles; }, nullptr},
       {"chain.max_local_bytes", [](S& s) -> int64_t& { return s.chain.max_local_bytes; }, nullptr},
       {"chain.max_stream_bytes", [](S& s) -> int64_t& { return s.chain.max_stream_bytes; }, nullptr},
+      {"chain.row_jam", [](S& s) -> int64_t& { return s.chain.row_jam; }, nullptr},
+      {"chain.row_jam_from", [](S& s) -> int64_t& { return s.chain.row_jam_from; }, nullptr},
+      {"chain.row_jam_below", [](S& s) -> int64_t& { return s.chain.row_jam_below; }, nullptr},
   };
   return f;
 }

@@ -114,6 +114,7 @@ std::vector<Dimension> search_space(const FusionGroup& grp, const loop::Schedule
     d.push_back(dim("chain.max_pack_bytes", {128 * KiB, 256 * KiB, 512 * KiB, 1024 * KiB, 2048 * KiB}, dflt));
     d.push_back(dim("chain.max_local_bytes", {512 * KiB, 1024 * KiB, 2048 * KiB, 4096 * KiB}, dflt));
     d.push_back(dim("chain.max_stream_bytes", {l2 / 2, l2, 2 * l2, 4 * l2}, dflt));
+    d.push_back(dim("chain.row_jam", {1, 2, 4, 8}, dflt));
   }
   d.push_back(dim("unroll", {1, 2, 4, 8}, dflt));
   return d;

@@ -118,20 +118,30 @@ def attention(b):
     heads = b.choice([h for h in (2, 4) if dk % h == 0] or [1]) if b.chance(0.5) else 1
     if bs * heads * t * t > MAX_ELEMS or bs * t * dk > MAX_ELEMS:
         raise Skip()
-    q, k, v = (matmul_weight(b, x, dk) for _ in range(3))
+    # Keys and values from a shorter sequence (every second or third token), as efficient
+    # attention reads them (SegFormer, PVT: keys reduced to 49): score rows shorter than the
+    # queries, the short-row passes of the chain emitter (ChainTile::row_jam).
+    kv, tk = x, t
+    if t >= 6 and b.chance(0.3):
+        step = b.choice([2, 3])
+        tk = (t + step - 1) // step
+        kv = b.op1("Slice", [x, b.ints([0], "starts"), b.ints([t], "ends"), b.ints([1], "axes"), b.ints([step], "steps")],
+                   (bs, tk, d), x.mag, x.lb)
+    q = matmul_weight(b, x, dk)
+    k, v = (matmul_weight(b, kv, dk) for _ in range(2))
     if heads == 1:
-        kt = b.op1("Transpose", [k], (bs, dk, t), k.mag, perm=[0, 2, 1])
+        kt = b.op1("Transpose", [k], (bs, dk, tk), k.mag, perm=[0, 2, 1])
     else:
         dh = dk // heads
-        shape = b.ints([bs, t, heads, dh], "shape")
-        q = b.op1("Reshape", [q, shape], (bs, t, heads, dh), q.mag)
+        q = b.op1("Reshape", [q, b.ints([bs, t, heads, dh], "shape")], (bs, t, heads, dh), q.mag)
         q = b.op1("Transpose", [q], (bs, heads, t, dh), q.mag, perm=[0, 2, 1, 3])
-        k = b.op1("Reshape", [k, shape], (bs, t, heads, dh), k.mag)
-        kt = b.op1("Transpose", [k], (bs, heads, dh, t), k.mag, perm=[0, 2, 3, 1])
-        v = b.op1("Reshape", [v, shape], (bs, t, heads, dh), v.mag)
-        v = b.op1("Transpose", [v], (bs, heads, t, dh), v.mag, perm=[0, 2, 1, 3])
+        kv_shape = b.ints([bs, tk, heads, dh], "shape")
+        k = b.op1("Reshape", [k, kv_shape], (bs, tk, heads, dh), k.mag)
+        kt = b.op1("Transpose", [k], (bs, heads, dh, tk), k.mag, perm=[0, 2, 3, 1])
+        v = b.op1("Reshape", [v, kv_shape], (bs, tk, heads, dh), v.mag)
+        v = b.op1("Transpose", [v], (bs, heads, tk, dh), v.mag, perm=[0, 2, 1, 3])
     lead = (bs,) if heads == 1 else (bs, heads)
-    s = b.op1("MatMul", [q, kt], lead + (t, t), q.mag * k.mag)
+    s = b.op1("MatMul", [q, kt], lead + (t, tk), q.mag * k.mag)
     scale = 1 / math.sqrt(dk // heads)
     if b.chance(0.5):
         s = b.op1("Mul", [s, b.scalar(scale)], s.shape, s.mag * scale)

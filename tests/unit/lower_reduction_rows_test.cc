@@ -96,6 +96,39 @@ TEST(RowJam, SameResultsAsTheLoopItReplaces) {
   EXPECT_EQ(exact(yb, ya), "");
 }
 
+// A condition every copy shares is tested once around the jammed branches; one that differs per
+// row (a guard on the row index) or reads memory (an earlier copy may write it) stays per copy.
+TEST(RowJam, SharedConditionsAreTestedOnce) {
+  static Expr cond;  // the wrappers are plain functions (row_sums's signature)
+  auto plain = [](std::vector<Stmt> b, int64_t n) { return std::vector<Stmt>{for_loop("i", int_imm(n), std::move(b))}; };
+  auto guarded = [](std::vector<Stmt> b, int64_t n) {
+    return loop::detail::jam_loop("i", n, {if_then(cond, std::move(b))}, 4, ForKind::Serial);
+  };
+  Tensor in(DType::Float32, {11, 5}), want(DType::Float32, {11});
+  for (int64_t k = 0; k < in.numel(); ++k) in.data<float>()[k] = float(std::cos(double(k))) * 1e2f;
+  interpret(row_sums(11, plain), {&in}, {&want});
+  auto flag = std::make_shared<Buffer>(Buffer{"flag", DType::Float32, Shape{1}, Scope::Local});
+  struct {
+    Expr cond;
+    size_t ifs;  // in the block of jammed rows (the tail loop has one more)
+    bool run;    // flag is never stored: that kernel is only printed
+  } cases[] = {{binary(BinOp::Lt, int_imm(0), int_imm(1)), 1, true},
+               {binary(BinOp::Lt, var("i"), int_imm(11)), 4, true},
+               {binary(BinOp::Lt, load(flag, int_imm(0)), float_imm(1)), 4, false}};
+  for (const auto& c : cases) {
+    cond = c.cond;
+    LoopKernel k = row_sums(11, guarded);
+    const std::string text = print_kernel(k);
+    EXPECT_EQ(count(text, "if "), c.ifs + 1) << text;
+    // The row loop over j: once in the jammed block when the condition is shared, else per copy.
+    EXPECT_EQ(count(text, "for j in [0, 5)"), c.ifs == 1 ? 2u : 5u) << text;
+    if (!c.run) continue;
+    Tensor got(DType::Float32, {11});
+    interpret(k, {&in}, {&got});
+    EXPECT_EQ(exact(got, want), "");
+  }
+}
+
 TEST(RowJam, NeedsAsManyIterationsAsCopies) {
   std::vector<Stmt> body = {let("s", float_imm(0))};
   EXPECT_THROW(loop::detail::jam_loop("i", 3, body, 4, ForKind::Serial), InternalError);
