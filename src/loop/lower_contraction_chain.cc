@@ -37,7 +37,9 @@
 #include <unordered_map>
 
 #include "fusion/op_kind.h"
+#include "kernels/microkernel.h"
 #include "loop/affine.h"
+#include "loop/loop_transforms_internal.h"
 #include "loop/lower_contraction_tiled.h"
 #include "loop/lower_internal.h"
 #include "loop/rebind_buffers.h"
@@ -436,8 +438,10 @@ class RowPipeline {
       jbody.push_back(for_loop(K, int_imm(st.k), std::move(kbody)));
       acc_val = cast(st.dtype, var(kAcc, acc_t));
     }
-    epilogue(cx, s, acc_val, row_j, var(J), jbody);
+    Stmt transposed;
+    epilogue(cx, s, acc_val, row_j, var(J), jbody, &transposed);
     out.push_back(per_row(t, {for_loop(J, int_imm(st.n), std::move(jbody), st.axpy ? ForKind::Vectorized : ForKind::Serial)}));
+    if (transposed) out.push_back(transposed);
     if (st.plan) {
       // Short rows run sched_.chain.row_jam at a time (ChainTile::row_jam): each row keeps its
       // own order of operations, so the results are the same bits.
@@ -453,7 +457,10 @@ class RowPipeline {
 
   // The epilogue at (row, j) from the contraction's value: the next stage's row, the staged rows,
   // this stage's group outputs (at their own, maybe remapped, positions).
-  void epilogue(Ctx& cx, size_t s, const Expr& acc_val, const Expr& row_j, const Expr& j, std::vector<Stmt>& body) {
+  // `transposed` (when given): receives the transposing copy that follows the tile's rows when
+  // the stage's store goes through the accumulator tile (transposed_store), else null.
+  void epilogue(Ctx& cx, size_t s, const Expr& acc_val, const Expr& row_j, const Expr& j, std::vector<Stmt>& body,
+                Stmt* transposed = nullptr) {
     Stage& st = stages_[s];
     std::vector<Expr> pd(outer_.begin(), outer_.end());
     pd.push_back(j);
@@ -483,7 +490,38 @@ class RowPipeline {
       bufs.push_back(output_buf_.at(v));
       stores.push_back({cx.L.flat(r.pos), r.val});
     }
+    if (transposed) *transposed = transposed_store(s, bufs, stores, row_j);
     append_hoisted_stores(body, bufs, std::move(stores), next_let_);
+  }
+
+  // A stage whose one store is a group output laid out with the tile's rows along memory (its
+  // flat position i · 1 + j · ldd: a head-merge or NCHW Transpose after the last MatMul) stores
+  // element by element a scatter of ldd-strided floats, one row of the tile at a time (SegFormer's
+  // MLP into NCHW for its depthwise conv: 128 channels 3136 floats apart). Instead the value goes
+  // back into the accumulator tile at (t, j), in place — the store is the only one and reads the
+  // accumulator at that point alone — and after the tile's rows one transposing copy
+  // (kernels::kTransposeF32, 16x16 blocks in registers) writes the tile to the output. Returns
+  // that copy, or null (and changes nothing) when the stage does not qualify.
+  Stmt transposed_store(size_t s, std::vector<BufferPtr>& bufs, std::vector<std::pair<Expr, Expr>>& stores,
+                        const Expr& row_j) {
+    const Stage& st = stages_[s];
+    if (!st.axpy || !st.acc || st.acc->dtype != DType::Float32 || stores.size() != 1 || m_ < 2 ||
+        bufs[0]->dtype != DType::Float32 || bufs[0]->scope != Scope::Global)
+      return nullptr;
+    const std::string i = cat("i", batch_), J = cat("kiln_c", s);
+    AffineScope scope;
+    scope.varying = {i, J};
+    const auto f = affine_form(stores[0].first, scope);
+    if (!f || f->coef_of(i) != 1 || f->coef_of(J) < 2) return nullptr;
+    const int64_t ldd = f->coef_of(J);
+    const Expr dst = sched::substitute(stores[0].first, {{i, var("kiln_m0")}, {J, int_imm(0)}});
+    const Expr rows = m_ % tile_ == 0 ? int_imm(tile_)
+                                      : binary(BinOp::Min, int_imm(tile_), sub(int_imm(m_), var("kiln_m0")));
+    Stmt copy = call_stmt(kernels::kTransposeF32, {address(bufs[0], dst), int_imm(ldd), address(st.acc, int_imm(0)),
+                                                   int_imm(st.n), rows, int_imm(st.n)});
+    bufs[0] = st.acc;
+    stores[0].first = row_j;
+    return copy;
   }
 
   // The stage's row reductions and what follows them for row t of the tile, reading the staged

@@ -40,13 +40,14 @@ struct LoweredRun {
   std::vector<loop::LoopKernel> kernels;    // the lowered ones, in plan order
 };
 
-inline LoweredRun run_lowered(const Graph& g, const FusionPlan& plan, const TensorMap& inputs) {
+inline LoweredRun run_lowered(const Graph& g, const FusionPlan& plan, const TensorMap& inputs,
+                              const loop::Schedule& sched = loop::Schedule{}) {
   LoweredRun run;
   std::unordered_map<const Value*, Tensor> memory;
   for (Value* in : g.inputs()) memory[in] = inputs.at(in->name());
   auto read = [&](const Value* v) { return v->is_constant() ? v->constant() : memory.at(v); };
   for (const auto& grp : plan.groups) {
-    loop::LoweredGroup lg = loop::lower_group(grp, grp.name);
+    loop::LoweredGroup lg = loop::lower_group(grp, grp.name, sched);
     if (lg.kernel) {
       ++run.lowered;
       std::vector<Tensor> ins, outs;
