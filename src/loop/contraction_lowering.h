@@ -228,6 +228,7 @@ class ContractionLowering {
   // The block loops around the per-row statements `per_row` (which read row kiln_tr_row of kiln_acc and
   // use the outer loop variables `outer`, decoded here from the row index).
   std::vector<Stmt> tiled_row_blocks(const LoopVars& outer, const BufferPtr& acc, std::vector<Stmt> per_row);
+  std::vector<Stmt> transposed_a_pack(const Expr& x, const BufferPtr& a, int64_t k) const;
 
   // The im2col panel of a conv whose input is a plain buffer, without per-element div/mod: per
   // tile, each column's input window origin (pos<d> = o_d * stride - pad) and its flat offset go

@@ -20,6 +20,10 @@
 #include <unordered_set>
 
 #include "fusion/op_kind.h"
+#include "kernels/microkernel.h"
+#include "loop/affine.h"
+#include "loop/loop_transforms_internal.h"
+#include "loop/register_epilogue.h"
 #include "loop/contraction_lowering.h"
 #include "loop/lower_internal.h"
 #include "loop/rebind_buffers.h"
@@ -322,6 +326,62 @@ int64_t ContractionLowering::rows_per_block(int64_t m, int64_t ld) const {
   return std::max<int64_t>(mr, (per + mr - 1) / mr * mr);
 }
 
+namespace {
+
+// The loads of `e` whose index mentions one of `vars`.
+void varying_loads(const Expr& e, const std::set<std::string>& vars, std::vector<Expr>& out) {
+  if (!e) return;
+  if (e->kind == ExprKind::Load && sched::mentions(e->args[0], vars)) out.push_back(e);
+  for (const Expr& a : e->args) varying_loads(a, vars, out);
+}
+
+// `e` with every sub-expression structurally equal to `what` replaced by `with`.
+Expr replace_expr(const Expr& e, const Expr& what, const Expr& with) {
+  if (!e) return e;
+  if (same_expr(e, what)) return with;
+  auto copy = std::make_shared<ExprNode>(*e);
+  bool changed = false;
+  for (auto& a : copy->args) {
+    Expr r = replace_expr(a, what, with);
+    changed = changed || r != a;
+    a = r;
+  }
+  return changed ? Expr(copy) : e;
+}
+
+}  // namespace
+
+// A's packed rows (a[ar · k + ak] = x at row ar, column ak of the block) when x reads its operand
+// transposed — one float32 kernel argument, the same element wherever x reads it, at ar · 1 +
+// ak · lds (a MatMul after a Transpose of an NCHW tensor to tokens: SegFormer's Mix-FFN GELU after
+// its depthwise conv) — as one transposing copy (kernels::kTransposeF32, 16x16 blocks in
+// registers) and x's other operations applied in place. Element by element, each row's k loads
+// were a gather of lds-strided floats. Empty when x does not have that form.
+std::vector<Stmt> ContractionLowering::transposed_a_pack(const Expr& x, const BufferPtr& a, int64_t k) const {
+  const std::set<std::string> rc = {"kiln_tr_ar", "kiln_tr_ak"};
+  std::vector<Expr> loads;
+  varying_loads(x, rc, loads);
+  if (loads.empty() || x->type != DType::Float32) return {};
+  const Expr src = loads[0];
+  for (const Expr& l : loads)
+    if (!same_expr(l, src)) return {};
+  if (src->type != DType::Float32 || src->buffer->scope != Scope::Global) return {};
+  AffineScope scope;
+  scope.varying = {"kiln_tr_ar", "kiln_tr_ak"};
+  const auto f = affine_form(src->args[0], scope);
+  if (!f || f->coef_of("kiln_tr_ar") != 1 || f->coef_of("kiln_tr_ak") < 2) return {};
+  const Expr i = var("kiln_tr_pi");
+  const Expr value = replace_expr(x, src, load(a, i));
+  if (sched::mentions(value, rc)) return {};
+  const Expr base = sched::substitute(src->args[0], {{"kiln_tr_ar", int_imm(0)}, {"kiln_tr_ak", int_imm(0)}});
+  std::vector<Stmt> out = {call_stmt(kernels::kTransposeF32,
+                                     {address(a, int_imm(0)), int_imm(k), address(src->buffer, base),
+                                      int_imm(f->coef_of("kiln_tr_ak")), int_imm(k), var("kiln_tr_count")})};
+  if (value->kind != ExprKind::Load)
+    out.push_back(for_loop("kiln_tr_pi", mul(var("kiln_tr_count"), int_imm(k)), {store(a, i, value)}, ForKind::Vectorized));
+  return out;
+}
+
 // The block loops around the per-row statements `per_row` (which read row kiln_tr_row of kiln_acc and
 // use the outer loop variables `outer`, decoded here from the row index).
 std::vector<Stmt> ContractionLowering::tiled_row_blocks(const LoopVars& outer, const BufferPtr& acc,
@@ -422,10 +482,19 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const LoopVars& outer, c
     std::vector<Expr> bo = batch_position(var("kiln_tr_ab"));
     std::vector<Expr> ai = matmul_index(a_batch_, false, var("kiln_tr_ai"), var("kiln_tr_ak"), bo);
     Expr x = to_compute(L_.value_at(c_->input(0), Index::from_dims(c_->input(0)->shape(), std::move(ai))));
-    blk.push_back(for_loop("kiln_tr_ar", var("kiln_tr_count"),
-                           {let("kiln_tr_ai", mod(g, int_imm(mm))), let("kiln_tr_ab", div_floor(g, int_imm(mm))),
-                            for_loop("kiln_tr_ak", int_imm(k),
-                                     {store(a, add(mul(var("kiln_tr_ar"), int_imm(k)), var("kiln_tr_ak")), x)})}));
+    std::vector<Stmt> copy;
+    if (m == mm) {
+      // The block lies within one batch position: row g % M is kiln_tr_first + kiln_tr_ar.
+      x = sched::substitute(x, {{"kiln_tr_ai", add(var("kiln_tr_first"), var("kiln_tr_ar"))}, {"kiln_tr_ab", var("kiln_tr_img")}});
+      copy = transposed_a_pack(x, a, k);
+    }
+    if (!copy.empty())
+      for (auto& st : copy) blk.push_back(std::move(st));
+    else
+      blk.push_back(for_loop("kiln_tr_ar", var("kiln_tr_count"),
+                             {let("kiln_tr_ai", mod(g, int_imm(mm))), let("kiln_tr_ab", div_floor(g, int_imm(mm))),
+                              for_loop("kiln_tr_ak", int_imm(k),
+                                       {store(a, add(mul(var("kiln_tr_ar"), int_imm(k)), var("kiln_tr_ak")), x)})}));
   }
   blk.push_back(allocate(acc, std::move(in_acc)));
   if (a_packed) blk = {allocate(a, std::move(blk))};

@@ -143,6 +143,23 @@ const std::vector<Case>& cases() {
   %sd: f32[20,1] = Sqrt(%ve) name="sqrt"
   %y: f32[20,16] = Div(%d, %sd) name="div"
 )", "%x: f32[20,9], %g: f32[9], %be: f32[9], %w: f32[9,16]", "%y"},
+      // A read transposed through an elementwise prologue (channels-first to tokens, then an
+      // activation: SegFormer's Mix-FFN GELU after its depthwise conv): A packed per block by one
+      // transposing copy and the prologue applied in place.
+      {"transposed_prologue_matmul_layernorm", R"(  %ax = constant i64[1] [-1]
+  %eps = constant f32[] [1e-05]
+  %xt: f32[20,9] = Transpose(%x) {perm=[1,0]} name="to_tokens"
+  %xa: f32[20,9] = Tanh(%xt) name="act"
+  %xs: f32[20,9] = Mul(%xa, %xt) name="gate"
+  %m: f32[20,16] = MatMul(%xs, %w) name="mm"
+  %mean: f32[20,1] = ReduceMean(%m, %ax) {keepdims=1} name="mean"
+  %d: f32[20,16] = Sub(%m, %mean) name="sub"
+  %sq: f32[20,16] = Mul(%d, %d) name="sq"
+  %var: f32[20,1] = ReduceMean(%sq, %ax) {keepdims=1} name="var"
+  %ve: f32[20,1] = Add(%var, %eps) name="add_eps"
+  %sd: f32[20,1] = Sqrt(%ve) name="sqrt"
+  %y: f32[20,16] = Div(%d, %sd) name="div"
+)", "%x: f32[9,20], %w: f32[9,16]", "%y"},
   };
   return all;
 }
@@ -253,11 +270,12 @@ TEST(LowerContractionRows, TiledRowBlocks) {
   EXPECT_LT(mk, rr);
   EXPECT_LT(rr, row);
   // Tiled: 0, 1, 5 (MatMul rows), 3 (conv + GAP, packed im2col), 7 (1x1 conv + GAP, in place),
-  // 2 (batched B in place), 9 (batched and computed A and B), 10 (broadcast B), 11 (computed A);
+  // 2 (batched B in place), 9 (batched and computed A and B), 10 (broadcast B), 11 (computed A), 12 (computed from a transposed A);
   // 6 as well as it lowers.
   const std::map<size_t, std::string> packed = {
-      {9, "B packed per batch, A packed per block"}, {10, "B packed per batch"}, {11, "A packed per block"}};
-  for (size_t i : {0, 1, 2, 3, 5, 6, 7, 9, 10, 11}) {
+      {9, "B packed per batch, A packed per block"}, {10, "B packed per batch"}, {11, "A packed per block"},
+      {12, "A packed per block"}};
+  for (size_t i : {0, 1, 2, 3, 5, 6, 7, 9, 10, 11, 12}) {
     auto gi = make_graph(cases()[i]);
     SCOPED_TRACE(cases()[i].name);
     loop::Schedule odd;  // rows and columns not multiples of the tile
@@ -274,6 +292,8 @@ TEST(LowerContractionRows, TiledRowBlocks) {
     if (packed.count(i)) {
       EXPECT_NE(text.find(packed.at(i)), std::string::npos) << text;
     }
+    // A transposed source: one transposing copy per block (transposed_a_pack), not a gather.
+    EXPECT_EQ(text.find("kiln_transpose_f32(&kiln_apack") != std::string::npos, i == 12) << text;
     const TensorMap inputs = random_inputs(*gi, 4, {}, false);
     auto values = run_reference_values(*gi, inputs);
     for (const auto& grp : partition(*gi).groups) {
