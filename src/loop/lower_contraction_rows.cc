@@ -352,33 +352,40 @@ Expr replace_expr(const Expr& e, const Expr& what, const Expr& with) {
 }  // namespace
 
 // A's packed rows (a[ar · k + ak] = x at row ar, column ak of the block) when x reads its operand
-// transposed — one float32 kernel argument, the same element wherever x reads it, at ar · 1 +
-// ak · lds (a MatMul after a Transpose of an NCHW tensor to tokens: SegFormer's Mix-FFN GELU after
-// its depthwise conv) — as one transposing copy (kernels::kTransposeF32, 16x16 blocks in
-// registers) and x's other operations applied in place. Element by element, each row's k loads
-// were a gather of lds-strided floats. Empty when x does not have that form.
+// transposed — a float32 kernel argument at ar · 1 + ak · lds, the one element of that argument x
+// reads at the point (a MatMul after a Transpose of an NCHW tensor to tokens: SegFormer's Mix-FFN
+// GELU after its depthwise conv) — as one transposing copy (kernels::kTransposeF32, 16x16 blocks
+// in registers) and x's other operations applied in place, row by row (other inputs, such as a
+// per-channel scale, read as before). Element by element, each row's k loads were a gather of
+// lds-strided floats. Empty when x does not have that form.
 std::vector<Stmt> ContractionLowering::transposed_a_pack(const Expr& x, const BufferPtr& a, int64_t k) const {
-  const std::set<std::string> rc = {"kiln_tr_ar", "kiln_tr_ak"};
+  if (x->type != DType::Float32) return {};
   std::vector<Expr> loads;
-  varying_loads(x, rc, loads);
-  if (loads.empty() || x->type != DType::Float32) return {};
-  const Expr src = loads[0];
-  for (const Expr& l : loads)
-    if (!same_expr(l, src)) return {};
-  if (src->type != DType::Float32 || src->buffer->scope != Scope::Global) return {};
+  varying_loads(x, {"kiln_tr_ar", "kiln_tr_ak"}, loads);
   AffineScope scope;
   scope.varying = {"kiln_tr_ar", "kiln_tr_ak"};
-  const auto f = affine_form(src->args[0], scope);
-  if (!f || f->coef_of("kiln_tr_ar") != 1 || f->coef_of("kiln_tr_ak") < 2) return {};
-  const Expr i = var("kiln_tr_pi");
-  const Expr value = replace_expr(x, src, load(a, i));
-  if (sched::mentions(value, rc)) return {};
+  Expr src;
+  int64_t lds = 0;
+  for (const Expr& l : loads) {
+    if (l->type != DType::Float32 || l->buffer->scope != Scope::Global) continue;
+    const auto f = affine_form(l->args[0], scope);
+    if (f && f->coef_of("kiln_tr_ar") == 1 && f->coef_of("kiln_tr_ak") >= 2) {
+      src = l;
+      lds = f->coef_of("kiln_tr_ak");
+      break;
+    }
+  }
+  if (!src) return {};
+  for (const Expr& l : loads)
+    if (l->buffer == src->buffer && !same_expr(l, src)) return {};  // the copy holds one element per point
+  const Expr at = add(mul(var("kiln_tr_ar"), int_imm(k)), var("kiln_tr_ak"));
+  const Expr value = replace_expr(x, src, load(a, at));
   const Expr base = sched::substitute(src->args[0], {{"kiln_tr_ar", int_imm(0)}, {"kiln_tr_ak", int_imm(0)}});
-  std::vector<Stmt> out = {call_stmt(kernels::kTransposeF32,
-                                     {address(a, int_imm(0)), int_imm(k), address(src->buffer, base),
-                                      int_imm(f->coef_of("kiln_tr_ak")), int_imm(k), var("kiln_tr_count")})};
+  std::vector<Stmt> out = {call_stmt(kernels::kTransposeF32, {address(a, int_imm(0)), int_imm(k), address(src->buffer, base),
+                                                              int_imm(lds), int_imm(k), var("kiln_tr_count")})};
   if (value->kind != ExprKind::Load)
-    out.push_back(for_loop("kiln_tr_pi", mul(var("kiln_tr_count"), int_imm(k)), {store(a, i, value)}, ForKind::Vectorized));
+    out.push_back(for_loop("kiln_tr_ar", var("kiln_tr_count"),
+                           {for_loop("kiln_tr_ak", int_imm(k), {store(a, at, value)}, ForKind::Vectorized)}));
   return out;
 }
 

@@ -144,14 +144,15 @@ const std::vector<Case>& cases() {
   %y: f32[20,16] = Div(%d, %sd) name="div"
 )", "%x: f32[20,9], %g: f32[9], %be: f32[9], %w: f32[9,16]", "%y"},
       // A read transposed through an elementwise prologue (channels-first to tokens, then an
-      // activation: SegFormer's Mix-FFN GELU after its depthwise conv): A packed per block by one
-      // transposing copy and the prologue applied in place.
+      // activation and a per-channel scale: SegFormer's Mix-FFN GELU after its depthwise conv): A
+      // packed per block by one transposing copy and the prologue applied in place.
       {"transposed_prologue_matmul_layernorm", R"(  %ax = constant i64[1] [-1]
   %eps = constant f32[] [1e-05]
   %xt: f32[20,9] = Transpose(%x) {perm=[1,0]} name="to_tokens"
   %xa: f32[20,9] = Tanh(%xt) name="act"
   %xs: f32[20,9] = Mul(%xa, %xt) name="gate"
-  %m: f32[20,16] = MatMul(%xs, %w) name="mm"
+  %xg: f32[20,9] = Mul(%xs, %g) name="per_channel"
+  %m: f32[20,16] = MatMul(%xg, %w) name="mm"
   %mean: f32[20,1] = ReduceMean(%m, %ax) {keepdims=1} name="mean"
   %d: f32[20,16] = Sub(%m, %mean) name="sub"
   %sq: f32[20,16] = Mul(%d, %d) name="sq"
@@ -159,7 +160,7 @@ const std::vector<Case>& cases() {
   %ve: f32[20,1] = Add(%var, %eps) name="add_eps"
   %sd: f32[20,1] = Sqrt(%ve) name="sqrt"
   %y: f32[20,16] = Div(%d, %sd) name="div"
-)", "%x: f32[9,20], %w: f32[9,16]", "%y"},
+)", "%x: f32[9,20], %g: f32[9], %w: f32[9,16]", "%y"},
   };
   return all;
 }
