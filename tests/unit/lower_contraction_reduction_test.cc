@@ -59,6 +59,16 @@ const char* kLayerNorm = R"(  %ax = constant i64[1] [-1]
 )";
 const char* kLayerNormInputs = "%x: f32[2,3,8], %w: f32[8,16], %b: f32[16], %res: f32[2,3,16], %g: f32[16], %be: f32[16]";
 
+// LayerNorm (no affine) over the rows of %m: f32[20,16] into %y (uses %ax and %eps).
+const std::string kLayerNormOfM = R"(  %mean: f32[20,1] = ReduceMean(%m, %ax) {keepdims=1} name="mean"
+  %d: f32[20,16] = Sub(%m, %mean) name="sub"
+  %sq: f32[20,16] = Mul(%d, %d) name="sq"
+  %var: f32[20,1] = ReduceMean(%sq, %ax) {keepdims=1} name="var"
+  %ve: f32[20,1] = Add(%var, %eps) name="add_eps"
+  %sd: f32[20,1] = Sqrt(%ve) name="sqrt"
+  %y: f32[20,16] = Div(%d, %sd) name="div"
+)";
+
 const std::vector<Case>& cases() {
   static const std::vector<Case> all = {
       {"matmul_bias_residual_layernorm", kLayerNorm, kLayerNormInputs, "%y"},
@@ -135,14 +145,7 @@ const std::vector<Case>& cases() {
   %xs: f32[20,9] = Mul(%x, %g) name="gamma"
   %xb: f32[20,9] = Add(%xs, %be) name="beta"
   %m: f32[20,16] = MatMul(%xb, %w) name="mm"
-  %mean: f32[20,1] = ReduceMean(%m, %ax) {keepdims=1} name="mean"
-  %d: f32[20,16] = Sub(%m, %mean) name="sub"
-  %sq: f32[20,16] = Mul(%d, %d) name="sq"
-  %var: f32[20,1] = ReduceMean(%sq, %ax) {keepdims=1} name="var"
-  %ve: f32[20,1] = Add(%var, %eps) name="add_eps"
-  %sd: f32[20,1] = Sqrt(%ve) name="sqrt"
-  %y: f32[20,16] = Div(%d, %sd) name="div"
-)", "%x: f32[20,9], %g: f32[9], %be: f32[9], %w: f32[9,16]", "%y"},
+)" + kLayerNormOfM, "%x: f32[20,9], %g: f32[9], %be: f32[9], %w: f32[9,16]", "%y"},
       // A read transposed through an elementwise prologue (channels-first to tokens, then an
       // activation and a per-channel scale: SegFormer's Mix-FFN GELU after its depthwise conv): A
       // packed per block by one transposing copy and the prologue applied in place.
@@ -153,14 +156,7 @@ const std::vector<Case>& cases() {
   %xs: f32[20,9] = Mul(%xa, %xt) name="gate"
   %xg: f32[20,9] = Mul(%xs, %g) name="per_channel"
   %m: f32[20,16] = MatMul(%xg, %w) name="mm"
-  %mean: f32[20,1] = ReduceMean(%m, %ax) {keepdims=1} name="mean"
-  %d: f32[20,16] = Sub(%m, %mean) name="sub"
-  %sq: f32[20,16] = Mul(%d, %d) name="sq"
-  %var: f32[20,1] = ReduceMean(%sq, %ax) {keepdims=1} name="var"
-  %ve: f32[20,1] = Add(%var, %eps) name="add_eps"
-  %sd: f32[20,1] = Sqrt(%ve) name="sqrt"
-  %y: f32[20,16] = Div(%d, %sd) name="div"
-)", "%x: f32[9,20], %g: f32[9], %w: f32[9,16]", "%y"},
+)" + kLayerNormOfM, "%x: f32[9,20], %g: f32[9], %w: f32[9,16]", "%y"},
   };
   return all;
 }
