@@ -490,11 +490,10 @@ std::vector<Stmt> ContractionLowering::tiled_row_blocks(const LoopVars& outer, c
     std::vector<Expr> ai = matmul_index(a_batch_, false, var("kiln_tr_ai"), var("kiln_tr_ak"), bo);
     Expr x = to_compute(L_.value_at(c_->input(0), Index::from_dims(c_->input(0)->shape(), std::move(ai))));
     std::vector<Stmt> copy;
-    if (m == mm) {
-      // The block lies within one batch position: row g % M is kiln_tr_first + kiln_tr_ar.
-      x = sched::substitute(x, {{"kiln_tr_ai", add(var("kiln_tr_first"), var("kiln_tr_ar"))}, {"kiln_tr_ab", var("kiln_tr_img")}});
-      copy = transposed_a_pack(x, a, k);
-    }
+    if (m == mm)  // the block lies within one batch position: row g % M is kiln_tr_first + kiln_tr_ar
+      copy = transposed_a_pack(
+          sched::substitute(x, {{"kiln_tr_ai", add(var("kiln_tr_first"), var("kiln_tr_ar"))}, {"kiln_tr_ab", var("kiln_tr_img")}}),
+          a, k);
     if (!copy.empty())
       for (auto& st : copy) blk.push_back(std::move(st));
     else
