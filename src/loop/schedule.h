@@ -112,9 +112,9 @@ struct ChainTile {
   // chain of dependent vector steps (max, its tree, the exps, the sum, its tree, the scale) too
   // short to fill the pipelines and too long for the CPU to overlap with the next row's on its
   // own: SegFormer's attention over 49 keys, 0.45 -> 0.34 ms with four rows at a time (two: 0.36).
-  // Rows under two vectors have scalar passes, which jammed ran 0.95-1.13x (LeViT, MobileViT);
-  // rows of 128 and more overlap well enough alone: 0.95-0.99x on ViT's and MobileViT's attention,
-  // 0.97-1.12x on their LayerNorm rows (192-768).
+  // Rows under two vectors have scalar passes, which jammed ran 0.94-1.14x (LeViT, MobileViT);
+  // rows of 128 and more overlap well enough alone: 0.95-0.98x on ViT's and MobileViT's attention,
+  // 0.98-1.12x on MobileViT's MatMul + LayerNorm kernels.
   int64_t row_jam = 4;
   int64_t row_jam_from = 32;
   int64_t row_jam_below = 128;
