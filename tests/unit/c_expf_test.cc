@@ -38,8 +38,10 @@ struct ExpSpec {
 class CExpf : public testing::UnaryMathSuite<ExpSpec> {};
 
 // Runs exp_f32 on `x` (kChunk values) and checks each result against the correctly rounded exp:
-// NaN, infinity (overflow) and zero (underflow) exactly, anything else within 2 ulp (results are
-// non-negative, so the ulp distance is the distance of the bit patterns, subnormals included).
+// NaN, infinity (overflow) and zero (underflow) exactly, +0 exactly where the correctly rounded
+// result is subnormal (kiln_expf never returns one: the subnormal assists cost 5x on softmax),
+// anything else within 2 ulp (results are non-negative, so the ulp distance is the distance of the
+// bit patterns).
 // Returns the largest distance seen.
 int64_t check_chunk(const std::vector<float>& x, void (*run)(void*, void*)) {
   std::vector<float> y(static_cast<size_t>(kChunk), -1.0f);
@@ -49,8 +51,8 @@ int64_t check_chunk(const std::vector<float>& x, void (*run)(void*, void*)) {
   for (size_t i = 0; i < x.size(); ++i) {
     const float want = float(std::exp(double(x[i]))), got = y[i];
     bool ok;
-    if (std::isnan(want) || std::isinf(want) || want == 0.0f) {
-      ok = std::isnan(want) ? std::isnan(got) : bits(got) == bits(want);
+    if (std::isnan(want) || std::isinf(want) || want < std::numeric_limits<float>::min()) {
+      ok = std::isnan(want) ? std::isnan(got) : bits(got) == bits(std::isinf(want) ? want : 0.0f);
     } else {
       const int64_t d = std::llabs(int64_t(bits(got)) - int64_t(bits(want)));
       worst = std::max(worst, d);
@@ -75,8 +77,8 @@ TEST_F(CExpf, Float32WithinTwoUlpOverTheWholeRange) {
     worst = std::max(worst, check_chunk(x, run));
   }
   // Denser where the result scales out of the normal range: 2^19 inputs evenly through [-104, -87]
-  // (subnormal results and the flush to 0 below -103.97), then every float from 88.6 to ~92.6
-  // (FLT_MAX and the overflow to inf above 88.72284).
+  // (the last normal results and the flush to 0 below -87.3365402), then every float from 88.6 to
+  // ~92.6 (FLT_MAX and the overflow to inf above 88.72284).
   const uint32_t lo = bits(-87.0f), hi = bits(-104.0f);
   const size_t half = size_t(kChunk) / 2;
   for (size_t i = 0; i < half; ++i) x[i] = from_bits(lo + uint32_t((uint64_t(hi - lo) * i) / half));
@@ -84,15 +86,15 @@ TEST_F(CExpf, Float32WithinTwoUlpOverTheWholeRange) {
   worst = std::max(worst, check_chunk(x, run));
   RecordProperty("max_ulp", int(worst));  // 1 at the time of writing
 
-  // The special cases, exactly. Results at or above 2^128 - 2^103 round to inf, at or below
-  // 2^-150 to 0 (ties to even); each threshold lies strictly between two floats.
+  // The special cases, exactly. Results at or above 2^128 - 2^103 round to inf, below 2^-126 are
+  // +0; each threshold lies strictly between two floats.
   const float inf = std::numeric_limits<float>::infinity();
   auto first_above = [](double t) {
     float f = float(t);
     return double(f) > t ? f : std::nextafter(f, std::numeric_limits<float>::infinity());
   };
   const float overflow = first_above(std::log(std::ldexp(1.0, 128) - std::ldexp(1.0, 103)));
-  const float underflow = first_above(-150.0 * std::log(2.0));
+  const float underflow = first_above(-126.0 * std::log(2.0));
   const std::vector<float> special = {0.0f, -0.0f, inf, -inf, std::nanf(""), -std::nanf(""), overflow,
                                       std::nextafter(overflow, 0.0f), underflow, std::nextafter(underflow, -inf)};
   std::fill(x.begin(), x.end(), 0.0f);
@@ -108,7 +110,8 @@ TEST_F(CExpf, Float32WithinTwoUlpOverTheWholeRange) {
   EXPECT_EQ(y[6], inf) << std::hexfloat << x[6];
   EXPECT_TRUE(std::isfinite(y[7])) << std::hexfloat << x[7];
   EXPECT_GT(y[7], 3.4e38f);
-  EXPECT_EQ(y[8], std::numeric_limits<float>::denorm_min()) << std::hexfloat << x[8];
+  EXPECT_GE(y[8], std::numeric_limits<float>::min()) << std::hexfloat << x[8];
+  EXPECT_LT(y[8], std::numeric_limits<float>::min() * 1.0001f) << std::hexfloat << x[8];
   EXPECT_EQ(bits(y[9]), bits(0.0f)) << std::hexfloat << x[9];
 }
 

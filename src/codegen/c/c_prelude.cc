@@ -56,8 +56,9 @@ static inline uint16_t kiln_f32_to_bf16(float f) {
 // that GCC cannot vectorise without -ffast-math, and it bounded softmax and every exp-containing
 // kernel (~2 ns per element). This one is branch-free (the clamps are selects), uses only + - *
 // and integer bit manipulation, and vectorises inside `#pragma omp simd` loops. Measured over all
-// 2^32 inputs: at most 1 ulp from the correctly rounded result, with and without FMA contraction
-// (tests/unit/c_expf_test.cc checks ≤ 2 ulp on a dense sample). Derivation in docs/codegen.md
+// 2^32 inputs: at most 1 ulp from the correctly rounded result wherever that is a normal float,
+// with and without FMA contraction; +0 where it would be subnormal (why: below)
+// (tests/unit/c_expf_test.cc checks both on a dense sample). Derivation in docs/codegen.md
 // ("Numerics contract"); the coefficients are a Chebyshev-node fit of (e^r - 1 - r) / r^2.
 const char* kExpf = R"(/* e^x = e^r * 2^k, k = round(x / ln2), |r| <= ln2/2: returns e^r; *t carries k in its low mantissa
    bits (k = bits(*t) - 0x4b400000). The steps kiln_expf, kiln_erff and kiln_sigmoidf share; each
@@ -72,18 +73,25 @@ static inline float kiln_exp_reduced(float x, float* t) {
   const float p = 0.5f + r * (0.166665733f + r * (0.0416665487f + r * (0.0083637787f + r * 0.00139269326f)));
   return 1.0f + (r + (r * r) * p);
 }
-/* exp(x) = 2^k * e^r (float32; <= 1 ulp, see docs/codegen.md). */
+/* exp(x) = 2^k * e^r (float32; <= 1 ulp where the result is normal, +0 where it would be
+   subnormal; see docs/codegen.md). */
 static inline float kiln_expf(float x) {
-  /* Outside [-104, 89] the result is 0 or inf: clamping keeps k small and NaN passes through. */
-  x = x < -104.0f ? -104.0f : x;
-  x = x > 89.0f ? 89.0f : x;
+  /* Below -87.3365402 (the first float whose exp is at least 2^-126) the result is +0, never a
+     subnormal: x86 runs every operation that produces or reads a subnormal through a microcode
+     assist (~100 cycles), so a softmax over a -100 attention mask (Swin's shifted windows) ran 5x
+     slower, in this exp and in the products that read its output. The value is computed from x
+     clamped there, so no intermediate is subnormal either. Above 89 the result is inf; NaN passes
+     through both clamps and both selects. */
+  const int under = x < -0x1.5d589ep+6f;
+  float xc = under ? -0x1.5d589ep+6f : x;
+  xc = xc > 89.0f ? 89.0f : xc;
   float t;
-  const float y = kiln_exp_reduced(x, &t);
-  /* 2^k as two factors 2^k1 * 2^k2 (k in [-150, 128] needs both to stay normal): y * 2^k1 is
-     exact, so a subnormal result is rounded once, by the last product. */
+  const float y = kiln_exp_reduced(xc, &t);
+  /* 2^k as two factors 2^k1 * 2^k2: k is in [-126, 128], and 2^128 is not a float. */
   const int32_t k = (int32_t)(kiln_f32_to_bits(t) - 0x4b400000u);
   const int32_t k1 = k >> 1, k2 = k - k1;
-  return y * kiln_bits_to_f32((uint32_t)(k1 + 127) << 23) * kiln_bits_to_f32((uint32_t)(k2 + 127) << 23);
+  const float e = y * kiln_bits_to_f32((uint32_t)(k1 + 127) << 23) * kiln_bits_to_f32((uint32_t)(k2 + 127) << 23);
+  return under ? 0.0f : e;
 }
 )";
 
@@ -237,23 +245,25 @@ static inline float kiln_tanhf(float x) {
 
 // sigmoid for float32 (and float16/bfloat16): 1 / (1 + e^-x), with e^-x written out here instead
 // of calling kiln_expf, whose second scale factor and wide clamp keep subnormal exps exact: the sum
-// 1 + e^-x never needs them. -x is clamped to [-87, 89]: below, e^-x < 2^-125 vanishes next to 1
-// (the result is 1, as it is exactly); above, 2^128 is inf and the result 0, where the true value
-// is below 2^-128 (a subnormal). So 2^k is one normal factor. NaN passes through the clamps and
-// stays NaN. SiLU is x * sigmoid(x) in every EfficientNet-style block: this form took 13 % off the
+// 1 + e^-x never needs them. -x is clamped to [-87, 87.3365402]: below, e^-x < 2^-125 vanishes
+// next to 1 (the result is 1, as it is exactly); above, the true value is below 2^-126 and the
+// result is +0, never a subnormal (why: kiln_expf). So 2^k is one normal factor. NaN passes through
+// the clamps and stays NaN. SiLU is x * sigmoid(x) in every EfficientNet-style block: this form took 13 % off the
 // 16 -> 96 expansion conv + SiLU kernel of EfficientNet-B0 (0.575 -> 0.498 ms, 1 thread), whose
 // epilogue cost as much as its products. Error: at most 2 ulp from the correctly rounded sigmoid
-// wherever it is a normal float, and within 2^-126 where it is subnormal, over all 2^32 inputs
+// wherever it is a normal float, and +0 where it would be subnormal, over all 2^32 inputs
 // (measured exhaustively; tests/unit/c_sigmoidf_test.cc checks 2^24 of them).
 const char* kSigmoidf = R"(/* sigmoid(x) = 1 / (1 + 2^k (1 + r + r^2 P(r))) for -x = k ln2 + r (float32; <= 2 ulp). */
 static inline float kiln_sigmoidf(float x) {
   float z = -x;
+  const int under = z > 0x1.5d589ep+6f; /* sigmoid(x) < 2^-126 */
   z = z < -87.0f ? -87.0f : z;
-  z = z > 89.0f ? 89.0f : z;
+  z = under ? 0x1.5d589ep+6f : z;
   float t;
   const float y = kiln_exp_reduced(z, &t);
   const int32_t k = (int32_t)(kiln_f32_to_bits(t) - 0x4b400000u);
-  return 1.0f / (1.0f + y * kiln_bits_to_f32((uint32_t)(k + 127) << 23));
+  const float s = 1.0f / (1.0f + y * kiln_bits_to_f32((uint32_t)(k + 127) << 23));
+  return under ? 0.0f : s;
 }
 )";
 
