@@ -336,7 +336,22 @@ class Simplifier {
       if (!inner) inner = div ? div_floor(q, int_imm(d2)) : mod(q, int_imm(d2));
       return div ? inner : add(mul(inner, int_imm(c)), r);
     }
-    return nullptr;
+    // e = d·E + R with R ≥ 0 but not below d: e / d = E + R / d and e % d = R % d (floor division,
+    // which C's truncation is from 0). The division stays, but the terms that are multiples of d
+    // leave it: a window partition composed with a grid partition (MaxViT) divided
+    // `(28·c + 4·a + b) / 7` for every channel c of a LayerNorm row, which kept the row's loop
+    // variable inside a division and the row scalar; after this it reads 4·c + (4·a + b) / 7, whose
+    // division is the same for the whole row (and whose % 4 the rule above then removes).
+    Linear high{floor_div(f->k, d), {}}, rest{f->k - floor_div(f->k, d) * d, {}};
+    for (const Term& t : f->terms) (t.coef % d == 0 ? high : rest).terms.push_back(t);
+    if (high.terms.empty() || rest.terms.empty()) return nullptr;
+    auto rr = range(rest);
+    if (!rr || rr->lo < 0) return nullptr;
+    for (Term& t : high.terms) t.coef /= d;
+    const Expr r = build(rest.terms, rest.k);
+    Expr part = divmod(r, d, div);
+    if (!part) part = div ? div_floor(r, int_imm(d)) : mod(r, int_imm(d));
+    return div ? add(build(high.terms, high.k), part) : part;
   }
 
   const Env& env_;

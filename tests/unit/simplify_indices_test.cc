@@ -151,6 +151,26 @@ TEST(SimplifyIndices, RavelOfUnravelIsThePosition) {
   EXPECT_EQ(count_divisions(simplify_index(odd, vars)), 2);
 }
 
+// Multiples of the divisor leave a division whose remainder part reaches past the divisor:
+// (28·l + 4·a + b) / 7 is 4·l + (4·a + b) / 7, and its % 4 is then (4·a + b) / 7 (a window
+// partition composed with a grid partition, MaxViT: l is a LayerNorm row's channel, which must
+// not stay inside a division).
+TEST(SimplifyIndices, MultiplesOfTheDivisorLeaveTheDivision) {
+  const Vars vars = {{"l", 16}, {"a", 6}, {"b", 4}};
+  const Expr inner = add(add(mul(var("l"), int_imm(28)), mul(var("a"), int_imm(4))), var("b"));
+  const Expr q = div_floor(inner, int_imm(7));
+  const Expr src = add(mul(mod(q, int_imm(4)), int_imm(100)), mod(inner, int_imm(7)));
+  const Expr s = simplify_index(src, vars);
+  EXPECT_EQ(print_expr(s).find("(l * "), std::string::npos) << print_expr(s);
+  EXPECT_EQ(count_divisions(s), 2) << print_expr(s);  // (4·a + b) / 7 and (4·a + b) % 7
+  for_all(vars, [&](const auto& env) { ASSERT_EQ(eval(s, env), eval(src, env)); });
+  EXPECT_EQ(print_expr(simplify_index(q, vars)), print_expr(add(mul(var("l"), int_imm(4)),
+                                                              div_floor(add(mul(var("a"), int_imm(4)), var("b")), int_imm(7)))));
+  // A remainder part that can be negative keeps the division (truncation is not floor there).
+  const Expr neg = div_floor(binary(BinOp::Sub, mul(var("l"), int_imm(7)), var("b")), int_imm(7));
+  EXPECT_EQ(print_expr(simplify_index(neg, vars)), print_expr(neg));
+}
+
 // Random index expressions over small ranges, checked at every point. Subtractions make some
 // dividends negative, where the rules must not apply (truncation is not floor there).
 TEST(SimplifyIndices, RandomExpressionsKeepTheirValues) {
