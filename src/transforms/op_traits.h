@@ -10,7 +10,8 @@ namespace kiln {
 bool is_nondeterministic(const Node& n);
 
 // Dropout that is the identity: the opset-12+ form whose training_mode input is absent or a
-// constant false. (Its mask output, if requested, is all true.)
-bool is_inference_dropout(const Node& n);
+// constant false, or whose ratio is a constant 0 in training mode. (Its mask output, if
+// requested, is all true.)
+bool is_identity_dropout(const Node& n);
 
 }  // namespace kiln

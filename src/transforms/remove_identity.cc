@@ -23,7 +23,7 @@ bool is_noop_reduction(const Node& n) {
 
 bool is_pass_through(const Graph& g, const Node& n) {
   if (n.op_type() == "Identity" && n.domain().empty()) return n.num_inputs() == 1 && n.input(0) && n.num_outputs() == 1;
-  if (!is_inference_dropout(n) || !n.input(0) || n.num_outputs() < 1) return false;
+  if (!is_identity_dropout(n) || !n.input(0) || n.num_outputs() < 1) return false;
   for (size_t i = 1; i < n.num_outputs(); ++i)  // the mask would need a constant; leave that to folding
     if (!n.output(i)->uses().empty() || g.is_graph_output(n.output(i))) return false;
   return true;
