@@ -148,6 +148,12 @@ def attention(b):
     else:
         s = b.op1("Div", [s, b.scalar(1 / scale)], s.shape, s.mag * scale)
     p = softmax(b, s, -1)
+    if b.chance(0.3):
+        # Attention dropout as exporters leave it: inference mode, or torchvision's Swin's training
+        # mode with p = 0 (both the identity, between the two MatMuls of the chain).
+        r = 0.0 if b.chance(0.5) else 0.1
+        training = b.const(np.array(r == 0.0 and b.chance(0.5)), "training")
+        p = b.op1("Dropout", [p, b.scalar(r, "ratio", rank0=True), training], p.shape, p.mag, p.lb)
     o = b.op1("MatMul", [p, v], lead + (t, dk // heads), v.mag)
     if heads > 1:
         o = b.op1("Transpose", [o], (bs, t, heads, dk // heads), o.mag, perm=[0, 2, 1, 3])
@@ -776,6 +782,12 @@ def layernorm(b, x, axis):
 
 def fam_layernorm(b):
     x = b.pick(lambda v: v.rank >= 1 and v.shape[-1] > 1)
+    if x.rank >= 3 and x.shape[1] > 1 and b.chance(0.25):
+        # Over the channels of a channels-first value (ConvNeXt, MobileViT): the rows are read
+        # across memory through the Transpose (row kernels that must not jam them).
+        perm = [0] + list(range(2, x.rank)) + [1]
+        xt = b.op1("Transpose", [x], tuple(x.shape[i] for i in perm), x.mag, x.lb, perm=perm)
+        return layernorm(b, xt, -1)
     return layernorm(b, x, -1 if b.chance(0.6) else b.randint(-x.rank, x.rank - 1))
 
 
