@@ -143,7 +143,16 @@ struct Case {
 };
 
 std::vector<Case> cases() {
-  const std::string ax = "  %ax = constant i64[1] [-1]\n";
+  const std::string ax = "  %ax = constant i64[1] [-1]\n", eps = "  %eps = constant f32[] [1e-05]\n";
+  // LayerNorm of %x [2, 9, 160] over its last axis up to the division: %n.
+  const std::string normalised = R"(  %mean: f32[2,9,1] = ReduceMean(%x, %ax) {keepdims=1}
+  %d: f32[2,9,160] = Sub(%x, %mean)
+  %sq: f32[2,9,160] = Mul(%d, %d)
+  %var: f32[2,9,1] = ReduceMean(%sq, %ax) {keepdims=1}
+  %ve: f32[2,9,1] = Add(%var, %eps)
+  %sd: f32[2,9,1] = Sqrt(%ve)
+  %n: f32[2,9,160] = Div(%d, %sd)
+)";
   return {
       // 13 rows of 300: one block of 8 rows and 5 more; the max in 9 lane blocks and a tail of 12.
       {"softmax", "%x: f32[13,300]", ax + R"(  %m: f32[13,1] = ReduceMax(%x, %ax) {keepdims=1}
@@ -154,15 +163,7 @@ std::vector<Case> cases() {
 )", true, true},
       // Rows over the last axis of a rank-3 tensor (jam over the inner of two outer loops), with
       // the per-row sqrt(var + eps) computed before the output loop.
-      {"layernorm", "%x: f32[2,9,160], %w: f32[160], %b: f32[160]", ax + R"(  %eps = constant f32[] [1e-05]
-  %mean: f32[2,9,1] = ReduceMean(%x, %ax) {keepdims=1}
-  %d: f32[2,9,160] = Sub(%x, %mean)
-  %sq: f32[2,9,160] = Mul(%d, %d)
-  %var: f32[2,9,1] = ReduceMean(%sq, %ax) {keepdims=1}
-  %ve: f32[2,9,1] = Add(%var, %eps)
-  %sd: f32[2,9,1] = Sqrt(%ve)
-  %n: f32[2,9,160] = Div(%d, %sd)
-  %s: f32[2,9,160] = Mul(%n, %w)
+      {"layernorm", "%x: f32[2,9,160], %w: f32[160], %b: f32[160]", ax + eps + normalised + R"(  %s: f32[2,9,160] = Mul(%n, %w)
   %y: f32[2,9,160] = Add(%s, %b)
 )", true, false},
       // Max and Min over two trailing axes (row 320, unravelled), NaNs included.
@@ -177,16 +178,8 @@ std::vector<Case> cases() {
       // LayerNorm over the channels of a channels-first tensor (through a Transpose): the output
       // pass's vector loop reads x at a stride of 9, so rows run one at a time (GCC assembles the
       // jammed copies' strided loads element by element, fully unrolled: MobileViT 0.8 -> 13 ms).
-      {"layernorm_transposed", "%xt: f32[2,160,9], %w: f32[160]", ax + R"(  %eps = constant f32[] [1e-05]
-  %x: f32[2,9,160] = Transpose(%xt) {perm=[0,2,1]}
-  %mean: f32[2,9,1] = ReduceMean(%x, %ax) {keepdims=1}
-  %d: f32[2,9,160] = Sub(%x, %mean)
-  %sq: f32[2,9,160] = Mul(%d, %d)
-  %var: f32[2,9,1] = ReduceMean(%sq, %ax) {keepdims=1}
-  %ve: f32[2,9,1] = Add(%var, %eps)
-  %sd: f32[2,9,1] = Sqrt(%ve)
-  %n: f32[2,9,160] = Div(%d, %sd)
-  %y: f32[2,9,160] = Mul(%n, %w)
+      {"layernorm_transposed", "%xt: f32[2,160,9], %w: f32[160]", ax + eps + R"(  %x: f32[2,9,160] = Transpose(%xt) {perm=[0,2,1]}
+)" + normalised + R"(  %y: f32[2,9,160] = Mul(%n, %w)
 )", false, false},
       // A leading axis: rows are strided, no lanes; still 9 rows at a time (8 + 1).
       {"leading_axis", "%x: f32[300,9]", R"(  %ax = constant i64[1] [0]
