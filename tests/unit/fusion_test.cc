@@ -49,6 +49,24 @@ std::string reasons(const FusionPlan& p) {
 }
 
 
+// A view left on its own between two kernels that fuse with nothing (recurrent layers with weights
+// given at run time: library kernels): both of
+// its edges are reported with the refusal, naming the view (they used to be left out, so a
+// boundary there had no reason at all).
+TEST(Fusion, EdgesOfAViewBetweenKernelsAreExplained) {
+  auto g = ir(R"(  %y1: f32[3,1,1,2] = RNN(%x, %w1, %r1) {hidden_size=2} name="rnn1"
+  %ax = constant i64[1] [1]
+  %s: f32[3,1,2] = Squeeze(%y1, %ax) name="squeeze"
+  %y: f32[3,1,1,2] = RNN(%s, %w2, %r2) {hidden_size=2} name="rnn2"
+)",
+              "%x: f32[3,1,2], %w1: f32[1,2,2], %r1: f32[1,2,2], %w2: f32[1,2,2], %r2: f32[1,2,2]", "%y");
+  auto p = plan_and_check(*g);
+  const std::string why = reasons(p);
+  EXPECT_NE(why.find("rnn1 -> squeeze: "), std::string::npos) << why;
+  EXPECT_NE(why.find("squeeze -> rnn2: "), std::string::npos) << why;
+  EXPECT_NE(why.find("RNN 'rnn2'"), std::string::npos) << why;  // the refusal that kept it apart
+}
+
 TEST(Fusion, ElementwiseChainIsOneKernel) {
   auto g = ir(R"(  %a: f32[4,16] = Relu(%x) name="relu"
   %b: f32[4,16] = Exp(%a) name="exp"
