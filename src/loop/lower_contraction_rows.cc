@@ -694,6 +694,12 @@ LoopKernel ContractionLowering::build_rows(const ContractionRows& plan) {
       refuse(cat("the row passes after a Conv over ", plan.row, " positions would use ", plan.row, " of ", cols,
                  " vector lanes per row (the tiled rows' columns); the conv's own implicit GEMM and a separate row "
                  "kernel are faster"));
+    // Above a small conv's work the tiled rows lose to the conv's implicit GEMM and a separate
+    // row kernel however full their lanes (ContractionTile::conv_rows_max_work).
+    if (numel * k > sched_.contraction.conv_rows_max_work)
+      refuse(cat("the row passes after a Conv of ", numel * k, " multiply-adds would take the tiled rows (the output "
+                 "channels as rows, the input in place); above ", sched_.contraction.conv_rows_max_work,
+                 " the conv's own implicit GEMM and a separate row kernel are faster"));
   }
   const int64_t row_len = tiled_rows ? rows_ld(plan.row) : plan.row;
   int64_t acc_rows_n = 1;

@@ -91,6 +91,17 @@ struct ContractionTile {
   // vectors — only when at least this percentage of those lanes hold positions; else the conv and
   // the row passes stay apart (lower_contraction_rows.cc).
   int64_t rows_min_column_percent = 85;
+  // ... and only up to this many multiply-adds: above it the conv takes its implicit GEMM (packed
+  // weights, positions as rows) and the row passes a small kernel of their own. The tiled rows'
+  // micro-kernel has 8 rows (the output channels), reads the input in place as B (rows of the
+  // map's width, unaligned) and, for a windowed conv, gathers its im2col panel per tile. Conv +
+  // ReLU + global pool against the same apart, 1 thread, in one process alternating per inference
+  // (bench/interleave.py), fused / apart: 0.4 M multiply-adds (32 -> 64 over 14x14) 0.91, 1.2 M
+  // (the demo model's) 1.00, 1.6 M (64 -> 128 over 14x14) 0.98; 4.2 M (128 -> 128 over 16x16)
+  // 1.01, 96 -> 256 over 28x28 1.06, 256 -> 512 over 14x14 1.06, SqueezeNet's 512 -> 1000 over
+  // 13x13 1.09, 64 -> 64 3x3 over 14x14 1.37. (16 -> 64 over 28x28, 0.8 M, ran 1.46 fused: the
+  // tiled rows' K of 16 per call, a gap this bound leaves.)
+  int64_t conv_rows_max_work = int64_t(1) << 21;
   // An in-place B whose K rows lie a page or more apart is copied per tile into a contiguous
   // panel when a K block has at least this many rows (and the tile at least two row tiles);
   // 0: always read in place (lower_contraction_tiled.cc).

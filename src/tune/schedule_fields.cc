@@ -39,6 +39,7 @@ const std::vector<Field>& fields() {
       {"contraction.store_max_k", [](S& s) -> int64_t& { return s.contraction.store_max_k; }, nullptr},
       {"contraction.rows_min_column_percent", [](S& s) -> int64_t& { return s.contraction.rows_min_column_percent; },
        nullptr},
+      {"contraction.conv_rows_max_work", [](S& s) -> int64_t& { return s.contraction.conv_rows_max_work; }, nullptr},
       {"contraction.copy_b_min_k", [](S& s) -> int64_t& { return s.contraction.copy_b_min_k; }, nullptr},
       {"rows_block_bytes", [](S& s) -> int64_t& { return s.rows_block_bytes; }, nullptr},
       {"stencil_bytes", [](S& s) -> int64_t& { return s.stencil_bytes; }, nullptr},

@@ -299,6 +299,7 @@ TEST(LowerContraction, ConvPoolRowsReadTheWeightsOnce) {
   // Allowed (rows_min_column_percent 0): the tiled rows, both column panels inside each row tile.
   loop::Schedule sched;
   sched.contraction.rows_min_column_percent = 0;
+  sched.contraction.conv_rows_max_work = INT64_MAX;  // at any size
   FusionOptions o;
   o.schedule = sched;
   FusionPlan plan = partition(*g, o);

@@ -278,6 +278,7 @@ TEST(LowerContractionRows, TiledRowBlocks) {
     loop::Schedule odd;  // rows and columns not multiples of the tile
     odd.contraction = {4, 12, 8};
     odd.contraction.rows_min_column_percent = 0;  // the tiled rows even over few positions
+    odd.contraction.conv_rows_max_work = INT64_MAX;  // at any size
     odd.parallel_min_work = 1;
     auto tiled = lower_contractions(*gi, "t", nullptr, odd), plain = lower_contractions(*gi, "p", nullptr, untiled());
     ASSERT_EQ(tiled.size(), 1u);

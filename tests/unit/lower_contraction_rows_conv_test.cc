@@ -123,8 +123,10 @@ TEST(LowerContractionRowsConv, MatchesReference) {
   loop::Schedule par;
   par.parallel_min_work = 1;  // parallel staging, packing and blocks in the interpreter too
   par.contraction.rows_min_column_percent = 0;  // the tiled rows even over few positions
+  par.contraction.conv_rows_max_work = INT64_MAX;  // at any size
   loop::Schedule odd;         // rows and columns not multiples of the tile
   odd.contraction.rows_min_column_percent = 0;
+  odd.contraction.conv_rows_max_work = INT64_MAX;  // at any size
   odd.contraction.mr = 4;
   odd.contraction.nr = 12;
   odd.contraction.kc = 8;
