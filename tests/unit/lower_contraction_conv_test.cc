@@ -314,6 +314,36 @@ TEST(LowerContraction, ConvPoolRowsReadTheWeightsOnce) {
   EXPECT_EQ(testing::within_max_magnitude(got[0], values.at(plan.groups[0].outputs[0]), 1e-5), "");
 }
 
+// A conv + global pool whose positions fill the tiled rows' lanes (196 of 208 over 14x14) but whose
+// work is above ContractionTile::conv_rows_max_work stays two kernels (the conv's implicit GEMM,
+// then the pool), and the refusal names the work and the bound; at or below the bound (a smaller
+// conv, or the bound raised) it is one tiled-rows kernel.
+TEST(LowerContraction, ConvPoolRowsOnlyUpToTheirWork) {
+  const ConvCase c = {"conv_gap_14x14", R"(  %c: f32[1,256,14,14] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name="conv"
+  %r: f32[1,256,14,14] = Relu(%c) name="relu"
+  %y: f32[1,256,1,1] = GlobalAveragePool(%r) name="gap"
+)", "%x: f32[1,128,14,14]", "%y", {{"w", {256, 128, 1, 1}}, {"b", {256}}}};
+  auto g = make_conv_graph(c);
+  const int64_t work = 256 * 196 * 128;  // 6.4 M multiply-adds
+  ASSERT_GT(work, loop::Schedule{}.contraction.conv_rows_max_work);
+  FusionPlan apart = partition(*g);
+  EXPECT_EQ(apart.groups.size(), 2u);
+  bool said = false;
+  for (const auto& r : apart.rejected)
+    said = said || r.reason.find("Conv of " + std::to_string(work) + " multiply-adds would take the tiled rows") !=
+                       std::string::npos;
+  EXPECT_TRUE(said);
+  loop::Schedule sched;
+  sched.contraction.conv_rows_max_work = work;
+  FusionOptions o;
+  o.schedule = sched;
+  FusionPlan plan = partition(*g, o);
+  ASSERT_EQ(plan.groups.size(), 1u);
+  auto lg = loop::lower_group(plan.groups[0], c.name, sched);
+  ASSERT_TRUE(lg.kernel) << lg.reason;
+  EXPECT_NE(loop::print_kernel(*lg.kernel).find("tiled rows"), std::string::npos);
+}
+
 // Skipping a kernel position's products over the padding drops terms 0 · w, which is exact only
 // for finite weights (0 · inf is NaN, as the reference computes it): with one infinite weight
 // nothing is skipped.
