@@ -283,28 +283,46 @@ TEST(LowerContraction, OneKBlockGemmTakesWideShortTiles) {
 // A 1x1 conv + global pool over a 7x7 map as the tiled rows: 49 columns are two micro-kernel
 // panels (32 + 17), both computed inside each row tile so that the weights (A, 512 rows) are
 // read once, not once per panel (RowTileProduct::panels_inside): no column-panel loop.
+// A 1x1 conv (cin -> cout) + ReLU + global pool over an hw x hw map.
+ConvCase conv_pool_case(int64_t cin, int64_t cout, int64_t hw) {
+  const std::string map = std::to_string(hw) + "," + std::to_string(hw), co = std::to_string(cout);
+  return {"conv_gap_" + std::to_string(hw),
+          "  %c: f32[1," + co + "," + map + "] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name=\"conv\"\n  %r: f32[1," + co +
+              "," + map + "] = Relu(%c) name=\"relu\"\n  %y: f32[1," + co + ",1,1] = GlobalAveragePool(%r) name=\"gap\"\n",
+          "%x: f32[1," + std::to_string(cin) + "," + map + "]", "%y", {{"w", {cout, cin, 1, 1}}, {"b", {cout}}}};
+}
+
+// The default plan keeps the conv and the pool apart, and a refusal says `why`.
+void expect_apart(const Graph& g, const std::string& why) {
+  FusionPlan apart = partition(g);
+  EXPECT_EQ(apart.groups.size(), 2u);
+  bool said = false;
+  for (const auto& r : apart.rejected) said = said || r.reason.find(why) != std::string::npos;
+  EXPECT_TRUE(said) << why;
+}
+
+// The plan under `sched` is one group, lowered.
+std::pair<FusionPlan, loop::LoweredGroup> one_kernel(const Graph& g, const loop::Schedule& sched, const std::string& name) {
+  FusionOptions o;
+  o.schedule = sched;
+  FusionPlan plan = partition(g, o);
+  EXPECT_EQ(plan.groups.size(), 1u);
+  if (plan.groups.size() != 1u) return {std::move(plan), {}};
+  auto lg = loop::lower_group(plan.groups[0], name, sched);
+  return {std::move(plan), std::move(lg)};
+}
+
 TEST(LowerContraction, ConvPoolRowsReadTheWeightsOnce) {
-  const ConvCase c = {"conv_gap_7x7", R"(  %c: f32[1,512,7,7] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name="conv"
-  %r: f32[1,512,7,7] = Relu(%c) name="relu"
-  %y: f32[1,512,1,1] = GlobalAveragePool(%r) name="gap"
-)", "%x: f32[1,64,7,7]", "%y", {{"w", {512, 64, 1, 1}}, {"b", {512}}}};
+  const ConvCase c = conv_pool_case(64, 512, 7);
   auto g = make_conv_graph(c);
   // By default 49 positions fill 49 of 64 lanes of the tiled rows' columns: the conv and the pool
   // stay apart, and the refusal says why.
-  FusionPlan apart = partition(*g);
-  EXPECT_EQ(apart.groups.size(), 2u);
-  bool said = false;
-  for (const auto& r : apart.rejected) said = said || r.reason.find("49 of 64 vector lanes") != std::string::npos;
-  EXPECT_TRUE(said);
+  expect_apart(*g, "49 of 64 vector lanes");
   // Allowed (rows_min_column_percent 0): the tiled rows, both column panels inside each row tile.
   loop::Schedule sched;
   sched.contraction.rows_min_column_percent = 0;
   sched.contraction.conv_rows_max_work = INT64_MAX;  // at any size
-  FusionOptions o;
-  o.schedule = sched;
-  FusionPlan plan = partition(*g, o);
-  ASSERT_EQ(plan.groups.size(), 1u);
-  auto lg = loop::lower_group(plan.groups[0], c.name, sched);
+  auto [plan, lg] = one_kernel(*g, sched, c.name);
   ASSERT_TRUE(lg.kernel) << lg.reason;
   const std::string nest = loop::print_kernel(*lg.kernel);
   EXPECT_NE(nest.find("tiled rows"), std::string::npos) << nest;
@@ -319,27 +337,14 @@ TEST(LowerContraction, ConvPoolRowsReadTheWeightsOnce) {
 // then the pool), and the refusal names the work and the bound; at or below the bound (a smaller
 // conv, or the bound raised) it is one tiled-rows kernel.
 TEST(LowerContraction, ConvPoolRowsOnlyUpToTheirWork) {
-  const ConvCase c = {"conv_gap_14x14", R"(  %c: f32[1,256,14,14] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name="conv"
-  %r: f32[1,256,14,14] = Relu(%c) name="relu"
-  %y: f32[1,256,1,1] = GlobalAveragePool(%r) name="gap"
-)", "%x: f32[1,128,14,14]", "%y", {{"w", {256, 128, 1, 1}}, {"b", {256}}}};
+  const ConvCase c = conv_pool_case(128, 256, 14);
   auto g = make_conv_graph(c);
   const int64_t work = 256 * 196 * 128;  // 6.4 M multiply-adds
   ASSERT_GT(work, loop::Schedule{}.contraction.conv_rows_max_work);
-  FusionPlan apart = partition(*g);
-  EXPECT_EQ(apart.groups.size(), 2u);
-  bool said = false;
-  for (const auto& r : apart.rejected)
-    said = said || r.reason.find("Conv of " + std::to_string(work) + " multiply-adds would take the tiled rows") !=
-                       std::string::npos;
-  EXPECT_TRUE(said);
+  expect_apart(*g, "Conv of " + std::to_string(work) + " multiply-adds would take the tiled rows");
   loop::Schedule sched;
   sched.contraction.conv_rows_max_work = work;
-  FusionOptions o;
-  o.schedule = sched;
-  FusionPlan plan = partition(*g, o);
-  ASSERT_EQ(plan.groups.size(), 1u);
-  auto lg = loop::lower_group(plan.groups[0], c.name, sched);
+  auto [plan, lg] = one_kernel(*g, sched, c.name);
   ASSERT_TRUE(lg.kernel) << lg.reason;
   EXPECT_NE(loop::print_kernel(*lg.kernel).find("tiled rows"), std::string::npos);
 }
