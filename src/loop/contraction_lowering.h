@@ -145,6 +145,7 @@ class ContractionLowering {
   GemmView conv_view();
   bool implicit_conv() const;
   void narrow_panels(int64_t cout);
+  void widen_panels(int64_t cout, int64_t nr);
   GemmView implicit_conv_view();
   bool patch_conv() const;
   GemmView patch_conv_view();
@@ -158,9 +159,10 @@ class ContractionLowering {
     std::vector<int64_t> slot_of;  // per kernel position
     std::vector<int64_t> offset;   // per kernel position: slot · plane + its offset within the phase plane
     // Layout of the buffer: channel planes, element (n, ci, pos) at (n · c + ci) · slots · plane +
-    // pos; or channels innermost, at (n · slots · plane + pos) · c + ci (pos = slot · plane + the
-    // position within the phase plane).
+    // pos; or channels innermost, at (n · slots · plane + pos) · cstride + ci (pos = slot · plane +
+    // the position within the phase plane; cstride ≥ c, inner_channel_stride).
     bool channels_inner = false;
+    int64_t cstride = 0;
     Stmt fill;
   };
   // The phase planes' geometry (no buffer, no fill); a 1-D conv's as one row of a 2-D one
@@ -181,6 +183,7 @@ class ContractionLowering {
   // channel planes or with the channels innermost (PhasePlanes::channels_inner).
   PhasePlanes stage_phase_planes(bool channels_inner = false);
   bool channels_inner_staging() const;
+  static int64_t inner_channel_stride(int64_t c);
   Stmt stage_channels_inner(const PhasePlanes& ph);
 
   // ---- grouped and depthwise convs as a vectorised stencil (lower_conv_stencil.cc)

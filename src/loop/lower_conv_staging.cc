@@ -248,6 +248,13 @@ bool ContractionLowering::channels_inner_staging() const {
   return is_group_input(c_->input(0)) && planar_geometry().stride[1] == 1 && planar_fold() != PlanarFold::DepthIntoBatch;
 }
 
+// The distance in floats between consecutive positions of channels-innermost planes: c, or one
+// cache line more where c floats are a multiple of 1 KiB. A micro-kernel call reads mr positions'
+// first kc channels; a power-of-two distance of 1 KiB or more puts those mr runs into the same few
+// L1 sets (the set index repeats every 4 KiB), where they evict each other and the B block
+// (512 -> 512 3x3 over 14x14, 2 KiB apart: 3 % slower than channel planes; C harness).
+int64_t ContractionLowering::inner_channel_stride(int64_t c) { return c % 256 == 0 ? c + 16 : c; }
+
 // The channels-innermost fill: per phase row of every image, the zero border as runs of c · count
 // floats and the interior as one transposing copy (kernels::kTransposeF32) from the input's
 // channel planes; the rows of an image in parallel.
@@ -259,6 +266,7 @@ Stmt ContractionLowering::stage_channels_inner(const PhasePlanes& ph) {
   const int64_t spatial = shape_numel(x->shape()) / (x->shape()[0] * c);
   const BufferPtr in = L_.input_buffers_.at(x);
   const auto [q0, q1] = phase_interior(1, 0, pl, wd, ph.wq);
+  const int64_t cs = ph.cstride;
   const Expr t = var("kiln_xt"), e = var("kiln_xe");
   std::vector<Stmt> fills;
   for (int64_t sl = 0; sl < ph.slots; ++sl) {
@@ -267,7 +275,7 @@ Stmt ContractionLowering::stage_channels_inner(const PhasePlanes& ph) {
     // Phase row `row` of image n starts at float `row0` of the buffer.
     auto row0 = [&](const Expr& n, const Expr& row) {
       return mul(add(mul(n, int_imm(ph.slots * ph.plane)), add(int_imm(sl * ph.plane), mul(row, int_imm(ph.wq)))),
-                 int_imm(c));
+                 int_imm(cs));
     };
     auto zeros = [&](const Expr& at, int64_t count) {
       return for_loop("kiln_xe", int_imm(count), {store(ph.buffer, add(at, e), float_imm(0))}, ForKind::Vectorized);
@@ -277,7 +285,7 @@ Stmt ContractionLowering::stage_channels_inner(const PhasePlanes& ph) {
       if (to <= from) return;
       fills.push_back(for_loop("kiln_xt", int_imm(nb * (to - from)),
                                {zeros(row0(div_floor(t, int_imm(to - from)), add(mod(t, int_imm(to - from)), int_imm(from))),
-                                      ph.wq * c)}));
+                                      ph.wq * cs)}));
     };
     zero_rows(0, r0);
     if (r1 > r0) {
@@ -285,14 +293,14 @@ Stmt ContractionLowering::stage_channels_inner(const PhasePlanes& ph) {
       const Expr n = div_floor(t, int_imm(rows)), r = add(mod(t, int_imm(rows)), int_imm(r0));
       const Expr y = sub(add(mul(r, int_imm(sy)), int_imm(py)), int_imm(pt));
       std::vector<Stmt> body;
-      if (q0 > 0) body.push_back(zeros(row0(n, r), q0 * c));
+      if (q0 > 0) body.push_back(zeros(row0(n, r), q0 * cs));
       if (q1 > q0) {
         const Expr src = add(mul(n, int_imm(c * spatial)), add(mul(y, int_imm(wd)), int_imm(q0 - pl)));
-        body.push_back(call_stmt(kernels::kTransposeF32, {address(ph.buffer, add(row0(n, r), int_imm(q0 * c))), int_imm(c),
+        body.push_back(call_stmt(kernels::kTransposeF32, {address(ph.buffer, add(row0(n, r), int_imm(q0 * cs))), int_imm(cs),
                                                           address(in, src), int_imm(spatial), int_imm(c), int_imm(q1 - q0)}));
       }
-      if (ph.wq > q1) body.push_back(zeros(add(row0(n, r), int_imm(q1 * c)), (ph.wq - q1) * c));
-      const bool par = nb * rows > 1 && nb * rows * ph.wq * c >= (int64_t(1) << 16);
+      if (ph.wq > q1) body.push_back(zeros(add(row0(n, r), int_imm(q1 * cs)), (ph.wq - q1) * cs));
+      const bool par = nb * rows > 1 && nb * rows * ph.wq * cs >= (int64_t(1) << 16);
       fills.push_back(for_loop("kiln_xt", int_imm(nb * rows), std::move(body), par ? ForKind::Parallel : ForKind::Serial));
     }
     zero_rows(std::max(r0, r1), ph.hq);
@@ -303,8 +311,9 @@ Stmt ContractionLowering::stage_channels_inner(const PhasePlanes& ph) {
 ContractionLowering::PhasePlanes ContractionLowering::stage_phase_planes(bool channels_inner) {
   const int64_t nb = planar_images(), c = c_->input(0)->shape()[1];
   PhasePlanes r = phase_geometry();
-  const int64_t total = nb * c * r.slots * r.plane;
   r.channels_inner = channels_inner;
+  r.cstride = channels_inner ? inner_channel_stride(c) : c;
+  const int64_t total = nb * r.cstride * r.slots * r.plane;
   r.buffer = std::make_shared<Buffer>(Buffer{"kiln_xph", DType::Float32, {total}, Scope::Local});
   if (channels_inner) {
     KILN_CHECK(channels_inner_staging(), "phase planes: channels innermost for a conv that cannot stage them so");

@@ -125,6 +125,15 @@ std::vector<ConvCase> implicit_conv_cases() {
       // ran as a library kernel).
       {"ic_patch_32x32", R"(  %y: f32[1,16,2,1] = Conv(%x, %w) {kernel_shape=[32,32], strides=[32,32]} name="conv"
 )", "%x: f32[1,3,64,40]", "%y", {{"w", {16, 3, 32, 32}}}},
+      // Channels-innermost planes (the default) of 256 channels: a position's channels are 1 KiB,
+      // so positions lie 272 floats apart (PhasePlanes::cstride); 128 output channels, two whole
+      // 64-wide panels: the register tile widens to 64 columns (widen_panels). Bias and ReLU.
+      {"ic_inner_pad_wide", R"(  %c: f32[1,128,4,5] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
+  %y: f32[1,128,4,5] = Relu(%c) name="relu"
+)", "%x: f32[1,256,4,5]", "%y", {{"w", {128, 256, 3, 3}}, {"b", {128}}}},
+      // 96 output channels are one and a half 64-wide panels: the tile stays 32 wide.
+      {"ic_inner_96_out", R"(  %y: f32[1,96,6,6] = Conv(%x, %w) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
+)", "%x: f32[1,32,6,6]", "%y", {{"w", {96, 32, 3, 3}}}},
       // A computed input (staged once into a plain copy) and a rectangular 2x5 patch.
       {"ic_patch_prologue_2x5", R"(  %s: f32[1,5,6,20] = Sigmoid(%x) name="sig"
   %y: f32[1,36,3,4] = Conv(%s, %w) {kernel_shape=[2,5], strides=[2,5]} name="conv"
@@ -141,7 +150,8 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
   small.contraction = {2, 8, 5};  // remainders of rows, output channels and K blocks within segments
   small.contraction.fit_position_rows = 0;  // keep mr = 2
   small.parallel_min_work = 1;
-  // The same with the phase planes staged channels innermost (transposing copies).
+  small.contraction.implicit_channels_inner = 0;  // channel planes
+  // The same with the phase planes staged channels innermost (transposing copies), as by default.
   loop::Schedule inner = small;
   inner.contraction.implicit_channels_inner = 1;
   KernelBatch batch;
@@ -173,9 +183,9 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
         static const std::set<std::string> unit_stride_staged = {
             "ic_3x3_pad",       "ic_dilated_lines", "ic_dilated_aspp_skip",   "ic_3d_temporal_3x1x1",
             "ic_narrow_out_16", "ic_narrow_out_20", "ic_stem_im2col_few_out", "ic_1x7_lines",
-            "ic_7x1_flat"};
+            "ic_7x1_flat",      "ic_inner_pad_wide", "ic_inner_96_out"};
         const bool transposed_staging = nest.find("kiln_transpose_f32(&kiln_xph") != std::string::npos;
-        EXPECT_EQ(transposed_staging, sp == &inner && unit_stride_staged.count(c.name)) << nest;
+        EXPECT_EQ(transposed_staging, sp != &small && unit_stride_staged.count(c.name)) << nest;
         // The implicit form: weights packed from their [Cout][Cin][kh][kw] order, K in segments
         // (or, as channel rows, the weights in place as A and each tile's B panel packed from
         // the phase planes staged once per call).
@@ -220,6 +230,15 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
         if (c.name.rfind("ic_patch_", 0) == 0) {
           EXPECT_EQ(nest.find("kiln_xph"), std::string::npos) << nest;
           EXPECT_EQ(nest.find("kiln_xin") != std::string::npos, c.name == "ic_patch_prologue_2x5") << nest;
+        }
+        if (!sp && c.name == "ic_inner_pad_wide") {
+          EXPECT_NE(nest.find("micro-kernel 5x64"), std::string::npos) << nest;  // one line of 5 outputs
+          EXPECT_NE(nest.find("kiln_transpose_f32(&kiln_xph"), std::string::npos) << nest;
+          EXPECT_NE(nest.find(", 272, &x["), std::string::npos) << "positions 272 floats apart: " << nest;
+        }
+        if (!sp && c.name == "ic_inner_96_out") {
+          EXPECT_NE(nest.find("x32, K block"), std::string::npos) << nest;
+          EXPECT_NE(nest.find(", 32, &x["), std::string::npos) << "positions 32 floats apart: " << nest;
         }
         if (!sp && c.name == "ic_narrow_out_20") {
           EXPECT_NE(nest.find("micro-kernel 7x32"), std::string::npos) << nest;  // one output line of 7
