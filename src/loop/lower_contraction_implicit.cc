@@ -56,8 +56,8 @@ bool ContractionLowering::implicit_conv() const {
   // its transposing store (kernels::kTransposeF32), beats channel rows (which leave a 4-wide
   // column tile of 196 positions): 256 -> 1024 over 14x14 0.60 -> 0.51 ms, 512 -> 128 over 28x28
   // 0.68 -> 0.55, 112 -> 672 over 14x14 0.164 -> 0.150; 128 -> 512 over 28x28 (K = 128, the
-  // few-K rule above) 0.63 as channel rows, 0.64 as positions; over 56x56 too (256 -> 64 1.05 ->
-  // 0.93 ms, 256 -> 128 2.11 -> 1.88: ContractionTile::channel_rows_positions).
+  // few-K rule above) 0.63 as channel rows, 0.64 as positions. From a page of positions on, channel
+  // rows (ContractionTile::channel_rows_positions: 56x56 outputs went both ways on two machines).
   // (A computed input — a fused prologue such as squeeze-excitation's channel scale — is staged
   // once into a plain buffer first, conv_view.)
   if (unit_window()) {

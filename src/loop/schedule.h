@@ -22,11 +22,14 @@ struct ContractionTile {
   // A 1x1 conv read in place is a GEMM with output channels as rows (its output rows stored
   // contiguously) from this many output positions, or from channel_rows_positions_few_k when it
   // has at most channel_rows_few_k input channels; else the implicit GEMM with positions as rows
-  // (lower_contraction_implicit.cc, implicit_conv), whose tile is stored transposed. 56x56 outputs
-  // (3136 positions) take the implicit form since its transposing store (1 thread, AMD EPYC
-  // Zen 4, bench/ab_kernels.py: 256 -> 64 1.05 -> 0.93 ms, 256 -> 128 2.11 -> 1.88, 160 -> 128
-  // 1.26 -> 1.20; 2048 before); at 112x112 the two forms were within the noise.
-  int64_t channel_rows_positions = 4096;
+  // (lower_contraction_implicit.cc, implicit_conv), whose tile is stored transposed. From a
+  // page of positions (1024 floats) the implicit form's A (the input in place, a plane per k)
+  // reads a page per k step, where channel rows copy their B rows per tile (copy_b_min_k). On the
+  // Intel Xeon (Emerald Rapids) VM, C harness alternating both per call: 256 -> 64 over 56x56
+  // 0.88x as channel rows, 256 -> 128 0.87x; below a page they lose (512 -> 128 over 28x28
+  // 1.11x, 1024 -> 512 over 14x14 1.49x). (On the AMD EPYC Zen 4 56x56 had gone the other way,
+  // 256 -> 64 1.05 -> 0.93 ms as positions, when the bound was raised from 2048 to 4096.)
+  int64_t channel_rows_positions = 1024;
   int64_t channel_rows_positions_few_k = 512;
   int64_t channel_rows_few_k = 128;
   // A windowed 2-D conv whose staged phase planes take more than this many bytes (16 x the L2,
