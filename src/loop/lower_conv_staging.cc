@@ -255,7 +255,7 @@ bool ContractionLowering::channels_inner_staging() const {
 // (512 -> 512 3x3 over 14x14, 2 KiB apart: 3 % slower than channel planes; C harness).
 int64_t ContractionLowering::inner_channel_stride(int64_t c) { return c % 256 == 0 ? c + 16 : c; }
 
-// The channels-innermost fill: per phase row of every image, the zero border as runs of c · count
+// The channels-innermost fill: per phase row of every image, the zero border as runs of cstride · count
 // floats and the interior as one transposing copy (kernels::kTransposeF32) from the input's
 // channel planes; the rows of an image in parallel.
 Stmt ContractionLowering::stage_channels_inner(const PhasePlanes& ph) {
