@@ -520,6 +520,30 @@ TEST(LowerContraction, FarApartInPlaceBIsCopiedPerTile) {
     }
 }
 
+// A pointwise conv of a kernel input with more than channel_rows_few_k input channels: over a
+// page of positions or more (1024: each input channel's plane a page apart) the output channels
+// are the GEMM's rows, the input B copied per tile; over fewer (31x32) the implicit GEMM with
+// positions as rows reads it in place (ContractionTile::channel_rows_positions). Bias and ReLU.
+TEST(LowerContraction, PointwiseConvTakesChannelRowsFromAPageOfPositions) {
+  for (const int64_t h : {32, 31}) {
+    SCOPED_TRACE(h);
+    const std::string shape = "1,48," + std::to_string(h) + ",32";
+    const ConvCase c{"pw_page_" + std::to_string(h), "  %c: f32[" + shape + R"(] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name="conv"
+  %y: f32[)" + shape + R"(] = Relu(%c) name="relu"
+)", "%x: f32[1,160," + std::to_string(h) + ",32]", "%y", {{"w", {48, 160, 1, 1}}, {"b", {48}}}};
+    const int64_t positions = h * 32;
+    check_conv_both_numerics(c, /*fma_exact=*/false, [&](const std::string& nest, bool strict) {
+      if (strict) return;  // strict numerics always take channel rows (the reference's K order)
+      if (positions >= 1024) {
+        EXPECT_NE(nest.find("[48 x 160] * [160 x 1024]"), std::string::npos) << nest;
+        EXPECT_NE(nest.find("B copied per tile"), std::string::npos) << nest;
+      } else {
+        EXPECT_NE(nest.find("[" + std::to_string(positions) + " x 160] * [160 x 48]"), std::string::npos) << nest;
+      }
+    }, {}, 2);
+  }
+}
+
 // A windowed conv over many positions with many output channels takes the output channels as
 // rows (window_channel_rows), its computed input staged once into phase planes; K stays in the
 // reference's order, so --strict-fp keeps this form and is bit-identical to the reference.
