@@ -79,11 +79,11 @@ struct ContractionTile {
   // of a kernel input along unit-stride columns (its staging is then transposing copies). On the
   // 2-core AMD EPYC (Zen 4) both layouts ran within the noise (64 -> 64 3x3 over 56x56 2.09 / 2.12
   // ms, 256 -> 256 over 14x14 2.04 / 2.00); on the Intel Xeon (Emerald Rapids) VM, with the wider
-  // tile (implicit_inner_nr) and the padded position stride (inner_channel_stride), 22 one-node
-  // 3x3 / 5x5 / 7x7 convs ran 0.83-1.05x (geomean 0.97; C harness alternating the two kernels per
-  // call): VGG's 64 -> 128 over 112x112 0.89, 512 -> 512 over 7x7 0.83-0.96, 48 -> 16 over 64x64
-  // 0.88; 32 -> 128 over 27x27 and 128 -> 32 over 56x56 1.03-1.05. ResNet-50, VGG-11, GoogLeNet,
-  // DenseNet-121, ResNet-18 against ONNX Runtime (bench/interleave.py, two runs each) 1.18 -> 1.16.
+  // tile (implicit_inner_nr) and the padded position stride (inner_channel_stride), 21 one-node
+  // stride-1 3x3 and 5x5 convs ran 0.88-1.05x (geomean 0.977; C harness alternating the two
+  // kernels per call): VGG's 64 -> 128 over 112x112 0.89, 512 -> 512 over 7x7 0.83-0.96, 48 -> 16
+  // over 64x64 0.88; 32 -> 128 over 27x27 and 128 -> 32 over 56x56 1.03-1.05. Whole models
+  // (ResNet-50, VGG-11, GoogLeNet, DenseNet-121, ResNet-18) moved within the VM's noise.
   int implicit_channels_inner = 1;
   // The register tile's width (floats) of an implicit GEMM over channels-innermost planes (0:
   // nr). Each k step then reads mr floats that lie a position apart, a line each: a wider, shorter
