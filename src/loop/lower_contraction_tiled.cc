@@ -193,9 +193,17 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   // Tile coordinates from the tile index.
   std::vector<Stmt> tile;
   const Expr t = var("kiln_t");
+  // Within a batch, the dimension outermost is the one the threads divide (Schedule's
+  // columns_outer): columns where N > M, so that each thread reads the smaller operand whole.
+  const bool cols_outer = s.contraction.columns_outer != 0 && v.n > v.m && mblocks > 1 && ntiles > 1;
   tile.push_back(let("kiln_bt", div_floor(t, int_imm(mblocks * ntiles))));
-  tile.push_back(let("kiln_mb", mod(div_floor(t, int_imm(ntiles)), int_imm(mblocks))));
-  tile.push_back(let("kiln_jt", mod(t, int_imm(ntiles))));
+  if (cols_outer) {
+    tile.push_back(let("kiln_jt", mod(div_floor(t, int_imm(mblocks)), int_imm(ntiles))));
+    tile.push_back(let("kiln_mb", mod(t, int_imm(mblocks))));
+  } else {
+    tile.push_back(let("kiln_mb", mod(div_floor(t, int_imm(ntiles)), int_imm(mblocks))));
+    tile.push_back(let("kiln_jt", mod(t, int_imm(ntiles))));
+  }
   std::vector<Expr> batch;
   {
     int64_t stride = nbatch;

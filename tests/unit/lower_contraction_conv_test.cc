@@ -544,6 +544,27 @@ TEST(LowerContraction, PointwiseConvTakesChannelRowsFromAPageOfPositions) {
   }
 }
 
+// A GEMM with more columns than rows runs its column panels outermost (Schedule's
+// columns_outer), so the threads' contiguous ranges of tiles split the columns: here a 1x1 conv
+// with 16 output channels as rows over 3136 positions, two row blocks of 8 at two threads
+// (MnasNet's 48 -> 16 conv over 56x56). With columns_outer = 0 the row blocks are outermost.
+TEST(LowerContraction, WideGemmSplitsItsColumnsAmongThreads) {
+  const ConvCase c{"cols_outer", R"(  %c: f32[1,16,56,56] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name="conv"
+  %y: f32[1,16,56,56] = Relu(%c) name="relu"
+)", "%x: f32[1,48,56,56]", "%y", {{"w", {16, 48, 1, 1}}, {"b", {16}}}};
+  for (const int outer : {1, 0}) {
+    SCOPED_TRACE(outer);
+    loop::Schedule sched;
+    sched.threads = 2;
+    sched.contraction.columns_outer = outer;
+    check_conv_both_numerics(c, /*fma_exact=*/false, [&](const std::string& nest, bool strict) {
+      if (strict) return;
+      ASSERT_NE(nest.find("[16 x 48] * [48 x 3136]"), std::string::npos) << nest;
+      EXPECT_EQ(nest.find("kiln_mb = (kiln_t % 2)") != std::string::npos, outer == 1) << nest;
+    }, sched, 2);
+  }
+}
+
 // A windowed conv over many positions with many output channels takes the output channels as
 // rows (window_channel_rows), its computed input staged once into phase planes; K stays in the
 // reference's order, so --strict-fp keeps this form and is bit-identical to the reference.
