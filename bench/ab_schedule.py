@@ -15,9 +15,8 @@ blocks of runs see different phases. The operands are synthetic (the kernel's we
 the model's), which changes nothing for float arithmetic without subnormals.
 
 The records file's machine key is this machine's; the record comes from a short `kiln tune` of
-the model (its signature; 20 s). Its fields are the defaults where that tune kept the default
-schedule (`"improved": false`); else they are reset to those of an untuned record of a small
-reference conv. Then the given fields are set.
+the model (its signature; 20 s). It keeps only the given fields: a record's schedule is the
+target's default with the record's fields set.
 """
 import argparse
 import json
@@ -67,30 +66,16 @@ def run(cmd, **kw):
 
 def signature_record(kiln, model, work):
     """A records line for the model's kernel: its signature and machine key, from a short tune."""
-    path = os.path.join(work, "signature.jsonl")
+    # kiln tune appends to its records file: a fresh one per model (the default fields' reference
+    # conv is tuned into the same folder, and --work folders are reused).
+    path = os.path.join(work, "signature_" + os.path.basename(model) + ".jsonl")
+    if os.path.exists(path):
+        os.remove(path)
     run([kiln, "tune", model, "--budget", "20s", "--threads", "1", "--records", path])
     recs = [json.loads(l) for l in open(path) if l.strip()]
     if len(recs) != 1:
         sys.exit(f"ab_schedule: {model}: {len(recs)} tuned kernels; a one-kernel model is needed")
     return recs[0]
-
-
-def default_fields(kiln, work):
-    """The schedule fields a record of the default schedule stores (a tiny model nobody tunes far)."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-    import numpy as np
-    w = numpy_helper.from_array(np.ones((8, 8, 3, 3), np.float32), "W")
-    g = helper.make_graph([helper.make_node("Conv", ["X", "W"], ["Y"], pads=[1, 1, 1, 1])], "d",
-                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 8, 6, 6])],
-                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 8, 6, 6])], [w])
-    path = os.path.join(work, "default.onnx")
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
-    rec = signature_record(kiln, path, work)
-    if rec.get("improved"):
-        sys.exit("ab_schedule: no untuned record to take the default fields from (both the model's kernel "
-                 "and a small reference conv tuned better than their defaults); rerun")
-    return {k: v for k, v in rec.items() if k.startswith("s:")}
 
 
 def kernel_source(kiln, model, work, name, records=None):
@@ -120,13 +105,15 @@ def main():
     work = a.work or tempfile.mkdtemp(prefix="kiln_ab_schedule_")
     os.makedirs(work, exist_ok=True)
     rec = signature_record(a.kiln, a.model, work)
-    if rec.get("improved"):  # its fields are tuned ones: reset them to the defaults
-        rec.update(default_fields(a.kiln, work))
+    # A record's schedule is the target's default with the record's fields set (tune/records.cc,
+    # record_schedule): keep only the given ones.
+    known = {k for k in rec if k.startswith("s:")}
+    rec = {k: v for k, v in rec.items() if not k.startswith("s:")}
     rec["improved"] = True
     rec["tuned_ms"] = rec["default_ms"] / 2
     for f in a.fields:
         k, _, v = f.partition("=")
-        if "s:" + k not in rec:
+        if "s:" + k not in known:
             sys.exit(f"ab_schedule: {k}: not a schedule field of the records (see docs/tuning.md)")
         rec["s:" + k] = int(v)
     records = os.path.join(work, "b.jsonl")
