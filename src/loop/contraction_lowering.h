@@ -182,7 +182,7 @@ class ContractionLowering {
   // Every channel of every image staged once per call into one buffer (the implicit GEMM's A), in
   // channel planes or with the channels innermost (PhasePlanes::channels_inner).
   PhasePlanes stage_phase_planes(bool channels_inner = false);
-  bool channels_inner_staging() const;
+  bool channels_inner_staging();
   static int64_t inner_channel_stride(int64_t c);
   Stmt stage_channels_inner(const PhasePlanes& ph);
 

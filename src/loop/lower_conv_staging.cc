@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "kernels/microkernel.h"
+#include "loop/affine.h"
 #include "loop/contraction_lowering.h"
 #include "support/error.h"
 
@@ -26,6 +27,27 @@ bool costly(const Expr& e) {
   for (const Expr& a : e->args)
     if (costly(a)) return true;
   return false;
+}
+
+// Whether every load in `e` reads consecutive channels (the channel variable's coefficient in its
+// index 1) or one value for all channels (0), and some load of a tensor that also changes along the
+// columns reads them consecutively: a computed conv input whose source keeps the channels
+// innermost (ConvNeXt's LayerNorm before its downsampling conv, computed channels-last and
+// transposed). A load whose index is not affine in the three variables answers no.
+void channel_coefficients(const Expr& e, const std::string& ch, const std::string& col, bool& ok, bool& contiguous) {
+  if (!e || !ok) return;
+  if (e->kind == ExprKind::Load) {
+    const AffineScope scope{{ch, col, "kiln_sy"}, {}};
+    const auto f = affine_form(e->args[0], scope);
+    if (!f) {
+      ok = false;
+      return;
+    }
+    const int64_t c = f->coef_of(ch);
+    if (c != 0 && c != 1) ok = false;
+    if (c == 1 && f->coef_of(col) != 0) contiguous = true;
+  }
+  for (const Expr& a : e->args) channel_coefficients(a, ch, col, ok, contiguous);
 }
 
 }  // namespace
@@ -240,12 +262,20 @@ Stmt ContractionLowering::stage_input_fill(const BufferPtr& buf) {
   return for_loop("kiln_xt", int_imm(planes), {body}, par ? ForKind::Parallel : ForKind::Serial);
 }
 
-// Whether the phase planes can be staged with the channels innermost by transposing copies: the
-// conv reads a kernel input (no computed prologue) along unit-stride columns, so each phase row's
-// interior is a (channels × columns) block of the input. (Other convs keep channel planes: their
-// staging element by element would store c floats apart for every input float; not built.)
-bool ContractionLowering::channels_inner_staging() const {
-  return is_group_input(c_->input(0)) && planar_geometry().stride[1] == 1 && planar_fold() != PlanarFold::DepthIntoBatch;
+// Whether the phase planes can be staged with the channels innermost: the conv reads a kernel
+// input along unit-stride columns, so each phase row's interior is a (channels × columns) block of
+// the input, one transposing copy; or its input is computed from values that lie channels
+// innermost (channel_coefficients), evaluated along the channels position by position. (Other
+// convs keep channel planes: a kernel input's strided columns, or a computed input from channel
+// planes, would be read c floats apart for every float; not built.)
+bool ContractionLowering::channels_inner_staging() {
+  if (planar_fold() == PlanarFold::DepthIntoBatch) return false;
+  const Value* x = c_->input(0);
+  if (is_group_input(x)) return planar_geometry().stride[1] == 1;
+  bool ok = true, contiguous = false;
+  channel_coefficients(to_compute(L_.value_at(x, planar_index(x, int_imm(0), var("kiln_sc"), var("kiln_sy"), var("kiln_sx")))),
+                       "kiln_sc", "kiln_sx", ok, contiguous);
+  return ok && contiguous;
 }
 
 // The distance in floats between consecutive positions of channels-innermost planes: c, or one
@@ -256,22 +286,24 @@ bool ContractionLowering::channels_inner_staging() const {
 int64_t ContractionLowering::inner_channel_stride(int64_t c) { return c % 256 == 0 ? c + 16 : c; }
 
 // The channels-innermost fill: per phase row of every image, the zero border as runs of cstride · count
-// floats and the interior as one transposing copy (kernels::kTransposeF32) from the input's
-// channel planes; the rows of an image in parallel.
+// floats and the interior as one transposing copy (kernels::kTransposeF32) from a kernel input's
+// channel planes, or a computed input's values position by position, vectorised along the
+// channels; the rows of an image in parallel.
 Stmt ContractionLowering::stage_channels_inner(const PhasePlanes& ph) {
   const Value* x = c_->input(0);
   const nn::WindowGeometry g = planar_geometry();
-  const int64_t nb = planar_images(), c = x->shape()[1], h = g.in[0], wd = g.in[1], sy = g.stride[0];
+  const int64_t nb = planar_images(), c = x->shape()[1], h = g.in[0], wd = g.in[1], sy = g.stride[0], sx = g.stride[1];
   const int64_t pt = g.pad_begin[0], pl = g.pad_begin[1];
   const int64_t spatial = shape_numel(x->shape()) / (x->shape()[0] * c);
-  const BufferPtr in = L_.input_buffers_.at(x);
-  const auto [q0, q1] = phase_interior(1, 0, pl, wd, ph.wq);
+  const bool computed = !is_group_input(x);
+  const BufferPtr in = computed ? nullptr : L_.input_buffers_.at(x);
   const int64_t cs = ph.cstride;
   const Expr t = var("kiln_xt"), e = var("kiln_xe");
   std::vector<Stmt> fills;
   for (int64_t sl = 0; sl < ph.slots; ++sl) {
-    const int64_t py = ph.phases[size_t(sl)].first;
+    const int64_t py = ph.phases[size_t(sl)].first, px = ph.phases[size_t(sl)].second;
     const auto [r0, r1] = phase_interior(sy, py, pt, h, ph.hq);
+    const auto [q0, q1] = phase_interior(sx, px, pl, wd, ph.wq);
     // Phase row `row` of image n starts at float `row0` of the buffer.
     auto row0 = [&](const Expr& n, const Expr& row) {
       return mul(add(mul(n, int_imm(ph.slots * ph.plane)), add(int_imm(sl * ph.plane), mul(row, int_imm(ph.wq)))),
@@ -294,7 +326,16 @@ Stmt ContractionLowering::stage_channels_inner(const PhasePlanes& ph) {
       const Expr y = sub(add(mul(r, int_imm(sy)), int_imm(py)), int_imm(pt));
       std::vector<Stmt> body;
       if (q0 > 0) body.push_back(zeros(row0(n, r), q0 * cs));
-      if (q1 > q0) {
+      if (q1 > q0 && computed) {
+        const Expr q = add(var("kiln_xq"), int_imm(q0)), ch = var("kiln_xc");
+        const Expr xx = sub(add(mul(q, int_imm(sx)), int_imm(px)), int_imm(pl));
+        body.push_back(for_loop(
+            "kiln_xq", int_imm(q1 - q0),
+            {for_loop("kiln_xc", int_imm(c),
+                      {store(ph.buffer, add(add(row0(n, r), mul(q, int_imm(cs))), ch),
+                             to_compute(L_.value_at(x, planar_index(x, n, ch, y, xx))))},
+                      ForKind::Vectorized)}));
+      } else if (q1 > q0) {
         const Expr src = add(mul(n, int_imm(c * spatial)), add(mul(y, int_imm(wd)), int_imm(q0 - pl)));
         body.push_back(call_stmt(kernels::kTransposeF32, {address(ph.buffer, add(row0(n, r), int_imm(q0 * cs))), int_imm(cs),
                                                           address(in, src), int_imm(spatial), int_imm(c), int_imm(q1 - q0)}));

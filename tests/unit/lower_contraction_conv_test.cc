@@ -134,6 +134,18 @@ std::vector<ConvCase> implicit_conv_cases() {
       // 96 output channels are one and a half 64-wide panels: the tile stays 32 wide.
       {"ic_inner_96_out", R"(  %y: f32[1,96,6,6] = Conv(%x, %w) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
 )", "%x: f32[1,32,6,6]", "%y", {{"w", {96, 32, 3, 3}}}},
+      // Computed inputs whose source holds the channels innermost (a channels-last tensor
+      // transposed to NCHW, as ConvNeXt's LayerNorm before its downsampling conv): staged
+      // channels innermost position by position, the channels vectorised; stride 2 (four phase
+      // planes) and a padded stride-1 3x3 conv.
+      {"ic_channels_last_s2", R"(  %t: f32[1,24,6,8] = Transpose(%x) {perm=[0,3,1,2]} name="to_nchw"
+  %r: f32[1,24,6,8] = Relu(%t) name="relu"
+  %y: f32[1,40,3,4] = Conv(%r, %w) {kernel_shape=[2,2], strides=[2,2]} name="conv"
+)", "%x: f32[1,6,8,24]", "%y", {{"w", {40, 24, 2, 2}}}},
+      {"ic_channels_last_3x3", R"(  %t: f32[1,20,5,7] = Transpose(%x) {perm=[0,3,1,2]} name="to_nchw"
+  %r: f32[1,20,5,7] = Relu(%t) name="relu"
+  %y: f32[1,32,5,7] = Conv(%r, %w) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
+)", "%x: f32[1,5,7,20]", "%y", {{"w", {32, 20, 3, 3}}}},
       // A computed input (staged once into a plain copy) and a rectangular 2x5 patch.
       {"ic_patch_prologue_2x5", R"(  %s: f32[1,5,6,20] = Sigmoid(%x) name="sig"
   %y: f32[1,36,3,4] = Conv(%s, %w) {kernel_shape=[2,5], strides=[2,5]} name="conv"
@@ -186,6 +198,12 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
             "ic_7x1_flat",      "ic_inner_pad_wide", "ic_inner_96_out"};
         const bool transposed_staging = nest.find("kiln_transpose_f32(&kiln_xph") != std::string::npos;
         EXPECT_EQ(transposed_staging, sp != &small && unit_stride_staged.count(c.name)) << nest;
+        // ... and where a computed input's values lie channels innermost in their source: each
+        // phase row's positions evaluated along the channels (a computed input from channel
+        // planes, ic_prologue_pointwise's Sigmoid, keeps channel planes).
+        static const std::set<std::string> computed_inner = {"ic_channels_last_s2", "ic_channels_last_3x3"};
+        const bool computed_inner_staging = nest.find("kiln_xq") != std::string::npos;
+        EXPECT_EQ(computed_inner_staging, sp != &small && computed_inner.count(c.name)) << nest;
         // The implicit form: weights packed from their [Cout][Cin][kh][kw] order, K in segments
         // (or, as channel rows, the weights in place as A and each tile's B panel packed from
         // the phase planes staged once per call).
