@@ -170,7 +170,12 @@ void ContractionLowering::narrow_panels(int64_t cout) {
   auto& cr = sched_.contraction;
   const int64_t vw = std::max(1, sched_.vector_width);
   if (cout >= cr.nr || cr.nr < 1) return;
-  const int64_t nr = std::max<int64_t>(vw, (cout + vw - 1) / vw * vw);
+  set_panel_width(std::max<int64_t>(vw, (cout + vw - 1) / vw * vw));
+}
+
+// The register tile nr floats wide with as many accumulators as before (rows rescaled, 1 to 16).
+void ContractionLowering::set_panel_width(int64_t nr) {
+  auto& cr = sched_.contraction;
   cr.mr = int(std::min<int64_t>(16, std::max<int64_t>(1, int64_t(cr.mr) * cr.nr / nr)));
   cr.nr = int(nr);
 }
@@ -183,8 +188,7 @@ void ContractionLowering::widen_panels(int64_t cout, int64_t nr) {
   auto& cr = sched_.contraction;
   const int64_t vw = std::max(1, sched_.vector_width);
   if (nr <= cr.nr || nr % vw != 0 || cr.nr < 1 || cout % nr != 0 || cout < 2 * nr) return;
-  cr.mr = int(std::max<int64_t>(1, int64_t(cr.mr) * cr.nr / nr));
-  cr.nr = int(nr);
+  set_panel_width(nr);
 }
 
 GemmView ContractionLowering::implicit_conv_view() {
