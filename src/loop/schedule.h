@@ -127,6 +127,10 @@ struct ContractionTile {
   // not the sequence. At one thread the B panel of a column tile then serves every row block
   // from L1/L2 while A (the smaller) is re-read.
   int columns_outer = 1;
+  // A tile stored by transposing copies (positions as rows) stores each row tile's rows right
+  // after the call that finished them (1; 0: the whole tile after its last K block), where the
+  // register epilogue applies and the output's lines follow each other (lower_contraction_tiled.cc).
+  int store_per_call = 1;
 };
 
 // Row pipelines (chains of MatMuls such as attention and MLPs, lower_contraction_chain.cc).

@@ -66,9 +66,13 @@ Expr decided(const Expr& e, const std::string& key, bool value) {
   return r;
 }
 
+// ... and every If on it replaced by its branch for `value` (a tile's stores after the last K
+// block's call, under the same condition as that call's epilogue flags).
 Stmt decided(const Stmt& s, const std::string& key, bool value) {
-  return map_stmt(
+  Stmt r = map_stmt(
       s, [&](const Expr& e) { return decided(e, key, value); }, [&](const Stmt& c) { return decided(c, key, value); });
+  if (r->kind == StmtKind::If && r->cond && position_key(r->cond) == key) return block(value ? r->body : r->else_body);
+  return r;
 }
 
 class Unswitcher {

@@ -43,6 +43,7 @@ const std::vector<Field>& fields() {
       {"contraction.conv_rows_max_work", [](S& s) -> int64_t& { return s.contraction.conv_rows_max_work; }, nullptr},
       {"contraction.copy_b_min_k", [](S& s) -> int64_t& { return s.contraction.copy_b_min_k; }, nullptr},
       {"contraction.columns_outer", nullptr, [](S& s) -> int& { return s.contraction.columns_outer; }},
+      {"contraction.store_per_call", nullptr, [](S& s) -> int& { return s.contraction.store_per_call; }},
       {"rows_block_bytes", [](S& s) -> int64_t& { return s.rows_block_bytes; }, nullptr},
       {"stencil_bytes", [](S& s) -> int64_t& { return s.stencil_bytes; }, nullptr},
       {"stencil_max_group_width", [](S& s) -> int64_t& { return s.stencil_max_group_width; }, nullptr},
