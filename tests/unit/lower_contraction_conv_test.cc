@@ -562,6 +562,25 @@ TEST(LowerContraction, PointwiseConvTakesChannelRowsFromAPageOfPositions) {
   }
 }
 
+// A positions-as-rows tile whose output lines follow each other (row tiles fitted to the 8-wide
+// lines) is stored per row tile, right after the last K block's call (store_per_call); with the
+// field off, once after the tile. Both against the reference.
+TEST(LowerContraction, ImplicitConvStoresEachRowTileAfterItsLastCall) {
+  const ConvCase c{"store_per_call", R"(  %c: f32[1,32,8,8] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
+  %y: f32[1,32,8,8] = Relu(%c) name="relu"
+)", "%x: f32[1,16,8,8]", "%y", {{"w", {32, 16, 3, 3}}, {"b", {32}}}};
+  for (const int per_call : {1, 0}) {
+    SCOPED_TRACE(per_call);
+    loop::Schedule sched;
+    sched.contraction.store_per_call = per_call;
+    check_conv_both_numerics(c, /*fma_exact=*/false, [&](const std::string& nest, bool strict) {
+      if (strict) return;
+      ASSERT_NE(nest.find("kiln_transpose_f32(&y"), std::string::npos) << nest;
+      EXPECT_EQ(nest.find("+ (kiln_m0 + (kiln_r") != std::string::npos, per_call == 1) << nest;
+    }, sched, 2);
+  }
+}
+
 // A GEMM with more columns than rows runs its column panels outermost (Schedule's
 // columns_outer), so the threads' contiguous ranges of tiles split the columns: here a 1x1 conv
 // with 16 output channels as rows over 3136 positions, two row blocks of 8 at two threads
