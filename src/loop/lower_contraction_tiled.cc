@@ -239,8 +239,9 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   // after the last K block's call that finished them (ContractionTile::store_per_call): stored
   // after the whole tile, the copy was one burst of nc output planes' runs that the store buffer
   // and the L1's sets could not absorb (planes a power-of-two multiple of 1 KiB apart alias),
-  // with no multiply-add to overlap it. VGG's 64 -> 128 3x3 conv over 112x112 in a C harness
-  // (both kernels alternated per call): 0.80; ResNet's 64 -> 64 over 56x56 0.98.
+  // with no multiply-add to overlap it. VGG's 64 -> 128 3x3 conv over 112x112, both kernels
+  // alternated per call (bench/ab_schedule.py): 0.89; ResNet's 64 -> 64 over 56x56 0.97; inside
+  // VGG-11 at 2 threads its convs 0.52-0.81.
   std::function<Stmt(Expr, Expr)> store_rows;  // (rows, first row of the tile); null: after the tile
   if (parts.size() == 1 && parts[0].line_epilogue && parts[0].begin == 0 && parts[0].n == v.n && !skip_dead &&
       kblocks > 0) {
