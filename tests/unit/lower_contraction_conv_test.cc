@@ -562,23 +562,30 @@ TEST(LowerContraction, PointwiseConvTakesChannelRowsFromAPageOfPositions) {
   }
 }
 
+// `c` lowered with the int schedule field `field` on (1) and off (0) over `base`, both against the
+// reference: every nest has `form`, and `marker` exactly where the field is on.
+void check_field_on_and_off(const ConvCase& c, const loop::Schedule& base, int loop::ContractionTile::*field,
+                            const std::string& form, const std::string& marker) {
+  for (const int on : {1, 0}) {
+    SCOPED_TRACE(on);
+    loop::Schedule sched = base;
+    sched.contraction.*field = on;
+    check_conv_both_numerics(c, /*fma_exact=*/false, [&](const std::string& nest, bool strict) {
+      if (strict) return;
+      ASSERT_NE(nest.find(form), std::string::npos) << nest;
+      EXPECT_EQ(nest.find(marker) != std::string::npos, on == 1) << nest;
+    }, sched, 2);
+  }
+}
+
 // A positions-as-rows tile whose output lines follow each other (row tiles fitted to the 8-wide
 // lines) is stored per row tile, right after the last K block's call (store_per_call); with the
-// field off, once after the tile. Both against the reference.
+// field off, once after the tile.
 TEST(LowerContraction, ImplicitConvStoresEachRowTileAfterItsLastCall) {
   const ConvCase c{"store_per_call", R"(  %c: f32[1,32,8,8] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
   %y: f32[1,32,8,8] = Relu(%c) name="relu"
 )", "%x: f32[1,16,8,8]", "%y", {{"w", {32, 16, 3, 3}}, {"b", {32}}}};
-  for (const int per_call : {1, 0}) {
-    SCOPED_TRACE(per_call);
-    loop::Schedule sched;
-    sched.contraction.store_per_call = per_call;
-    check_conv_both_numerics(c, /*fma_exact=*/false, [&](const std::string& nest, bool strict) {
-      if (strict) return;
-      ASSERT_NE(nest.find("kiln_transpose_f32(&y"), std::string::npos) << nest;
-      EXPECT_EQ(nest.find("+ (kiln_m0 + (kiln_r") != std::string::npos, per_call == 1) << nest;
-    }, sched, 2);
-  }
+  check_field_on_and_off(c, {}, &loop::ContractionTile::store_per_call, "kiln_transpose_f32(&y", "+ (kiln_m0 + (kiln_r");
 }
 
 // A GEMM with more columns than rows runs its column panels outermost (Schedule's
@@ -589,17 +596,9 @@ TEST(LowerContraction, WideGemmSplitsItsColumnsAmongThreads) {
   const ConvCase c{"cols_outer", R"(  %c: f32[1,16,56,56] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name="conv"
   %y: f32[1,16,56,56] = Relu(%c) name="relu"
 )", "%x: f32[1,48,56,56]", "%y", {{"w", {16, 48, 1, 1}}, {"b", {16}}}};
-  for (const int outer : {1, 0}) {
-    SCOPED_TRACE(outer);
-    loop::Schedule sched;
-    sched.threads = 2;
-    sched.contraction.columns_outer = outer;
-    check_conv_both_numerics(c, /*fma_exact=*/false, [&](const std::string& nest, bool strict) {
-      if (strict) return;
-      ASSERT_NE(nest.find("[16 x 48] * [48 x 3136]"), std::string::npos) << nest;
-      EXPECT_EQ(nest.find("kiln_mb = (kiln_t % 2)") != std::string::npos, outer == 1) << nest;
-    }, sched, 2);
-  }
+  loop::Schedule two;
+  two.threads = 2;
+  check_field_on_and_off(c, two, &loop::ContractionTile::columns_outer, "[16 x 48] * [48 x 3136]", "kiln_mb = (kiln_t % 2)");
 }
 
 // A windowed conv over many positions with many output channels takes the output channels as
