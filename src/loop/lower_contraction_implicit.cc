@@ -224,9 +224,23 @@ GemmView ContractionLowering::implicit_conv_view() {
       for (int64_t oy = 0; oy < ho; ++oy) live += oy * sy + ky * dy - pt >= 0 && oy * sy + ky * dy - pt < h;
     sched_.contraction.mr = position_rows(direct, ho, wo, rs, g.m, double(live) / double(std::max<int64_t>(1, ho * kh)));
   }
-  if (sched_.contraction.implicit_kc > 0) sched_.contraction.kc = std::min(sched_.contraction.kc, sched_.contraction.implicit_kc);
   g.n = cout;
   g.k = ks * c;
+  // The K block, once the calls that read only padding are counted (dead of calls): a K longer
+  // than one implicit_kc block is taken whole where B's whole-K panel streams from the L2 per row
+  // tile (ContractionTile::implicit_whole_k_bytes), unless skipping such calls would save
+  // dead_tile_min of them (a call that runs every kernel position skips none); else implicit_kc
+  // blocks. Blocks skip calls only where a segment (the input channels) fills a block, one kernel
+  // position per call (lower_contraction_tiled.cc).
+  auto choose_k_block = [&](int64_t dead, int64_t calls) {
+    auto& cr = sched_.contraction;
+    const int64_t block = cr.implicit_kc > 0 ? std::min(cr.kc, cr.implicit_kc) : cr.kc;
+    const bool skips = c >= block && calls > 0 && double(dead) >= cr.dead_tile_min * double(calls);
+    if (g.k > block && !skips && g.k * cr.nr * int64_t(sizeof(float)) <= cr.implicit_whole_k_bytes)
+      cr.kc = g.k;
+    else
+      cr.kc = block;
+  };
   g.k_segment = c;
   BufferPtr src = direct ? L_.input_buffers_.at(x) : ph.buffer;
   if (!direct) {
@@ -285,12 +299,18 @@ GemmView ContractionLowering::implicit_conv_view() {
     // Such padding comes from a large dilation, and a kernel position then reads the padding
     // over whole lines or line ends: its live output rows and columns (GemmOperand::
     // segment_live), for the tiles to skip it elsewhere.
+    const int64_t line_tiles = wpad / mr;
+    int64_t dead = 0;
     if (finite_weights())
       for (int64_t kpos = 0; kpos < ks; ++kpos) {
         const auto [l0, l1] = live(ho, sy, (kpos / kw) * dy, pt, h);
         const auto [r0, r1] = live(wo, sx, (kpos % kw) * dx, pl, wd);
         g.a.segment_live.push_back({l0, l1, r0, r1});
+        int64_t live_tiles = 0;
+        for (int64_t j = 0; j < line_tiles; ++j) live_tiles += j * mr < r1 && (j + 1) * mr > r0;
+        dead += ho * line_tiles - (l1 - l0) * live_tiles;
       }
+    choose_k_block(dead, ho * line_tiles * ks);
     conv_weights_and_stores(g, w, layout, wpad, wo);
     return g;
   }
@@ -312,8 +332,10 @@ GemmView ContractionLowering::implicit_conv_view() {
     if (double(dead) >= sched_.contraction.dead_tile_min * double(tiles * ks) && finite_weights()) {
       g.a.segment_live = std::move(rows_live);
       g.a.segment_line = rs;
+      choose_k_block(dead, tiles * ks);
     }
   }
+  if (g.a.segment_live.empty()) choose_k_block(0, 0);
   conv_weights_and_stores(g, w, layout, rs, wo);
   return g;
 }

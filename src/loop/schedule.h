@@ -67,6 +67,16 @@ struct ContractionTile {
   // L1, which 256 filled (128 -> 128 3x3 conv over 28x28 with 14-row tiles: 1.29 ms at 256, 1.17
   // at 128).
   int64_t implicit_kc = 128;
+  // ... unless B's panel over the whole K (K × nr floats) is at most this many bytes (the target's
+  // L2 / 4; 0: never): then the K block is all of K, so each row tile's accumulators stay in
+  // registers from the first K step to the last, the register epilogue applies and the row tile
+  // is stored right after its one call (store_per_call), while B streams from the L2 per row tile
+  // instead of staying in the L1 per K block. The accumulators' round trips through memory per
+  // K block cost more than that stream (bench/ab_schedule.py, 1 thread, B / A: GoogLeNet's 96 ->
+  // 128 and 64 -> 192 3x3 convs 0.92 and 0.97, ResNet's 64 -> 64 over 56x56 0.95, VGG's 128 ->
+  // 256 over 56x56 0.96, 17 of 19 convs with panels up to 442 KiB 0.92-1.00); larger panels
+  // lose to the L2 (ResNet's 512 -> 512 convs, 1.18 MiB panels, 1.03-1.11).
+  int64_t implicit_whole_k_bytes = 512 * 1024;
   // The implicit GEMM's flat row tiles skip a kernel position's calls where it reads only padding
   // (GemmOperand::segment_line) when at least this fraction of the (tile, kernel position) calls
   // can: Inception-v3's 7x1 convs over 17x17 (9 % of their calls; 192 -> 192 1.37 -> 1.27 ms,

@@ -31,6 +31,8 @@ const std::vector<Field>& fields() {
        [](S& s) -> int64_t& { return s.contraction.window_channel_rows_min_cout; }, nullptr},
       {"contraction.fit_position_rows", nullptr, [](S& s) -> int& { return s.contraction.fit_position_rows; }},
       {"contraction.implicit_kc", [](S& s) -> int64_t& { return s.contraction.implicit_kc; }, nullptr},
+      {"contraction.implicit_whole_k_bytes", [](S& s) -> int64_t& { return s.contraction.implicit_whole_k_bytes; },
+       nullptr},
       {"contraction.implicit_channels_inner", nullptr,
        [](S& s) -> int& { return s.contraction.implicit_channels_inner; }},
       {"contraction.implicit_inner_nr", nullptr, [](S& s) -> int& { return s.contraction.implicit_inner_nr; }},

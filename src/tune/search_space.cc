@@ -93,6 +93,7 @@ std::vector<Dimension> search_space(const FusionGroup& grp, const loop::Schedule
       // The implicit form's row tile fitted to the output lines (0: contraction.mr) and K block.
       d.push_back(dim("contraction.fit_position_rows", {0, 1}, dflt));
       d.push_back(dim("contraction.implicit_kc", {64, 128, 192, 256, 512}, dflt));
+      d.push_back(dim("contraction.implicit_whole_k_bytes", {0, l2 / 8, l2 / 4, l2 / 2}, dflt));
       d.push_back(dim("contraction.implicit_channels_inner", {0, 1}, dflt));
       d.push_back(dim("contraction.implicit_inner_nr", {0, 32, 48, 64}, dflt));
     }

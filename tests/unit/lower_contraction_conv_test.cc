@@ -562,18 +562,19 @@ TEST(LowerContraction, PointwiseConvTakesChannelRowsFromAPageOfPositions) {
   }
 }
 
-// `c` lowered with the int schedule field `field` on (1) and off (0) over `base`, both against the
+// `c` lowered with the schedule field `field` on (`on`) and off (0) over `base`, both against the
 // reference: every nest has `form`, and `marker` exactly where the field is on.
-void check_field_on_and_off(const ConvCase& c, const loop::Schedule& base, int loop::ContractionTile::*field,
+template <class T>
+void check_field_on_and_off(const ConvCase& c, const loop::Schedule& base, T loop::ContractionTile::*field, T on,
                             const std::string& form, const std::string& marker) {
-  for (const int on : {1, 0}) {
-    SCOPED_TRACE(on);
+  for (const T value : {on, T{0}}) {
+    SCOPED_TRACE(value);
     loop::Schedule sched = base;
-    sched.contraction.*field = on;
+    sched.contraction.*field = value;
     check_conv_both_numerics(c, /*fma_exact=*/false, [&](const std::string& nest, bool strict) {
       if (strict) return;
       ASSERT_NE(nest.find(form), std::string::npos) << nest;
-      EXPECT_EQ(nest.find(marker) != std::string::npos, on == 1) << nest;
+      EXPECT_EQ(nest.find(marker) != std::string::npos, value == on) << nest;
     }, sched, 2);
   }
 }
@@ -585,7 +586,18 @@ TEST(LowerContraction, ImplicitConvStoresEachRowTileAfterItsLastCall) {
   const ConvCase c{"store_per_call", R"(  %c: f32[1,32,8,8] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
   %y: f32[1,32,8,8] = Relu(%c) name="relu"
 )", "%x: f32[1,16,8,8]", "%y", {{"w", {32, 16, 3, 3}}, {"b", {32}}}};
-  check_field_on_and_off(c, {}, &loop::ContractionTile::store_per_call, "kiln_transpose_f32(&y", "+ (kiln_m0 + (kiln_r");
+  check_field_on_and_off(c, {}, &loop::ContractionTile::store_per_call, 1, "kiln_transpose_f32(&y", "+ (kiln_m0 + (kiln_r");
+}
+
+// An implicit conv whose B panel over all of K (576 x 32 floats, 72 KiB) is within
+// implicit_whole_k_bytes takes K in one block: each row tile's accumulators stay in registers
+// over all nine kernel positions, then it is stored. With the field off, implicit_kc blocks.
+TEST(LowerContraction, ImplicitConvTakesKWholeWhereItsPanelFits) {
+  const ConvCase c{"whole_k", R"(  %c: f32[1,32,8,8] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
+  %y: f32[1,32,8,8] = Relu(%c) name="relu"
+)", "%x: f32[1,64,8,8]", "%y", {{"w", {32, 64, 3, 3}}, {"b", {32}}}};
+  check_field_on_and_off(c, {}, &loop::ContractionTile::implicit_whole_k_bytes, int64_t{512 * 1024}, "* [576 x 32]",
+                         "K block 576");
 }
 
 // A GEMM with more columns than rows runs its column panels outermost (Schedule's
@@ -598,7 +610,7 @@ TEST(LowerContraction, WideGemmSplitsItsColumnsAmongThreads) {
 )", "%x: f32[1,48,56,56]", "%y", {{"w", {16, 48, 1, 1}}, {"b", {16}}}};
   loop::Schedule two;
   two.threads = 2;
-  check_field_on_and_off(c, two, &loop::ContractionTile::columns_outer, "[16 x 48] * [48 x 3136]", "kiln_mb = (kiln_t % 2)");
+  check_field_on_and_off(c, two, &loop::ContractionTile::columns_outer, 1, "[16 x 48] * [48 x 3136]", "kiln_mb = (kiln_t % 2)");
 }
 
 // A windowed conv over many positions with many output channels takes the output channels as
