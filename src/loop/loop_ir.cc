@@ -151,6 +151,11 @@ Expr mod(Expr a, Expr b) {
     return int_imm(a->int_value % b->int_value);
   return binary(BinOp::Mod, std::move(a), std::move(b));
 }
+Expr minimum(Expr a, Expr b) {
+  if (a->kind == ExprKind::IntImm && b->kind == ExprKind::IntImm) return int_imm(std::min(a->int_value, b->int_value));
+  return binary(BinOp::Min, std::move(a), std::move(b));
+}
+Expr lt(Expr a, Expr b) { return binary(BinOp::Lt, std::move(a), std::move(b)); }
 
 namespace {
 std::shared_ptr<StmtNode> snode(StmtKind k) {

@@ -99,6 +99,8 @@ Expr add(Expr a, Expr b);
 Expr mul(Expr a, Expr b);
 Expr div_floor(Expr a, Expr b);  // operands are non-negative indices here
 Expr mod(Expr a, Expr b);
+Expr minimum(Expr a, Expr b);
+Expr lt(Expr a, Expr b);
 
 // A run-time index checked against its axis (Gather, GatherElements, GatherND read indices that
 // are data): the Call kCheckedIndex {i, dim, site} (Int64) is i wrapped into [0, dim) when i lies in

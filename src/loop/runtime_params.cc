@@ -15,7 +15,6 @@ const std::set<std::string> kReductions = {"ReduceSum",  "ReduceMean",   "Reduce
                                            "ReduceLogSumExp", "ReduceSumSquare"};
 
 Expr I(int64_t v) { return int_imm(v); }
-Expr lt(Expr a, Expr b) { return binary(BinOp::Lt, std::move(a), std::move(b)); }
 Expr le(Expr a, Expr b) { return binary(BinOp::Le, std::move(a), std::move(b)); }
 Expr eq(Expr a, Expr b) { return binary(BinOp::Eq, std::move(a), std::move(b)); }
 Expr ne(Expr a, Expr b) { return binary(BinOp::Ne, std::move(a), std::move(b)); }
