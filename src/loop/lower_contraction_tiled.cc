@@ -244,17 +244,37 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
     if (st.size() == 1) reg_ep = match_register_epilogue(st[0].value, acc_elem, "kiln_ej", {"kiln_ln", "kiln_x", "kiln_ei"});
     AffineScope scope;
     scope.varying = {"kiln_x", "kiln_ej", "kiln_ln"};
-    const auto f = reg_ep && q == 1 && s.contraction.store_per_call && v.line == v.line_valid &&
+    const auto f = reg_ep && q == 1 && s.contraction.store_per_call && v.line > 0 &&
                            st[0].buffer->dtype == DType::Float32
                        ? affine_form(st[0].index, scope)
                        : std::nullopt;
-    if (f && f->coef_of("kiln_x") == 1 && f->coef_of("kiln_ej") >= 1 && f->coef_of("kiln_ln") == v.line) {
+    if (f && f->coef_of("kiln_x") == 1 && f->coef_of("kiln_ej") >= 1) {
       const TileStore out = st[0];
-      const int64_t ldd = f->coef_of("kiln_ej");
+      const int64_t ldd = f->coef_of("kiln_ej"), L = v.line, valid = v.line_valid;
+      // The tile's rows are one run of the output where lines have no padding rows and follow
+      // each other there; else a row tile is copied per line it overlaps (at most two where
+      // mr <= L), its valid rows only: a stem's phase plane lines one wider than its outputs.
+      const bool run = L == valid && f->coef_of("kiln_ln") == L;
       store_rows = [=, &acc](Expr rows, Expr r) -> Stmt {
-        const Expr dst = sched::substitute(out.index, {{"kiln_x", add(var("kiln_m0"), r)}, {"kiln_ej", int_imm(0)}, {"kiln_ln", int_imm(0)}});
-        Stmt copy = call_stmt(kernels::kTransposeF32, {address(out.buffer, dst), int_imm(ldd), address(acc, mul(r, int_imm(nc))),
-                                                       int_imm(nc), std::move(rows), var("kiln_nc")});
+        auto copy_at = [&](Expr ln, Expr x, Expr row, Expr n) {
+          const Expr dst = sched::substitute(out.index, {{"kiln_x", std::move(x)}, {"kiln_ej", int_imm(0)}, {"kiln_ln", std::move(ln)}});
+          return call_stmt(kernels::kTransposeF32, {address(out.buffer, dst), int_imm(ldd), address(acc, mul(row, int_imm(nc))),
+                                                    int_imm(nc), std::move(n), var("kiln_nc")});
+        };
+        Stmt copy;
+        if (run) {
+          copy = copy_at(int_imm(0), add(var("kiln_m0"), r), r, std::move(rows));
+        } else {
+          // Rows [g0, g0 + rows) of the tile's block; line sl-th from g0's: its rows [xa, xb).
+          const Expr g0 = add(var("kiln_m0"), r), g1 = add(g0, rows), ln = var("kiln_sln");
+          const Expr lines = add(sub(div_floor(sub(g1, int_imm(1)), int_imm(L)), div_floor(g0, int_imm(L))), int_imm(1));
+          const Expr xa = var("kiln_sxa"), xb = var("kiln_sxb");
+          copy = for_loop("kiln_sl", lines,
+                          {let("kiln_sln", add(div_floor(g0, int_imm(L)), var("kiln_sl"))),
+                           let("kiln_sxa", binary(BinOp::Max, sub(g0, mul(ln, int_imm(L))), int_imm(0))),
+                           let("kiln_sxb", minimum(sub(g1, mul(ln, int_imm(L))), int_imm(valid))),
+                           if_then(lt(xa, xb), {copy_at(ln, xa, sub(add(mul(ln, int_imm(L)), xa), var("kiln_m0")), sub(xb, xa))})});
+        }
         return kblocks == 1 ? copy : if_then(binary(BinOp::Eq, var("kiln_kb"), int_imm(kblocks - 1)), {copy});
       };
     }

@@ -600,6 +600,16 @@ TEST(LowerContraction, ImplicitConvTakesKWholeWhereItsPanelFits) {
                          "K block 576");
 }
 
+// The same where the output lines are padded in the tile (a stride-2 stem's phase-plane lines,
+// 17 rows for 16 outputs, in 13-row tiles that cross them): each row tile is copied per line it
+// overlaps, that line's valid rows only.
+TEST(LowerContraction, ImplicitConvStoresEachRowTileOverPaddedLines) {
+  const ConvCase c{"store_per_call_lines", R"(  %c: f32[1,32,16,16] = Conv(%x, %w, %b) {kernel_shape=[3,3], strides=[2,2]} name="conv"
+  %y: f32[1,32,16,16] = Relu(%c) name="relu"
+)", "%x: f32[1,3,33,33]", "%y", {{"w", {32, 3, 3, 3}}, {"b", {32}}}};
+  check_field_on_and_off(c, {}, &loop::ContractionTile::store_per_call, 1, "[271 x 27] * [27 x 32]", "i64 kiln_sln = ");
+}
+
 // A GEMM with more columns than rows runs its column panels outermost (Schedule's
 // columns_outer), so the threads' contiguous ranges of tiles split the columns: here a 1x1 conv
 // with 16 output channels as rows over 3136 positions, two row blocks of 8 at two threads
