@@ -72,10 +72,10 @@ struct ContractionTile {
   // registers from the first K step to the last, the register epilogue applies and the row tile
   // is stored right after its one call (store_per_call), while B streams from the L2 per row tile
   // instead of staying in the L1 per K block. The accumulators' round trips through memory per
-  // K block cost more than that stream (bench/ab_schedule.py, 1 thread, B / A: GoogLeNet's 96 ->
-  // 128 and 64 -> 192 3x3 convs 0.92 and 0.97, ResNet's 64 -> 64 over 56x56 0.95, VGG's 128 ->
-  // 256 over 56x56 0.96, 17 of 19 convs with panels up to 442 KiB 0.92-1.00); larger panels
-  // lose to the L2 (ResNet's 512 -> 512 convs, 1.18 MiB panels, 1.03-1.11).
+  // K block cost more than that stream (bench/ab_schedule.py, 1 thread, new / old: GoogLeNet's
+  // 96 -> 128 and 64 -> 192 3x3 convs 0.93, ResNet-50's 1x1 convs with K 256-2048 0.93-0.97,
+  // its 64 -> 64 3x3 over 56x56 0.97; 42 one-node convs 0.93-1.01, geomean 0.98); larger panels
+  // lost to the L2 taken whole (ResNet's 512 -> 512 3x3 convs, 1.18 MiB panels, 1.07-1.11).
   int64_t implicit_whole_k_bytes = 512 * 1024;
   // The implicit GEMM's flat row tiles skip a kernel position's calls where it reads only padding
   // (GemmOperand::segment_line) when at least this fraction of the (tile, kernel position) calls
