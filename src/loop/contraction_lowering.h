@@ -143,6 +143,7 @@ class ContractionLowering {
   GemmView folded_matmul_view();
 
   GemmView conv_view();
+  std::optional<std::pair<const Value*, const Value*>> channel_scaled_input() const;
   bool implicit_conv() const;
   void narrow_panels(int64_t cout);
   void widen_panels(int64_t cout, int64_t nr);

@@ -266,10 +266,11 @@ GemmView ContractionLowering::conv_view() {
   // staged once per call into a plain [N][C][positions] buffer with the prologue evaluated there —
   // instead of packing B per tile through its per-element value (EfficientNet-B0's
   // squeeze-excitation scale fused into the projection: 0.55 -> 0.16 ms).
-  const bool staged = !conv_in_place() && unit_window() && geo_.rank() == 2 && dtype_ == DType::Float32;
+  const auto scaled = channel_scaled_input();
+  const bool staged = !scaled && !conv_in_place() && unit_window() && geo_.rank() == 2 && dtype_ == DType::Float32;
   if (is_group_input(x)) {
     g.b.packer = im2col_packer(g.n, mg, cg, L_.input_buffers_.at(x));
-  } else if (!staged && dtype_ == DType::Float32 && x->dtype() == DType::Float32) {
+  } else if (!staged && !scaled && dtype_ == DType::Float32 && x->dtype() == DType::Float32) {
     // A windowed conv whose input the kernel computes (a Concat of a resize and a skip
     // connection, a normalisation): the prologue evaluated once per call into a buffer of the
     // input's shape, and the panels packed from it like from a kernel input. Packed through the
@@ -280,14 +281,40 @@ GemmView ContractionLowering::conv_view() {
     g.staging.push_back(stage_input_fill(xb));
     g.b.packer = im2col_packer(g.n, mg, cg, xb);
   }
-  if (is_group_input(w)) {
+  if (scaled) {
+    // The scale folded into the weights: W'[m][k] = W[m][k] · s[k] (channel_scaled_input), once
+    // per call into a local [M × K], and B the scaled input's source X itself. (Batch 1, one group.)
+    const BufferPtr wsc = std::make_shared<Buffer>(Buffer{"kiln_wsc", DType::Float32, {mg * cg}, Scope::Local});
+    const Value* s = scaled->second;
+    const Shape& ss = s->shape();
+    const Expr m = var("kiln_wm"), k = var("kiln_wk");
+    std::vector<Expr> sd(ss.size(), int_imm(0));
+    for (size_t d = 0; d < ss.size(); ++d)
+      if (ss[d] != 1) sd[d] = k;  // the channel axis (the only one s may vary along)
+    const Expr sk = to_compute(L_.value_at(s, Index::from_dims(ss, std::move(sd))));
+    const Expr wmk = load(L_.input_buffers_.at(w), add(mul(m, int_imm(cg)), k));
+    g.staging_locals.push_back(wsc);
+    g.staging.push_back(for_loop(
+        "kiln_wm", int_imm(mg),
+        {for_loop("kiln_wk", int_imm(cg), {store(wsc, add(mul(m, int_imm(cg)), k), mul(wmk, sk))}, ForKind::Vectorized)}));
+    g.a.buffer = wsc;
+    g.a.base = [](const std::vector<Expr>&) { return int_imm(0); };
+    g.a.stride_r = cg;
+    g.a.stride_c = 1;
+    g.a.value = [wsc, cg](const std::vector<Expr>&, Expr i, Expr kk) { return load(wsc, add(mul(i, int_imm(cg)), kk)); };
+  } else if (is_group_input(w)) {
     g.a.buffer = L_.input_buffers_.at(w);
     const int64_t kk = g.k;
     g.a.base = [mg, kk](const std::vector<Expr>& bt) { return mul(bt[1], int_imm(mg * kk)); };
     g.a.stride_r = g.k;
     g.a.stride_c = 1;
   }
-  if (conv_in_place() || staged) {
+  if (scaled) {
+    g.b.buffer = L_.input_buffers_.at(scaled->first);
+    g.b.base = [](const std::vector<Expr>&) { return int_imm(0); };
+    g.b.stride_r = p;
+    g.b.stride_c = 1;
+  } else if (conv_in_place() || staged) {
     if (staged) {
       const PhasePlanes ph = stage_phase_planes();  // a unit window: one phase, no border
       g.staging_locals.push_back(ph.buffer);
@@ -310,6 +337,39 @@ GemmView ContractionLowering::conv_view() {
     return tile_stores(Index::from_flat(out_shape_, flat), acc, channel);
   };
   return g;
+}
+
+// A pointwise conv's input computed as X · s, X a kernel input of the input's shape and s one value
+// per input channel (squeeze-excitation's scale before the projection conv): {X, s}, where the
+// scale can go into the weights instead (conv_view) — M · K products per call, against staging
+// the scaled input, a pass over all P · K of it into a buffer of that size. Only where it is the
+// smaller side (M < P), for batch 1 and one group, and not under --strict-fp (the reference
+// rounds X · s before the products; reorder_sums is off there).
+std::optional<std::pair<const Value*, const Value*>> ContractionLowering::channel_scaled_input() const {
+  const Value* x = c_->input(0);
+  const Value* w = c_->input(1);
+  const Shape& xs = x->shape();
+  int64_t p = 1;
+  for (int64_t e : geo_.out) p *= e;
+  if (!sched_.reorder_sums || dtype_ != DType::Float32 || !unit_window() || conv_in_place() || is_group_input(x) ||
+      xs.size() < 3 || xs[0] != 1 || group_ != 1 || !is_group_input(w) || w->shape()[0] >= p)
+    return std::nullopt;
+  const Node* m = x->producer();
+  if (!m || m->op_type() != "Mul" || m->num_inputs() != 2 ||
+      std::find(grp_.nodes.begin(), grp_.nodes.end(), m) == grp_.nodes.end())
+    return std::nullopt;
+  for (size_t i : {0, 1}) {
+    const Value* src = m->input(i);
+    const Value* s = m->input(1 - i);
+    if (!is_group_input(src) || src->shape() != xs || src->dtype() != DType::Float32 || s->shape().size() > xs.size())
+      continue;
+    const Shape& ss = s->shape();
+    bool per_channel = true;
+    for (size_t d = 0; d < ss.size(); ++d)
+      if (ss[d] != 1 && xs.size() - ss.size() + d != 1) per_channel = false;
+    if (per_channel) return std::make_pair(src, s);
+  }
+  return std::nullopt;
 }
 
 // Replaces kernel input `w` (a constant) by its packing in `layout` (pack_kernel_input).

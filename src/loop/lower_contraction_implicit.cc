@@ -205,7 +205,11 @@ GemmView ContractionLowering::implicit_conv_view() {
   if (window_channel_rows()) return staged_im2col_view();
   narrow_panels(cout);
   if (patch_conv()) return patch_conv_view();
-  const bool direct = is_group_input(x) && ks == 1 && sy == 1 && sx == 1 && pt == 0 && pl == 0 && hp == h && wp == wd;
+  // A channel scale of a kernel input X (channel_scaled_input) goes into the weights
+  // (conv_weights_and_stores), and A is X in place.
+  const auto scaled = channel_scaled_input();
+  const bool direct =
+      (is_group_input(x) || scaled) && ks == 1 && sy == 1 && sx == 1 && pt == 0 && pl == 0 && hp == h && wp == wd;
   // Staged planes with the channels innermost: a micro-kernel call's A rows are runs of kc
   // consecutive floats, not kc floats a plane apart each.
   const bool inner = !direct && sched_.contraction.implicit_channels_inner && channels_inner_staging();
@@ -242,7 +246,7 @@ GemmView ContractionLowering::implicit_conv_view() {
       cr.kc = block;
   };
   g.k_segment = c;
-  BufferPtr src = direct ? L_.input_buffers_.at(x) : ph.buffer;
+  BufferPtr src = direct ? L_.input_buffers_.at(scaled ? scaled->first : x) : ph.buffer;
   if (!direct) {
     g.staging_locals.push_back(ph.buffer);
     g.staging.push_back(ph.fill);
@@ -427,6 +431,25 @@ void ContractionLowering::conv_weights_and_stores(GemmView& g, const Value* w, c
   g.b.buffer = pack_constant_weights(w, layout);
   g.b.base = [](const std::vector<Expr>&) { return int_imm(0); };
   g.b.panel_nr = layout.nr;
+  if (const auto scaled = channel_scaled_input()) {
+    // The packed panels scaled per call, B(k, co) · s[k] (a 1x1 conv: k is the input channel),
+    // into a local copy of the same layout.
+    const BufferPtr wsc = std::make_shared<Buffer>(Buffer{"kiln_wsc", DType::Float32, {layout.packed_numel()}, Scope::Local});
+    const Value* s = scaled->second;
+    std::vector<Expr> sd(s->shape().size(), int_imm(0));
+    const Expr k = var("kiln_wk");
+    for (size_t d = 0; d < sd.size(); ++d)
+      if (s->shape()[d] != 1) sd[d] = k;  // the channel axis (the only one s varies along)
+    const Expr at = add(mul(add(mul(var("kiln_wp"), int_imm(layout.rows)), k), int_imm(layout.nr)), var("kiln_wj"));
+    g.staging_locals.push_back(wsc);
+    g.staging.push_back(for_loop(
+        "kiln_wp", int_imm(layout.panels()),
+        {for_loop("kiln_wk", int_imm(layout.rows),
+                  {for_loop("kiln_wj", int_imm(layout.nr),
+                            {store(wsc, at, mul(load(g.b.buffer, at), to_compute(L_.value_at(s, Index::from_dims(s->shape(), sd)))))},
+                            ForKind::Vectorized)})}));
+    g.b.buffer = wsc;
+  }
   g.line = line;
   g.line_valid = valid;
   g.line_epilogue = [this](const std::vector<Expr>& bt, Expr y, Expr x, Expr j, Expr acc) {

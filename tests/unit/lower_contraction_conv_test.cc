@@ -12,6 +12,7 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ir/parser.h"
@@ -608,6 +609,29 @@ TEST(LowerContraction, ImplicitConvStoresEachRowTileOverPaddedLines) {
   %y: f32[1,32,16,16] = Relu(%c) name="relu"
 )", "%x: f32[1,3,33,33]", "%y", {{"w", {32, 3, 3, 3}}, {"b", {32}}}};
   check_field_on_and_off(c, {}, &loop::ContractionTile::store_per_call, 1, "[271 x 27] * [27 x 32]", "i64 kiln_sln = ");
+}
+
+// Squeeze-excitation's channel scale before a 1x1 conv (x · s, s one value per input channel,
+// here computed in the kernel from z): the scale goes into the weights once per call (kiln_wsc)
+// and B (channel rows, 16 output channels over 256 positions) or A (positions as rows, 48 output
+// channels over 64 positions: the packed panels scaled) is x in place. Not under --strict-fp,
+// where x · s is staged as the reference rounds it, bit-exact.
+TEST(LowerContraction, ChannelScaleBeforePointwiseConvGoesIntoTheWeights) {
+  for (const auto& [cout, hw, form] : std::vector<std::tuple<int, int, std::string>>{
+           {16, 16, "[16 x 24] * [24 x 256]"}, {48, 8, "[64 x 24] * [24 x 48]"}}) {
+    const std::string y = cat("f32[1,", cout, ",", hw, ",", hw, "]");
+    const ConvCase c{"se_scale", cat("  %s: f32[1,24,1,1] = Sigmoid(%z) name=\"sig\"\n",
+                                     "  %m: f32[1,24,", hw, ",", hw, "] = Mul(%x, %s) name=\"scale\"\n",
+                                     "  %c: ", y, " = Conv(%m, %w, %b) {kernel_shape=[1,1]} name=\"conv\"\n",
+                                     "  %y: ", y, " = Add(%c, %r) name=\"res\"\n"),
+                     cat("%x: f32[1,24,", hw, ",", hw, "], %z: f32[1,24,1,1], %r: ", y), "%y",
+                     {{"w", {cout, 24, 1, 1}}, {"b", {cout}}}};
+    SCOPED_TRACE(form);
+    check_conv_both_numerics(c, /*fma_exact=*/false, [&](const std::string& nest, bool strict) {
+      if (!strict) EXPECT_NE(nest.find(form), std::string::npos) << nest;
+      EXPECT_EQ(nest.find("kiln_wsc") != std::string::npos, !strict) << nest;
+    }, {}, 4);
+  }
 }
 
 // A GEMM with more columns than rows runs its column panels outermost (Schedule's
