@@ -294,9 +294,11 @@ GemmView ContractionLowering::conv_view() {
     const Expr sk = to_compute(L_.value_at(s, Index::from_dims(ss, std::move(sd))));
     const Expr wmk = load(L_.input_buffers_.at(w), add(mul(m, int_imm(cg)), k));
     g.staging_locals.push_back(wsc);
+    // Before the tiles, all threads at it where it is big (a second thread waited on one).
     g.staging.push_back(for_loop(
         "kiln_wm", int_imm(mg),
-        {for_loop("kiln_wk", int_imm(cg), {store(wsc, add(mul(m, int_imm(cg)), k), mul(wmk, sk))}, ForKind::Vectorized)}));
+        {for_loop("kiln_wk", int_imm(cg), {store(wsc, add(mul(m, int_imm(cg)), k), mul(wmk, sk))}, ForKind::Vectorized)},
+        mg > 1 && mg * cg >= sched_.parallel_min_work ? ForKind::Parallel : ForKind::Serial));
     g.a.buffer = wsc;
     g.a.base = [](const std::vector<Expr>&) { return int_imm(0); };
     g.a.stride_r = cg;

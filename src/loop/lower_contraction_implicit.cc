@@ -447,7 +447,8 @@ void ContractionLowering::conv_weights_and_stores(GemmView& g, const Value* w, c
         {for_loop("kiln_wk", int_imm(layout.rows),
                   {for_loop("kiln_wj", int_imm(layout.nr),
                             {store(wsc, at, mul(load(g.b.buffer, at), to_compute(L_.value_at(s, Index::from_dims(s->shape(), sd)))))},
-                            ForKind::Vectorized)})}));
+                            ForKind::Vectorized)})},
+        layout.panels() > 1 && layout.packed_numel() >= sched_.parallel_min_work ? ForKind::Parallel : ForKind::Serial));
     g.b.buffer = wsc;
   }
   g.line = line;
