@@ -2,13 +2,21 @@
 """Kernel time of several kiln builds on the same models, interleaved rounds.
 
 Usage: python3 bench/ab_kernels.py KILN_A KILN_B [...] --models M1.onnx M2.onnx ... [--threads 1]
-                                   [--runs 20] [--rounds 3]
+                                   [--runs 20] [--rounds 3] [--per-kernel 0.04]
 
 Per round, each build runs `kiln bench MODEL --kernels` (its own process) on every model in turn;
 a model's figure is the sum of its kernels' medians (the launch and harness overheads of
 `kiln bench`'s whole-model time left out), and the table shows, per build and model, the minimum
 and the median over the rounds. For single-kernel models (a one-node Conv) this is the kernel's
-time; builds alternate so that a noisy stretch of the machine hits them alike.
+time; builds alternate so that a noisy stretch of the machine hits them alike, in reverse order
+every other round (the second of two back-to-back processes ran systematically faster or slower
+for minutes at a time on these VMs).
+
+With two builds it also prints, per model, the median over the rounds of the per-round ratio
+B / A of the kernel sums: a stretch of the machine at half speed moves both sides of one round,
+where medians of each side taken apart can land in different stretches. With --per-kernel T, the
+same median ratio per kernel (kernels of the same name in both builds: their partitions must
+agree) wherever it is more than T away from 1, with the sorted per-round ratios to show the spread.
 """
 import argparse
 import os
@@ -17,18 +25,19 @@ import subprocess
 import sys
 
 
-def kernel_ms(kiln, model, threads, runs):
+def kernel_times(kiln, model, threads, runs):
+    """{kernel name: median ms} from one `kiln bench MODEL --kernels` process."""
     r = subprocess.run([kiln, "bench", model, "--kernels", "--threads", str(threads), "--runs", str(runs)],
                        capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"{kiln} bench {model} failed: {r.stderr.strip()}")
-    total = 0.0
+    times = {}
     for line in r.stdout.splitlines():
         p = line.split()
         # "#  kernel  kind  gen|lib  ms  MB  GB/s  level  % bw"
         if len(p) > 5 and p[0].isdigit() and p[3] in ("gen", "lib"):
-            total += float(p[4])
-    return total
+            times[f"{p[0]} {p[1]}"] = float(p[4])
+    return times
 
 
 def main():
@@ -38,19 +47,36 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--per-kernel", type=float, default=None, metavar="T",
+                    help="with two builds: per-kernel median ratios more than T away from 1")
     a = ap.parse_args()
-    times = {}
-    for _ in range(a.rounds):
-        for b in a.builds:
+    runs = {}  # (build, model) -> [per-round {kernel: ms}]
+    for r in range(a.rounds):
+        order = a.builds if r % 2 == 0 else list(reversed(a.builds))
+        for b in order:
             for m in a.models:
-                times.setdefault((b, m), []).append(kernel_ms(b, m, a.threads, a.runs))
+                runs.setdefault((b, m), []).append(kernel_times(b, m, a.threads, a.runs))
+    sums = {key: [sum(t.values()) for t in v] for key, v in runs.items()}
     names = [os.path.splitext(os.path.basename(m))[0] for m in a.models]
     print("| build | " + " | ".join(names) + " |")
     print("|---|" + "---|" * len(names))
     for b in a.builds:
-        cells = [f"{min(times[(b, m)]):.3f} / {statistics.median(times[(b, m)]):.3f}" for m in a.models]
+        cells = [f"{min(sums[(b, m)]):.3f} / {statistics.median(sums[(b, m)]):.3f}" for m in a.models]
         print(f"| {b} | " + " | ".join(cells) + " |")
     print(f"\nkernel ms (sum of kernel medians), min / median over {a.rounds} rounds, {a.threads} thread(s)")
+    if len(a.builds) != 2:
+        return
+    ba, bb = a.builds
+    print(f"\nB / A = {bb} / {ba}, median of the per-round ratios (the sorted ratios after it)")
+    for m, name in zip(a.models, names):
+        ratios = sorted(y / x for x, y in zip(sums[(ba, m)], sums[(bb, m)]) if x > 0)
+        print(f"{name}: kernels summed {statistics.median(ratios):.3f}  [" + " ".join(f"{x:.2f}" for x in ratios) + "]")
+        if a.per_kernel is None:
+            continue
+        for k in runs[(ba, m)][0]:
+            ratios = sorted(tb[k] / ta[k] for ta, tb in zip(runs[(ba, m)], runs[(bb, m)]) if k in tb and ta.get(k, 0) > 0)
+            if ratios and abs(statistics.median(ratios) - 1) > a.per_kernel:
+                print(f"  {k}: {statistics.median(ratios):.3f}  [" + " ".join(f"{x:.2f}" for x in ratios) + "]")
 
 
 if __name__ == "__main__":
