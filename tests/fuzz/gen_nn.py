@@ -510,6 +510,40 @@ def fam_inverted_residual(b):
     return z
 
 
+def fam_squeeze_excitation(b):
+    """Squeeze-excitation (EfficientNet, MobileNetV3, RegNetY): a global pool, two 1x1 convs with
+    an activation between, a sigmoid (or hard sigmoid) and the input scaled per channel, usually
+    then a 1x1 projection (kiln folds the scale into its weights, lower_contraction_gemm.cc) and
+    sometimes a residual. Any batch (the fold takes batch 1 only), the scale on either side."""
+    x = b.pick(lambda v: v.rank == 4 and v.shape[1] >= 2)
+    n, c, h, w = x.shape
+    r = max(1, c // b.choice([2, 4, 8]))
+    x = ops.tame(b, x, 10.0)
+    p = b.op1("GlobalAveragePool", [x], (n, c, 1, 1), x.mag)
+    ins = [p, b.weight((r, c, 1, 1), 1 / math.sqrt(c))]
+    if b.chance(0.8):
+        ins.append(b.weight((r,), 0.5, "bias"))
+    f = b.op1("Conv", ins, (n, r, 1, 1), 1.5 * p.mag + 2, kernel_shape=[1, 1])
+    f = ops.unary(b, f, b.choice(["Relu", "Swish", "HardSwish"]))
+    ins = [ops.tame(b, f, 10.0), b.weight((c, r, 1, 1), 1 / math.sqrt(r))]
+    if b.chance(0.8):
+        ins.append(b.weight((c,), 0.5, "bias"))
+    g = b.op1("Conv", ins, (n, c, 1, 1), 12.0, kernel_shape=[1, 1])
+    s = ops.unary(b, g, b.choice(["Sigmoid", "Sigmoid", "HardSigmoid"]))
+    y = b.op1("Mul", [x, s] if b.chance(0.7) else [s, x], x.shape, x.mag)
+    if b.chance(0.7):
+        m = b.choice([max(1, c // 2), c, 2 * c, 24])
+        if n * m * h * w > MAX_ELEMS or m * c > MAX_ELEMS:
+            raise Skip()
+        ins = [y, b.weight((m, c, 1, 1), 1 / math.sqrt(c))]
+        if b.chance(0.7):
+            ins.append(b.weight((m,), 0.5, "bias"))
+        y = b.op1("Conv", ins, (n, m, h, w), 1.5 * y.mag + 2, kernel_shape=[1, 1])
+        if m == c and b.chance(0.5):
+            y = b.op1("Add", [y, x], y.shape, y.mag + x.mag)
+    return y
+
+
 def fam_inception(b):
     """An inception block: 2-4 branches over one input (a conv, a conv after a 1x1 conv, a 3x3
     max-pool, an activation of the input), each usually with its activation, concatenated along the

@@ -3,7 +3,7 @@
 reproducers.
 
     run_fuzz.py [--kiln build/kiln] [--start S] [--count N] [--jobs 2] [--keep DIR] [--no-ort]
-                [--known tests/fuzz/known_failures.txt] [--write-known FILE]
+                [--known tests/fuzz/known_failures.txt] [--write-known FILE] [--weight FAMILY=W ...]
     run_fuzz.py --replay tests/fuzz/regressions/active.txt [--count N]
                                    (every stored reproducer must pass; with --count, seeds too)
     run_fuzz.py --replay tests/fuzz/regressions/pending.txt --expect-fail [--only NAME --keep DIR]
@@ -108,7 +108,8 @@ def read_manifest(path):
 def repro(args, seed):
     me = os.path.relpath(os.path.abspath(__file__))
     ort = "" if args.use_ort else " --no-ort"
-    return f"/usr/bin/python3 {me} --kiln {args.kiln} --start {seed} --count 1 --keep /tmp/kiln-fuzz-{seed}{ort}"
+    weights = "".join(f" --weight {w}" for w in args.weight)
+    return f"/usr/bin/python3 {me} --kiln {args.kiln} --start {seed} --count 1 --keep /tmp/kiln-fuzz-{seed}{ort}{weights}"
 
 
 def main():
@@ -131,7 +132,18 @@ def main():
     ap.add_argument("--known", metavar="FILE", help="seeds known to fail (SEED CLASS[PATH] CAUSE per line): "
                     "those failures are reported as known, not counted; any other failure still fails")
     ap.add_argument("--write-known", metavar="FILE", help="write this run's failures in --known's format")
+    ap.add_argument("--weight", metavar="FAMILY=W", action="append", default=[],
+                    help="draw op family FAMILY (gen_*.py's function name, e.g. fam_squeeze_excitation) with "
+                    "weight W instead of its default (repeatable): a run biased towards it; its seeds' graphs "
+                    "differ from the default run's")
     args = ap.parse_args()
+    import gen_ops  # noqa: E402 (the families' weights, inherited by the forked workers)
+    for w in args.weight:
+        name, _, value = w.partition("=")
+        try:
+            gen_ops.FAMILY_WEIGHTS[name] = float(value)
+        except ValueError:
+            sys.exit(f"run_fuzz: --weight {w}: expected FAMILY=WEIGHT")
     args.count_given = "--count" in sys.argv or any(a.startswith("--count=") for a in sys.argv)
     args.kiln = os.path.abspath(args.kiln) if os.path.exists(args.kiln) else args.kiln
     if not os.access(args.kiln, os.X_OK):

@@ -163,5 +163,20 @@ c, _, _ = gen_graph.generate(12346)
 expect("same seed, same bytes; another seed, another graph",
        a.SerializeToString() == b.SerializeToString() and a.SerializeToString() != c.SerializeToString())
 
+# A family drawn only when asked (run_fuzz.py --weight): weighted, it shows up in valid graphs;
+# at its default weight 0, at the end of the list, the seeds' graphs are the unweighted ones.
+import gen_ops  # noqa: E402
+gen_ops.FAMILY_WEIGHTS["fam_squeeze_excitation"] = 1000.0
+se = 0
+for seed in range(20):
+    m, _, builder = gen_graph.generate(seed)
+    gen_graph.check_shapes(m, builder)
+    ops = [n.op_type for n in m.graph.node]
+    se += "GlobalAveragePool" in ops and "Mul" in ops and ops.count("Conv") >= 2
+gen_ops.FAMILY_WEIGHTS.clear()
+expect("a weighted family is drawn (squeeze-excitation blocks in most of 20 seeds)", se >= 10, f"{se} of 20")
+a2, _, _ = gen_graph.generate(12345)
+expect("weights cleared: the same graph as before", a2.SerializeToString() == a.SerializeToString())
+
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)
