@@ -144,6 +144,7 @@ class ContractionLowering {
 
   GemmView conv_view();
   std::optional<std::pair<const Value*, const Value*>> channel_scaled_input() const;
+  Expr channel_scale_at(const Value* s, const Expr& k);
   bool implicit_conv() const;
   void narrow_panels(int64_t cout);
   void widen_panels(int64_t cout, int64_t nr);

@@ -285,13 +285,8 @@ GemmView ContractionLowering::conv_view() {
     // The scale folded into the weights: W'[m][k] = W[m][k] · s[k] (channel_scaled_input), once
     // per call into a local [M × K], and B the scaled input's source X itself. (Batch 1, one group.)
     const BufferPtr wsc = std::make_shared<Buffer>(Buffer{"kiln_wsc", DType::Float32, {mg * cg}, Scope::Local});
-    const Value* s = scaled->second;
-    const Shape& ss = s->shape();
     const Expr m = var("kiln_wm"), k = var("kiln_wk");
-    std::vector<Expr> sd(ss.size(), int_imm(0));
-    for (size_t d = 0; d < ss.size(); ++d)
-      if (ss[d] != 1) sd[d] = k;  // the channel axis (the only one s may vary along)
-    const Expr sk = to_compute(L_.value_at(s, Index::from_dims(ss, std::move(sd))));
+    const Expr sk = channel_scale_at(scaled->second, k);
     const Expr wmk = load(L_.input_buffers_.at(w), add(mul(m, int_imm(cg)), k));
     g.staging_locals.push_back(wsc);
     // Before the tiles, all threads at it where it is big (a second thread waited on one).
@@ -372,6 +367,14 @@ std::optional<std::pair<const Value*, const Value*>> ContractionLowering::channe
     if (per_channel) return std::make_pair(src, s);
   }
   return std::nullopt;
+}
+
+// The scale s of channel_scaled_input at input channel k.
+Expr ContractionLowering::channel_scale_at(const Value* s, const Expr& k) {
+  std::vector<Expr> at(s->shape().size(), int_imm(0));
+  for (size_t d = 0; d < at.size(); ++d)
+    if (s->shape()[d] != 1) at[d] = k;  // the channel axis, the only one s varies along
+  return to_compute(L_.value_at(s, Index::from_dims(s->shape(), std::move(at))));
 }
 
 // Replaces kernel input `w` (a constant) by its packing in `layout` (pack_kernel_input).

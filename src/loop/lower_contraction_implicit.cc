@@ -246,6 +246,8 @@ GemmView ContractionLowering::implicit_conv_view() {
       cr.kc = block;
   };
   g.k_segment = c;
+  // (conv_weights_and_stores scales the weights whenever channel_scaled_input() holds: A must then be X.)
+  KILN_CHECK(!scaled || direct, "a channel-scaled 1x1 conv without its input read in place");
   BufferPtr src = direct ? L_.input_buffers_.at(scaled ? scaled->first : x) : ph.buffer;
   if (!direct) {
     g.staging_locals.push_back(ph.buffer);
@@ -435,18 +437,14 @@ void ContractionLowering::conv_weights_and_stores(GemmView& g, const Value* w, c
     // The packed panels scaled per call, B(k, co) · s[k] (a 1x1 conv: k is the input channel),
     // into a local copy of the same layout.
     const BufferPtr wsc = std::make_shared<Buffer>(Buffer{"kiln_wsc", DType::Float32, {layout.packed_numel()}, Scope::Local});
-    const Value* s = scaled->second;
-    std::vector<Expr> sd(s->shape().size(), int_imm(0));
     const Expr k = var("kiln_wk");
-    for (size_t d = 0; d < sd.size(); ++d)
-      if (s->shape()[d] != 1) sd[d] = k;  // the channel axis (the only one s varies along)
     const Expr at = add(mul(add(mul(var("kiln_wp"), int_imm(layout.rows)), k), int_imm(layout.nr)), var("kiln_wj"));
     g.staging_locals.push_back(wsc);
     g.staging.push_back(for_loop(
         "kiln_wp", int_imm(layout.panels()),
         {for_loop("kiln_wk", int_imm(layout.rows),
                   {for_loop("kiln_wj", int_imm(layout.nr),
-                            {store(wsc, at, mul(load(g.b.buffer, at), to_compute(L_.value_at(s, Index::from_dims(s->shape(), sd)))))},
+                            {store(wsc, at, mul(load(g.b.buffer, at), channel_scale_at(scaled->second, k)))},
                             ForKind::Vectorized)})},
         layout.panels() > 1 && layout.packed_numel() >= sched_.parallel_min_work ? ForKind::Parallel : ForKind::Serial));
     g.b.buffer = wsc;
