@@ -12,7 +12,6 @@
 #include <limits>
 #include <set>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "ir/parser.h"
@@ -617,8 +616,14 @@ TEST(LowerContraction, ImplicitConvStoresEachRowTileOverPaddedLines) {
 // channels over 64 positions: the packed panels scaled) is x in place. Not under --strict-fp,
 // where x · s is staged as the reference rounds it, bit-exact.
 TEST(LowerContraction, ChannelScaleBeforePointwiseConvGoesIntoTheWeights) {
-  for (const auto& [cout, hw, form] : std::vector<std::tuple<int, int, std::string>>{
-           {16, 16, "[16 x 24] * [24 x 256]"}, {48, 8, "[64 x 24] * [24 x 48]"}}) {
+  struct Case {
+    int cout, hw;
+    std::string form;
+  };
+  for (const Case& sh : std::vector<Case>{{16, 16, "[16 x 24] * [24 x 256]"}, {48, 8, "[64 x 24] * [24 x 48]"}}) {
+    // (Not structured bindings: clang before 16 cannot capture them in the lambda below.)
+    const int cout = sh.cout, hw = sh.hw;
+    const std::string form = sh.form;
     const std::string y = cat("f32[1,", cout, ",", hw, ",", hw, "]");
     const ConvCase c{"se_scale", cat("  %s: f32[1,24,1,1] = Sigmoid(%z) name=\"sig\"\n",
                                      "  %m: f32[1,24,", hw, ",", hw, "] = Mul(%x, %s) name=\"scale\"\n",
