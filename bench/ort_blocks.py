@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Where a model's time goes against ONNX Runtime, block by block.
+
+Usage: python3 bench/ort_blocks.py MODEL.onnx [--kiln build/kiln] [--threads 1] [--rounds 4]
+                                   [--ort-runs 30] [--runs 10] [--nodes]
+
+Per round: ONNX Runtime runs the model with its profiler on (its own session, default options,
+`--threads` intra-op threads, ORT-RUNS inferences; per-node medians of the kernel times), then
+`kiln bench MODEL --kernels` (its own process, RUNS runs). Both sides' times are summed per block:
+the part of a node's name that names the model's block (`layer2/layer2.1`, `features.4/features.4.0`,
+`inception3a`, `trunk_output/block2/block2-1`, `stages.1/blocks.0`, `conv1`, `fc`, ...); a kiln
+kernel counts for the block of its first node (`kiln explain`), and an ONNX Runtime node whose name
+names no block (its layout reorders) for the block of the node before it. Printed per block: the
+medians of both sides over the rounds, and the median of the per-round ratios kiln / ONNX Runtime.
+With --nodes, each round's per-node / per-kernel lines are kept in the work folder printed last.
+
+ONNX Runtime names a fused node after one of its ops (a Conv + Relu after the Relu), so a block's
+first or last node can land in its neighbour: a block of a few small nodes reads noisily.
+ONNX Runtime's profiler adds to its node times, so its sum is above its plain latency: read the
+blocks against each other (which block loses more than the model does), and take whole-model
+ratios from bench/interleave.py. Needs the python with onnxruntime (the default python3).
+"""
+import argparse
+import collections
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+BLOCK = re.compile(r"(layers\.\d+(?:/layers\.\d+\.\d+)?|features\.\d+(?:/features\.\d+\.\d+)?|layer\d/layer\d\.\d+|inception\w+|classifier"
+                   r"|trunk_output/block\d/block\d-\d+|stem|blocks\.\d+|stages?\.\d+(?:/blocks?\.\d+)?"
+                   r"|conv\d\w*|maxpool\w*|fc)")
+
+
+def block_of(name):
+    m = BLOCK.search(name)
+    return m.group(1) if m else None
+
+
+def ort_nodes(model, threads, runs, work):
+    """[(node name, median ms)] from one profiled ONNX Runtime session, in execution order."""
+    import numpy as np
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.enable_profiling = True
+    so.profile_file_prefix = os.path.join(work, "ort")
+    s = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    feeds = {}
+    for i in s.get_inputs():
+        shape = [d if isinstance(d, int) else 1 for d in i.shape]
+        feeds[i.name] = np.random.rand(*shape).astype(np.float32)
+    for _ in range(runs):
+        s.run(None, feeds)
+    with open(s.end_profiling()) as fh:
+        events = json.load(fh)
+    times, order = collections.defaultdict(list), []
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            name = e["name"][: -len("_kernel_time")]
+            if name not in times:
+                order.append(name)
+            times[name].append(e["dur"] / 1000.0)
+    # The first inferences warm up: medians over the rest.
+    return [(n, statistics.median(times[n][3:] or times[n])) for n in order]
+
+
+def kiln_kernels(kiln, model, threads, runs):
+    r = subprocess.run([kiln, "bench", model, "--kernels", "--threads", str(threads), "--runs", str(runs)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"{kiln} bench {model} failed: {r.stderr.strip()}")
+    out = []
+    for line in r.stdout.splitlines():
+        p = line.split()
+        if len(p) > 5 and p[0].isdigit() and p[3] in ("gen", "lib", "in-place", "view"):
+            out.append((p[1], float(p[4])))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--kiln", default="build/kiln")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--ort-runs", type=int, default=30)
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--nodes", action="store_true")
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="kiln-ort-blocks-")
+    ex = subprocess.run([a.kiln, "explain", a.model], capture_output=True, text=True)
+    if ex.returncode != 0:
+        sys.exit(f"{a.kiln} explain {a.model} failed: {ex.stderr.strip()}")
+    first_node, cur = {}, None
+    for line in ex.stdout.splitlines():
+        m = re.match(r"kernel \d+: (\S+)", line)
+        if m:
+            cur = m.group(1)
+        elif cur and line.strip().startswith("nodes:"):
+            first_node[cur] = line.split(":", 1)[1].split(",")[0].strip()
+    kiln_rounds, ort_rounds, blocks = [], [], []
+    for r in range(a.rounds):
+        o = ort_nodes(a.model, a.threads, a.ort_runs, work)
+        k = kiln_kernels(a.kiln, a.model, a.threads, a.runs)
+        if a.nodes:
+            with open(os.path.join(work, f"round{r}.txt"), "w") as fh:
+                fh.writelines(f"ort {n} {t:.4f}\n" for n, t in o)
+                fh.writelines(f"kiln {n} {t:.4f}\n" for n, t in k)
+        ob, kb, last = collections.defaultdict(float), collections.defaultdict(float), "other"
+        for n, t in o:
+            last = block_of(n) or last
+            ob[last] += t
+        for n, t in k:
+            kb[block_of(first_node.get(n, "")) or "other"] += t
+        for b in list(kb) + list(ob):
+            if b not in blocks:
+                blocks.append(b)
+        kiln_rounds.append(kb)
+        ort_rounds.append(ob)
+    ks = [sum(x.values()) for x in kiln_rounds]
+    os_ = [sum(x.values()) for x in ort_rounds]
+    print(f"{a.model}, {a.threads} thread(s), {a.rounds} rounds: kiln {statistics.median(ks):.3f} ms, "
+          f"ONNX Runtime (profiled) {statistics.median(os_):.3f} ms, per-round ratio "
+          f"{statistics.median(k / o for k, o in zip(ks, os_)):.3f}")
+    print(f"{'block':40s} {'kiln':>8s} {'ORT':>8s} {'kiln/ORT':>9s}")
+    for b in blocks:
+        k = statistics.median(x[b] for x in kiln_rounds)
+        o = statistics.median(x[b] for x in ort_rounds)
+        ratios = [x[b] / y[b] for x, y in zip(kiln_rounds, ort_rounds) if y[b] > 0]
+        print(f"{b:40s} {k:8.3f} {o:8.3f} {statistics.median(ratios) if ratios else float('nan'):9.2f}")
+    if a.nodes:
+        print(f"per-round node and kernel times: {work}")
+
+
+if __name__ == "__main__":
+    main()
