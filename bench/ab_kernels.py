@@ -21,23 +21,13 @@ agree) wherever it is more than T away from 1, with the sorted per-round ratios 
 import argparse
 import os
 import statistics
-import subprocess
-import sys
+
+import kiln_out
 
 
 def kernel_times(kiln, model, threads, runs):
-    """{kernel name: median ms} from one `kiln bench MODEL --kernels` process."""
-    r = subprocess.run([kiln, "bench", model, "--kernels", "--threads", str(threads), "--runs", str(runs)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"{kiln} bench {model} failed: {r.stderr.strip()}")
-    times = {}
-    for line in r.stdout.splitlines():
-        p = line.split()
-        # "#  kernel  kind  gen|lib  ms  MB  GB/s  level  % bw"
-        if len(p) > 5 and p[0].isdigit() and p[3] in ("gen", "lib"):
-            times[f"{p[0]} {p[1]}"] = float(p[4])
-    return times
+    """{"number name": median ms} from one `kiln bench MODEL --kernels` process."""
+    return {f"{i} {name}": ms for i, name, ms in kiln_out.kernel_times(kiln, model, threads, runs)}
 
 
 def main():
@@ -50,24 +40,24 @@ def main():
     ap.add_argument("--per-kernel", type=float, default=None, metavar="T",
                     help="with two builds: per-kernel median ratios more than T away from 1")
     a = ap.parse_args()
-    runs = {}  # (build, model) -> [per-round {kernel: ms}]
+    runs = {}  # (build's position, model) -> [per-round {kernel: ms}]
     for r in range(a.rounds):
-        order = a.builds if r % 2 == 0 else list(reversed(a.builds))
-        for b in order:
+        order = list(enumerate(a.builds))
+        for bi, b in order if r % 2 == 0 else reversed(order):
             for m in a.models:
-                runs.setdefault((b, m), []).append(kernel_times(b, m, a.threads, a.runs))
+                runs.setdefault((bi, m), []).append(kernel_times(b, m, a.threads, a.runs))
     sums = {key: [sum(t.values()) for t in v] for key, v in runs.items()}
     names = [os.path.splitext(os.path.basename(m))[0] for m in a.models]
     print("| build | " + " | ".join(names) + " |")
     print("|---|" + "---|" * len(names))
-    for b in a.builds:
-        cells = [f"{min(sums[(b, m)]):.3f} / {statistics.median(sums[(b, m)]):.3f}" for m in a.models]
+    for bi, b in enumerate(a.builds):
+        cells = [f"{min(sums[(bi, m)]):.3f} / {statistics.median(sums[(bi, m)]):.3f}" for m in a.models]
         print(f"| {b} | " + " | ".join(cells) + " |")
     print(f"\nkernel ms (sum of kernel medians), min / median over {a.rounds} rounds, {a.threads} thread(s)")
     if len(a.builds) != 2:
         return
-    ba, bb = a.builds
-    print(f"\nB / A = {bb} / {ba}, median of the per-round ratios (the sorted ratios after it)")
+    ba, bb = 0, 1
+    print(f"\nB / A = {a.builds[1]} / {a.builds[0]}, median of the per-round ratios (the sorted ratios after it)")
     for m, name in zip(a.models, names):
         ratios = sorted(y / x for x, y in zip(sums[(ba, m)], sums[(bb, m)]) if x > 0)
         print(f"{name}: kernels summed {statistics.median(ratios):.3f}  [" + " ".join(f"{x:.2f}" for x in ratios) + "]")

@@ -14,39 +14,9 @@ memory, not from a fused producer), so a difference of a few percent is not a fi
 """
 import argparse
 import collections
-import re
 import statistics
-import subprocess
-import sys
 
-
-def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed: {r.stderr.strip()}")
-    return r.stdout
-
-
-def kernel_nodes(kiln, model, extra):
-    """{kernel name: [node names]} from `kiln explain`."""
-    kernels, cur = {}, None
-    for line in run([kiln, "explain", model] + extra).splitlines():
-        m = re.match(r"kernel \d+: (\S+)", line)
-        if m:
-            cur = m.group(1)
-            kernels[cur] = []
-        elif cur and line.strip().startswith("nodes:"):
-            kernels[cur] = [n.strip() for n in line.split(":", 1)[1].split(",")]
-    return kernels
-
-
-def kernel_times(kiln, model, threads, runs, extra):
-    times = {}
-    for line in run([kiln, "bench", model, "--kernels", "--threads", str(threads), "--runs", str(runs)] + extra).splitlines():
-        p = line.split()
-        if len(p) > 5 and p[0].isdigit() and p[3] in ("gen", "lib"):
-            times[p[1]] = float(p[4])
-    return times
+import kiln_out
 
 
 def main():
@@ -58,13 +28,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--top", type=int, default=25)
     a = ap.parse_args()
-    fused, unfused = kernel_nodes(a.kiln, a.model, []), kernel_nodes(a.kiln, a.model, ["--no-fusion"])
+    fused, unfused = kiln_out.kernel_nodes(a.kiln, a.model), kiln_out.kernel_nodes(a.kiln, a.model, ["--no-fusion"])
     owner = {n: k for k, nodes in fused.items() for n in nodes}
     ft, ut = collections.defaultdict(list), collections.defaultdict(list)
     for r in range(a.rounds):
         sides = [(ft, []), (ut, ["--no-fusion"])]
         for times, extra in sides if r % 2 == 0 else reversed(sides):
-            for k, v in kernel_times(a.kiln, a.model, a.threads, a.runs, extra).items():
+            for _, k, v in kiln_out.kernel_times(a.kiln, a.model, a.threads, a.runs, extra):
                 times[k].append(v)
     fmed = {k: statistics.median(v) for k, v in ft.items()}
     umed = {k: statistics.median(v) for k, v in ut.items()}

@@ -26,9 +26,9 @@ import json
 import os
 import re
 import statistics
-import subprocess
-import sys
 import tempfile
+
+import kiln_out
 
 BLOCK = re.compile(r"(layers\.\d+(?:/layers\.\d+\.\d+)?|features\.\d+(?:/features\.\d+\.\d+)?|layer\d/layer\d\.\d+|inception\w+|classifier"
                    r"|trunk_output/block\d/block\d-\d+|stem|blocks\.\d+|stages?\.\d+(?:/blocks?\.\d+)?"
@@ -68,19 +68,6 @@ def ort_nodes(model, threads, runs, work):
     return [(n, statistics.median(times[n][3:] or times[n])) for n in order]
 
 
-def kiln_kernels(kiln, model, threads, runs):
-    r = subprocess.run([kiln, "bench", model, "--kernels", "--threads", str(threads), "--runs", str(runs)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"{kiln} bench {model} failed: {r.stderr.strip()}")
-    out = []
-    for line in r.stdout.splitlines():
-        p = line.split()
-        if len(p) > 5 and p[0].isdigit() and p[3] in ("gen", "lib", "in-place", "view"):
-            out.append((p[1], float(p[4])))
-    return out
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
@@ -92,20 +79,11 @@ def main():
     ap.add_argument("--nodes", action="store_true")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="kiln-ort-blocks-")
-    ex = subprocess.run([a.kiln, "explain", a.model], capture_output=True, text=True)
-    if ex.returncode != 0:
-        sys.exit(f"{a.kiln} explain {a.model} failed: {ex.stderr.strip()}")
-    first_node, cur = {}, None
-    for line in ex.stdout.splitlines():
-        m = re.match(r"kernel \d+: (\S+)", line)
-        if m:
-            cur = m.group(1)
-        elif cur and line.strip().startswith("nodes:"):
-            first_node[cur] = line.split(":", 1)[1].split(",")[0].strip()
+    first_node = {k: nodes[0] for k, nodes in kiln_out.kernel_nodes(a.kiln, a.model).items() if nodes}
     kiln_rounds, ort_rounds, blocks = [], [], []
     for r in range(a.rounds):
         o = ort_nodes(a.model, a.threads, a.ort_runs, work)
-        k = kiln_kernels(a.kiln, a.model, a.threads, a.runs)
+        k = [(n, t) for _, n, t in kiln_out.kernel_times(a.kiln, a.model, a.threads, a.runs)]
         if a.nodes:
             with open(os.path.join(work, f"round{r}.txt"), "w") as fh:
                 fh.writelines(f"ort {n} {t:.4f}\n" for n, t in o)
