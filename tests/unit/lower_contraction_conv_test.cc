@@ -637,6 +637,28 @@ TEST(LowerContraction, ChannelScaleBeforePointwiseConvGoesIntoTheWeights) {
       EXPECT_EQ(nest.find("kiln_wsc") != std::string::npos, !strict) << nest;
     }, {}, 4);
   }
+  // Not folded, and still right: two images (one scale per image), more output channels than
+  // positions (the weights the larger side), a scale per position rather than per channel.
+  const std::vector<ConvCase> kept = {
+      {"se_batch2", R"(  %s: f32[2,24,1,1] = Sigmoid(%z) name="sig"
+  %m: f32[2,24,8,8] = Mul(%x, %s) name="scale"
+  %y: f32[2,32,8,8] = Conv(%m, %w, %b) {kernel_shape=[1,1]} name="conv"
+)", "%x: f32[2,24,8,8], %z: f32[2,24,1,1]", "%y", {{"w", {32, 24, 1, 1}}, {"b", {32}}}},
+      {"se_wide", R"(  %s: f32[1,24,1,1] = Sigmoid(%z) name="sig"
+  %m: f32[1,24,4,4] = Mul(%x, %s) name="scale"
+  %y: f32[1,32,4,4] = Conv(%m, %w, %b) {kernel_shape=[1,1]} name="conv"
+)", "%x: f32[1,24,4,4], %z: f32[1,24,1,1]", "%y", {{"w", {32, 24, 1, 1}}, {"b", {32}}}},
+      {"se_per_position", R"(  %s: f32[1,1,8,8] = Sigmoid(%z) name="sig"
+  %m: f32[1,24,8,8] = Mul(%x, %s) name="scale"
+  %y: f32[1,32,8,8] = Conv(%m, %w, %b) {kernel_shape=[1,1]} name="conv"
+)", "%x: f32[1,24,8,8], %z: f32[1,1,8,8]", "%y", {{"w", {32, 24, 1, 1}}, {"b", {32}}}},
+  };
+  for (const ConvCase& c : kept) {
+    SCOPED_TRACE(c.name);
+    check_conv_both_numerics(c, /*fma_exact=*/false, [](const std::string& nest, bool) {
+      EXPECT_EQ(nest.find("kiln_wsc"), std::string::npos) << nest;
+    }, {}, 3);
+  }
 }
 
 // A GEMM with more columns than rows runs its column panels outermost (Schedule's
