@@ -170,6 +170,21 @@ std::vector<Stmt> ContractionLowering::stage_channel_phases(const PhasePlanes& p
   const int64_t pt = g.pad_begin[0], pl = g.pad_begin[1];
   std::vector<Stmt> per_phase;
   const Expr row = var("kiln_xy"), q = var("kiln_xx");
+  // A costly computed input read by every phase (a SiLU between a 1x1 conv and a stride-2
+  // depthwise conv), whose channel plane fits Schedule::stage_plane_bytes: the plane is computed
+  // once, in order, as one run of h · w elements (whole vectors but the last), and the phases copy
+  // from it. Row by row (below), a 28-wide row was a vector and a scalar rest of the SiLU, and the
+  // phases' strided copies read the row right after its stores, which the store buffer could not
+  // forward: EfficientNet-B0's 40 -> 240 expansion + 3x3 stride-2 depthwise over 28x28 ran 1.4x
+  // the six kernels apart, 64 % of it in the staging (perf annotate: the reloads of the row).
+  const Expr pos = var("kiln_xp");
+  const Expr plane_value = to_compute(L_.value_at(x, planar_index(x, n, ch, div_floor(pos, int_imm(wd)), mod(pos, int_imm(wd)))));
+  const bool by_plane = sy * sx > 1 && ph.slots == sy * sx && h * wd * int64_t(sizeof(float)) <= sched_.stage_plane_bytes &&
+                        costly(plane_value);
+  const BufferPtr xplane =
+      by_plane ? std::make_shared<Buffer>(Buffer{"kiln_xplane", DType::Float32, {h * wd}, Scope::Local}) : nullptr;
+  if (xplane)
+    per_phase.push_back(for_loop("kiln_xp", int_imm(h * wd), {store(xplane, pos, plane_value)}, ForKind::Vectorized));
   // Phases of one row phase py read the same input rows (a stride-2 conv's (py, 0) and (py, 1)):
   // they are filled in one pass over those rows, each row's column phases one after the other,
   // so the input is read in order, once (phase by phase, every other input row was read once per
@@ -207,7 +222,7 @@ std::vector<Stmt> ContractionLowering::stage_channel_phases(const PhasePlanes& p
       // evaluated from strided loads (permutes around each vector): EfficientNet's 16 -> 96
       // expansion + stride-2 depthwise over 112x112 spent 0.64 of its 1.29 ms there.
       const Expr col = var("kiln_xc");
-      const bool by_row = sx > 1 && int64_t(slots.size()) == sx &&
+      const bool by_row = !xplane && sx > 1 && int64_t(slots.size()) == sx &&
                           costly(to_compute(L_.value_at(x, planar_index(x, n, ch, y, col))));
       BufferPtr line = by_row ? std::make_shared<Buffer>(Buffer{"kiln_xline", DType::Float32, {wd}, Scope::Local}) : nullptr;
       std::vector<Stmt> body;
@@ -223,7 +238,9 @@ std::vector<Stmt> ContractionLowering::stage_channel_phases(const PhasePlanes& p
         if (q1 > q0) {
           const Expr qq = add(q, int_imm(q0));
           const Expr xx = sub(add(mul(qq, int_imm(sx)), int_imm(px)), int_imm(pl));
-          const Expr val = line ? load(line, xx) : to_compute(L_.value_at(x, planar_index(x, n, ch, y, xx)));
+          const Expr val = xplane ? load(xplane, add(mul(y, int_imm(wd)), xx))
+                           : line ? load(line, xx)
+                                  : to_compute(L_.value_at(x, planar_index(x, n, ch, y, xx)));
           body.push_back(for_loop("kiln_xx", int_imm(q1 - q0),
                                   {store(buf, add(plane, add(mul(r, int_imm(ph.wq)), qq)), val)}, ForKind::Vectorized));
         }
@@ -234,6 +251,7 @@ std::vector<Stmt> ContractionLowering::stage_channel_phases(const PhasePlanes& p
     }
     zero_rows(std::max(r0, r1), ph.hq - std::max(r0, r1));
   }
+  if (xplane) per_phase = {allocate(xplane, std::move(per_phase))};
   return per_phase;
 }
 

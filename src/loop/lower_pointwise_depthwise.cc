@@ -19,7 +19,7 @@
 // channels needs no recomputation and no halo: a block is all its channels' whole planes. The
 // block is as many micro-kernel row blocks of channels as Schedule::pointwise_depthwise_bytes
 // holds (so u stays in L2 while the stencil reads it), fewer while there are less than four
-// blocks for the threads. The input image x[n] is read once per block, from L2 after the first.
+// blocks for the threads or while fewer share them out more evenly (balanced_channel_block). The input image x[n] is read once per block, from L2 after the first.
 // Apart, the expansion writes C·H·W floats and the depthwise conv reads them back: MobileNetV2's
 // 16 -> 96 expansion over 112x112 writes 4.8 MB, about 0.3 ms each way at this machine's 16 GB/s.
 //
@@ -48,6 +48,40 @@
 namespace kiln::loop::detail {
 
 namespace {
+
+// The most channels one thread computes when the nb · ceil(ce / mb) blocks (each mb channels, the
+// last of an image the rest) are shared out as OpenMP's static schedule does: contiguous ranges,
+// the first (count mod threads) threads one block more.
+int64_t busiest_thread(int64_t nb, int64_t ce, int64_t mb, int threads) {
+  const int64_t blocks = (ce + mb - 1) / mb, n = nb * blocks, q = n / threads, r = n % threads;
+  int64_t worst = 0, t0 = 0;
+  for (int t = 0; t < threads && t0 < n; ++t) {
+    const int64_t count = q + (t < r ? 1 : 0);
+    int64_t sum = 0;
+    for (int64_t i = t0; i < t0 + count; ++i) sum += std::min(mb, ce - (i % blocks) * mb);
+    worst = std::max(worst, sum);
+    t0 += count;
+  }
+  return worst;
+}
+
+// A channel block of at most `mb` channels (a multiple of `step`, or all of them) that the threads
+// share as evenly as the blocks allow, the largest among equals: with the largest block the budget
+// holds, 240 expanded channels over 28x28 were blocks of 72, 72, 72 and 24, and on two threads one
+// computed 144 channels while the other waited after 96; blocks of 40 give each 120. (EfficientNet-B0's
+// kernels of that kind ran 1.3-1.6x their --no-fusion parts at 2 threads, bench/fusion_pays.py.)
+int64_t balanced_channel_block(int64_t nb, int64_t ce, int64_t mb, int64_t step, int threads) {
+  if (threads <= 1 || mb >= ce || mb <= step) return mb;
+  int64_t best = mb, best_worst = busiest_thread(nb, ce, mb, threads);
+  for (int64_t m = mb - step; m >= step && m * 2 >= mb; m -= step) {
+    const int64_t w = busiest_thread(nb, ce, m, threads);
+    if (w < best_worst) {
+      best = m;
+      best_worst = w;
+    }
+  }
+  return best;
+}
 
 struct PointwiseDepthwise {
   const Node* p = nullptr;  // the 1x1 conv
@@ -177,13 +211,14 @@ class PointwiseDepthwiseLowering {
     KILN_CHECK(outer.kind == StmtKind::For && outer.var == "kiln_dt", "pointwise-depthwise: unexpected stencil nest");
 
     // The channel block: whole micro-kernel row blocks in the budget (at least one), at least four
-    // blocks (per image) to share among threads where the channels allow.
+    // blocks (per image) to share among threads where the channels allow, then the block that
+    // shares the channels most evenly among the threads (balanced_channel_block).
     const int64_t per_channel = hw * int64_t(sizeof(float));
     const int64_t step = std::lcm<int64_t>(mr, per_dt);
     int64_t mb = std::max<int64_t>(1, sched_.pointwise_depthwise_bytes / per_channel) / step * step;
     mb = std::max(mb, step);
     while (mb > step && nb * ((ce + mb - 1) / mb) < 4) mb -= step;
-    mb = std::min(mb, ce);
+    mb = balanced_channel_block(nb, ce, std::min(mb, ce), step, sched_.threads);
     const int64_t blocks = (ce + mb - 1) / mb;
 
     LoopKernel k;

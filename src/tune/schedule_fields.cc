@@ -54,6 +54,7 @@ const std::vector<Field>& fields() {
       {"stencil_kernel_min_width", [](S& s) -> int64_t& { return s.stencil_kernel_min_width; }, nullptr},
       {"stencil_whole_vectors", nullptr, [](S& s) -> int& { return s.stencil_whole_vectors; }},
       {"stencil_channel_blocks_below", [](S& s) -> int64_t& { return s.stencil_channel_blocks_below; }, nullptr},
+      {"stage_plane_bytes", [](S& s) -> int64_t& { return s.stage_plane_bytes; }, nullptr},
       {"pointwise_depthwise_bytes", [](S& s) -> int64_t& { return s.pointwise_depthwise_bytes; }, nullptr},
       {"chain.max_pack_bytes", [](S& s) -> int64_t& { return s.chain.max_pack_bytes; }, nullptr},
       {"chain.max_row_blocks", [](S& s) -> int64_t& { return s.chain.max_row_blocks; }, nullptr},

@@ -106,6 +106,7 @@ std::vector<Dimension> search_space(const FusionGroup& grp, const loop::Schedule
       d.push_back(dim("stencil_kernel_min_width", {0, 8, 12, 16, 32}, dflt));
       d.push_back(dim("stencil_whole_vectors", {0, 1}, dflt));
       d.push_back(dim("stencil_channel_blocks_below", {0, 8, 16, 32}, dflt));
+      d.push_back(dim("stage_plane_bytes", {0, 4096, 16384, 65536}, dflt));
     }
     // The expanded channel block of a pointwise -> depthwise kernel (0 would unfuse it: the
     // fusion search measures that alternative, not the schedule search).

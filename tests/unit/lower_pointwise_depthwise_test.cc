@@ -65,6 +65,13 @@ std::vector<PwDwCase> cases() {
   %t: f32[1,24,8,8] = Sigmoid(%d) name="sig2"
   %y: f32[1,24,8,8] = Mul(%d, %t) name="silu2"
 )", "%x: f32[1,10,8,8]", {{"w1", {24, 10, 1, 1}}, {"b1", {24}}, {"w2", {24, 1, 3, 3}}, {"b2", {24}}}},
+      // SiLU before a stride-2 conv: the expanded plane staged with its SiLU once per element
+      // (a plane, or with no plane budget a row at a time) before the phases copy it.
+      {"silu_s2", R"(  %a: f32[1,12,10,11] = Conv(%x, %w1, %b1) {kernel_shape=[1,1]} name="pw"
+  %s: f32[1,12,10,11] = Sigmoid(%a) name="sig1"
+  %m: f32[1,12,10,11] = Mul(%a, %s) name="silu1"
+  %y: f32[1,12,5,6] = Conv(%m, %w2, %b2) {kernel_shape=[3,3], pads=[1,1,1,1], strides=[2,2], group=12} name="dw"
+)", "%x: f32[1,6,10,11]", {{"w1", {12, 6, 1, 1}}, {"b1", {12}}, {"w2", {12, 1, 3, 3}}, {"b2", {12}}}},
       // 32 expanded channels over narrow rows: the channel-blocked stencil (two blocks of 16),
       // SiLU before and after, a 5x5 window.
       {"silu_channel_blocks", R"(  %a: f32[1,32,7,7] = Conv(%x, %w1, %b1) {kernel_shape=[1,1]} name="pw"
@@ -97,6 +104,7 @@ loop::Schedule odd_tiles() {
   s.contraction.mr = 3;  // blocks of 3 channels, the rest of a block in a shorter call
   s.contraction.nr = 12;
   s.pointwise_depthwise_bytes = 1;
+  s.stage_plane_bytes = 0;  // a strided conv's costly input staged a row at a time
   return s;
 }
 
@@ -126,6 +134,9 @@ TEST(LowerPointwiseDepthwise, MatchesReference) {
         // 16k channels over rows narrower than 16: the stencil in channel blocks.
         const bool blocks = c.name == "silu_channel_blocks" || c.name == "relu_s2_batch2_no_bias";
         EXPECT_EQ(nest.find("kiln_dbp") != std::string::npos, blocks) << nest;
+        const bool costly_strided = c.name == "silu_s2";
+        EXPECT_EQ(nest.find("kiln_xplane") != std::string::npos, costly_strided && sched.stage_plane_bytes > 0) << nest;
+        EXPECT_EQ(nest.find("kiln_xline") != std::string::npos, costly_strided && sched.stage_plane_bytes == 0) << nest;
         auto got = testing::interpret_group(*lg.kernel, grp, values);
         for (size_t o = 0; o < got.size(); ++o) {
           if (sched.reorder_sums)
@@ -139,6 +150,33 @@ TEST(LowerPointwiseDepthwise, MatchesReference) {
   }
   compiled.check("pointwise_depthwise", /*contract=*/true);
   compiled_strict.check("pointwise_depthwise_strict", /*contract=*/false, /*bits=*/true);
+}
+
+// The expanded channels' blocks are shared evenly among the threads: 240 channels with room for
+// 72 per block were blocks of 72, 72, 72 and 24, 144 channels on one of two threads and 96 on the
+// other; blocks of 40 give each thread 120. One thread keeps the largest block. Either way the
+// kernel matches the reference.
+TEST(LowerPointwiseDepthwise, ChannelBlocksShareTheThreadsEvenly) {
+  const PwDwCase c{"wide", R"(  %a: f32[1,240,4,4] = Conv(%x, %w1, %b1) {kernel_shape=[1,1]} name="pw"
+  %r: f32[1,240,4,4] = Relu(%a) name="relu1"
+  %y: f32[1,240,4,4] = Conv(%r, %w2, %b2) {kernel_shape=[3,3], pads=[1,1,1,1], group=240} name="dw"
+)", "%x: f32[1,5,4,4]", {{"w1", {240, 5, 1, 1}}, {"b1", {240}}, {"w2", {240, 1, 3, 3}}, {"b2", {240}}}};
+  auto g = make_graph(c);
+  const FusionGroup grp = case_group(*g, c.name);
+  auto values = run_reference_values(*g, random_inputs(*g, 3, {}, false));
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(cat(threads, " threads"));
+    loop::Schedule s;
+    s.threads = threads;
+    s.pointwise_depthwise_bytes = 72 * 16 * int64_t(sizeof(float));  // 72 channels of 4x4
+    s.stencil_channel_blocks_below = 0;                                // channels one at a time
+    auto lg = loop::lower_group(grp, cat("wide_", threads), s);
+    ASSERT_TRUE(lg.kernel) << lg.reason;
+    const std::string nest = loop::print_kernel(*lg.kernel);
+    EXPECT_NE(nest.find(threads == 1 ? "for kiln_pt in [0, 4)" : "for kiln_pt in [0, 6)"), std::string::npos) << nest;
+    auto got = testing::interpret_group(*lg.kernel, grp, values);
+    EXPECT_EQ(testing::within_max_magnitude(got[0], values.at(grp.outputs[0])), "");
+  }
 }
 
 TEST(LowerPointwiseDepthwise, Refusals) {
