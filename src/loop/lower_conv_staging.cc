@@ -170,16 +170,18 @@ std::vector<Stmt> ContractionLowering::stage_channel_phases(const PhasePlanes& p
   const int64_t pt = g.pad_begin[0], pl = g.pad_begin[1];
   std::vector<Stmt> per_phase;
   const Expr row = var("kiln_xy"), q = var("kiln_xx");
-  // A costly computed input read by every phase (a SiLU between a 1x1 conv and a stride-2
-  // depthwise conv), whose channel plane fits Schedule::stage_plane_bytes: the plane is computed
-  // once, in order, as one run of h · w elements (whole vectors but the last), and the phases copy
-  // from it. Row by row (below), a 28-wide row was a vector and a scalar rest of the SiLU, and the
-  // phases' strided copies read the row right after its stores, which the store buffer could not
-  // forward: EfficientNet-B0's 40 -> 240 expansion + 3x3 stride-2 depthwise over 28x28 ran 1.4x
-  // the six kernels apart, 64 % of it in the staging (perf annotate: the reloads of the row).
+  // A costly computed input read by every phase (a SiLU between a 1x1 conv and a depthwise conv),
+  // whose channel plane fits Schedule::stage_plane_bytes: the plane is computed once, in order, as
+  // one run of h · w elements (whole vectors but the last), and the phases copy from it. Row by
+  // row (below, and per phase row for stride 1), a 28-wide row was a vector and a scalar rest of
+  // the SiLU, and a stride-2 conv's phases read the row right after its stores, which the store
+  // buffer could not forward: EfficientNet-B0's 40 -> 240 expansion + 3x3 stride-2 depthwise over
+  // 28x28 ran 1.4x the six kernels apart, 64 % of it in the staging (perf annotate: the reloads
+  // of the row); as a plane 0.58 of its time. Its 80 -> 480 + 3x3 stride-1 over 14x14 (rows of 14,
+  // all rest) 0.80.
   const Expr pos = var("kiln_xp");
   const Expr plane_value = to_compute(L_.value_at(x, planar_index(x, n, ch, div_floor(pos, int_imm(wd)), mod(pos, int_imm(wd)))));
-  const bool by_plane = sy * sx > 1 && ph.slots == sy * sx && h * wd * int64_t(sizeof(float)) <= sched_.stage_plane_bytes &&
+  const bool by_plane = ph.slots == sy * sx && h * wd * int64_t(sizeof(float)) <= sched_.stage_plane_bytes &&
                         costly(plane_value);
   const BufferPtr xplane =
       by_plane ? std::make_shared<Buffer>(Buffer{"kiln_xplane", DType::Float32, {h * wd}, Scope::Local}) : nullptr;
