@@ -19,7 +19,8 @@
 // channels needs no recomputation and no halo: a block is all its channels' whole planes. The
 // block is as many micro-kernel row blocks of channels as Schedule::pointwise_depthwise_bytes
 // holds (so u stays in L2 while the stencil reads it), fewer while there are less than four
-// blocks for the threads or while fewer share them out more evenly (balanced_channel_block). The input image x[n] is read once per block, from L2 after the first.
+// blocks for the threads or while fewer share them out more evenly (balanced_channel_block). The
+// input image x[n] is read once per block, from L2 after the first.
 // Apart, the expansion writes C·H·W floats and the depthwise conv reads them back: MobileNetV2's
 // 16 -> 96 expansion over 112x112 writes 4.8 MB, about 0.3 ms each way at this machine's 16 GB/s.
 //
@@ -66,10 +67,11 @@ int64_t busiest_thread(int64_t nb, int64_t ce, int64_t mb, int threads) {
 }
 
 // A channel block of at most `mb` channels (a multiple of `step`, or all of them) that the threads
-// share as evenly as the blocks allow, the largest among equals: with the largest block the budget
-// holds, 240 expanded channels over 28x28 were blocks of 72, 72, 72 and 24, and on two threads one
-// computed 144 channels while the other waited after 96; blocks of 40 give each 120. (EfficientNet-B0's
-// kernels of that kind ran 1.3-1.6x their --no-fusion parts at 2 threads, bench/fusion_pays.py.)
+// share as evenly as the blocks allow, the largest among equals, down to half of `mb`: with the
+// largest block the budget holds, 240 expanded channels over 28x28 were blocks of 72, 72, 72 and
+// 24, and on two threads one computed 144 channels while the other waited after 96; blocks of 40
+// give each 120. (EfficientNet-B0's kernels of that kind ran 1.3-1.6x their --no-fusion parts at 2
+// threads, bench/fusion_pays.py; MobileNetV2's ran 0.81-0.90 of their time after.)
 int64_t balanced_channel_block(int64_t nb, int64_t ce, int64_t mb, int64_t step, int threads) {
   if (threads <= 1 || mb >= ce || mb <= step) return mb;
   int64_t best = mb, best_worst = busiest_thread(nb, ce, mb, threads);

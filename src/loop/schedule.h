@@ -213,10 +213,10 @@ struct Schedule {
   // 0.76 ms as the stencil (1 thread).
   int64_t stencil_bytes = 1024 * 1024;
   int64_t stencil_max_group_width = 64;  // channels per group (input and output) the stencil takes
-  // A strided conv's costly computed input (a SiLU between a 1x1 conv and a stride-2 depthwise
-  // conv) whose channel plane is at most this many bytes is computed once per channel into a local
-  // plane, which every phase then copies from (lower_conv_staging.cc, stage_channel_phases); larger
-  // planes are computed a row at a time into a local row. In L1 with room to spare.
+  // A conv's costly computed input (a SiLU between a 1x1 conv and a depthwise conv) whose channel
+  // plane is at most this many bytes and is read by every phase is computed once per channel into a
+  // local plane, which the phases then copy from (lower_conv_staging.cc, stage_channel_phases);
+  // larger planes are computed a row at a time. In L1 with room to spare.
   int64_t stage_plane_bytes = 16 * 1024;
   // Whether a strided depthwise conv takes the stencil too (lower_conv_stencil.cc; 0: the
   // untiled nest, unless its epilogue is transcendental or its input computed).
