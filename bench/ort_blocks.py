@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Where a model's time goes against ONNX Runtime, block by block.
+"""Where a model's time goes against ONNX Runtime (or OpenVINO), block by block.
 
 Usage: python3 bench/ort_blocks.py MODEL.onnx [--kiln build/kiln] [--threads 1] [--rounds 4]
-                                   [--ort-runs 30] [--runs 10] [--nodes]
+                                   [--ort-runs 30] [--runs 10] [--nodes] [--peer openvino]
 
 Per round: ONNX Runtime runs the model with its profiler on (its own session, default options,
 `--threads` intra-op threads, ORT-RUNS inferences; per-node medians of the kernel times), then
@@ -19,6 +19,11 @@ first or last node can land in its neighbour: a block of a few small nodes reads
 ONNX Runtime's profiler adds to its node times, so its sum is above its plain latency: read the
 blocks against each other (which block loses more than the model does), and take whole-model
 ratios from bench/interleave.py. Needs the python with onnxruntime (the default python3).
+
+With --peer openvino the peer is OpenVINO (CPU, LATENCY hint, f32, INFERENCE_NUM_THREADS =
+--threads) with its per-node counters on (PERF_COUNT; ORT-RUNS inferences, the first three left
+out); its node names carry the model's (a Reorder before a conv names that conv), so blocks map
+the same way.
 """
 import argparse
 import collections
@@ -68,6 +73,26 @@ def ort_nodes(model, threads, runs, work):
     return [(n, statistics.median(times[n][3:] or times[n])) for n in order]
 
 
+def ov_nodes(model, threads, runs, work):
+    """[(node name, median ms)] from OpenVINO's per-node counters (CPU, LATENCY hint, f32,
+    PERF_COUNT on), in execution order; nodes that did not run (0 us) left out."""
+    import numpy as np
+    import openvino as ov
+    cm = ov.Core().compile_model(model, "CPU", {"PERF_COUNT": "YES", "PERFORMANCE_HINT": "LATENCY",
+                                                "INFERENCE_NUM_THREADS": str(threads), "INFERENCE_PRECISION_HINT": "f32"})
+    req = cm.create_infer_request()
+    feeds = {i: np.random.rand(*[d if d > 0 else 1 for d in p.get_partial_shape().get_min_shape()]).astype(np.float32)
+             for i, p in enumerate(cm.inputs)}
+    times, order = collections.defaultdict(list), {}  # (a dict keeps the order, found in O(1))
+    for r in range(runs):
+        req.infer(feeds)
+        for info in req.get_profiling_info():
+            order.setdefault(info.node_name, None)
+            if r >= 3:  # the first inferences warm up
+                times[info.node_name].append(info.real_time.total_seconds() * 1000.0)
+    return [(n, statistics.median(times[n])) for n in order if times[n] and statistics.median(times[n]) > 0]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
@@ -77,16 +102,19 @@ def main():
     ap.add_argument("--ort-runs", type=int, default=30)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--nodes", action="store_true")
+    ap.add_argument("--peer", choices=["onnxruntime", "openvino"], default="onnxruntime",
+                    help="the runtime whose per-node profile kiln is set against")
     a = ap.parse_args()
+    peer_nodes, peer = (ov_nodes, "OpenVINO") if a.peer == "openvino" else (ort_nodes, "ONNX Runtime")
     work = tempfile.mkdtemp(prefix="kiln-ort-blocks-")
     first_node = {k: nodes[0] for k, nodes in kiln_out.kernel_nodes(a.kiln, a.model).items() if nodes}
     kiln_rounds, ort_rounds, blocks = [], [], []
     for r in range(a.rounds):
-        o = ort_nodes(a.model, a.threads, a.ort_runs, work)
+        o = peer_nodes(a.model, a.threads, a.ort_runs, work)
         k = [(n, t) for _, n, t in kiln_out.kernel_times(a.kiln, a.model, a.threads, a.runs)]
         if a.nodes:
             with open(os.path.join(work, f"round{r}.txt"), "w") as fh:
-                fh.writelines(f"ort {n} {t:.4f}\n" for n, t in o)
+                fh.writelines(f"{a.peer} {n} {t:.4f}\n" for n, t in o)
                 fh.writelines(f"kiln {n} {t:.4f}\n" for n, t in k)
         ob, kb, last = collections.defaultdict(float), collections.defaultdict(float), "other"
         for n, t in o:
@@ -102,9 +130,10 @@ def main():
     ks = [sum(x.values()) for x in kiln_rounds]
     os_ = [sum(x.values()) for x in ort_rounds]
     print(f"{a.model}, {a.threads} thread(s), {a.rounds} rounds: kiln {statistics.median(ks):.3f} ms, "
-          f"ONNX Runtime (profiled) {statistics.median(os_):.3f} ms, per-round ratio "
+          f"{peer} (profiled) {statistics.median(os_):.3f} ms, per-round ratio "
           f"{statistics.median(k / o for k, o in zip(ks, os_)):.3f}")
-    print(f"{'block':40s} {'kiln':>8s} {'ORT':>8s} {'kiln/ORT':>9s}")
+    short = "OV" if a.peer == "openvino" else "ORT"
+    print(f"{'block':40s} {'kiln':>8s} {short:>8s} {'kiln/' + short:>9s}")
     for b in blocks:
         k = statistics.median(x[b] for x in kiln_rounds)
         o = statistics.median(x[b] for x in ort_rounds)
