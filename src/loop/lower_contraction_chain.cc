@@ -350,9 +350,15 @@ class RowPipeline {
       Expr v = hoist(bkj, jb, "operand loads");
       jb.push_back(store(st.b_pack, add(mul(var(K), int_imm(st.n)), var(J)), v));
       // Read the source along its contiguous axis: a transposed operand (attention's K^T, whose
-      // k runs along memory) is packed column by column, others row by row.
+      // k runs along memory) is packed column by column, others row by row. The index is asked
+      // after the ranges fold its view's div/mod (a head sliced out of a fused QKV tensor and
+      // reshaped: unfolded it was not affine, and the audio encoder's K^T, 24 x 399 per head,
+      // was gathered element by element 288 floats apart, k outermost).
       bool k_contiguous = false;
       if (bkj->kind == ExprKind::Load) {
+        std::map<std::string, int64_t> extents = {{K, st.k}, {J, st.n}};
+        for (size_t d = 0; d < batch_; ++d) extents[cat("i", d)] = stages_[0].out[d];
+        bkj = fold_index_divmod(bkj, extents);
         AffineScope scope;
         scope.varying = {K, J};
         if (auto f = affine_form(bkj->args[0], scope))

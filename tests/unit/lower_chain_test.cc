@@ -471,6 +471,9 @@ TEST(LowerChain, AttentionNestShape) {
   EXPECT_EQ(count(s, "kiln_mk_f32("), 2u);
   EXPECT_EQ(count(s, "allocate kiln_bpack0"), 1u);
   EXPECT_EQ(s.find("kiln_bpack1"), std::string::npos);
+  // Kᵀ (a head's slice of the QKV tensor, read along k) packed by one transposing copy, its
+  // view's div/mod folded first; not element by element.
+  EXPECT_EQ(count(s, "kiln_transpose_f32(&kiln_bpack0[0], 6, &x["), 1u);
   // V: row stride 24 (K block kb from row 6 · kb), column 16 + 4h.
   EXPECT_NE(s.find("&x[(((kiln_tr1_kb * 144) + (i0 * 4)) + 16)], 24,"), std::string::npos);
   EXPECT_EQ(divmod_indices(s), std::vector<std::string>{});
