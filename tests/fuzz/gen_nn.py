@@ -110,25 +110,32 @@ def batched(b):
     return b.op1("MatMul", [x, y], out, mag)
 
 
-def attention(b):
-    """Scaled dot-product attention on [B, T, D]: one head, or heads split with Reshape/Transpose."""
+def attention(b, fused_qkv=False):
+    """Scaled dot-product attention on [B, T, D]: one head, or heads split with Reshape/Transpose.
+    fused_qkv: Q, K and V sliced out of one projection to 3 * dk columns (torchvision's
+    MultiheadAttention export: in_proj, then Slice per operand)."""
     x = b.pick(lambda v: v.rank == 3 and v.shape[-1] <= 130 and v.shape[1] <= 64)
     bs, t, d = x.shape
     dk = b.choice([8, 16, d])
     heads = b.choice([h for h in (2, 4) if dk % h == 0] or [1]) if b.chance(0.5) else 1
-    if bs * heads * t * t > MAX_ELEMS or bs * t * dk > MAX_ELEMS:
+    if bs * heads * t * t > MAX_ELEMS or bs * t * dk * (3 if fused_qkv else 1) > MAX_ELEMS:
         raise Skip()
     # Keys and values from a shorter sequence (every second or third token), as efficient
     # attention reads them (SegFormer, PVT: keys reduced to 49): score rows shorter than the
     # queries, the short-row passes of the chain emitter (ChainTile::row_jam).
     kv, tk = x, t
-    if t >= 6 and b.chance(0.3):
+    if not fused_qkv and t >= 6 and b.chance(0.3):
         step = b.choice([2, 3])
         tk = (t + step - 1) // step
         kv = b.op1("Slice", [x, b.ints([0], "starts"), b.ints([t], "ends"), b.ints([1], "axes"), b.ints([step], "steps")],
                    (bs, tk, d), x.mag, x.lb)
-    q = matmul_weight(b, x, dk)
-    k, v = (matmul_weight(b, kv, dk) for _ in range(2))
+    if fused_qkv:
+        qkv = matmul_weight(b, x, 3 * dk)
+        q, k, v = (b.op1("Slice", [qkv, b.ints([i * dk], "starts"), b.ints([(i + 1) * dk], "ends"), b.ints([2], "axes")],
+                         (bs, t, dk), qkv.mag, qkv.lb) for i in range(3))
+    else:
+        q = matmul_weight(b, x, dk)
+        k, v = (matmul_weight(b, kv, dk) for _ in range(2))
     if heads == 1:
         kt = b.op1("Transpose", [k], (bs, dk, tk), k.mag, perm=[0, 2, 1])
     else:
@@ -508,6 +515,13 @@ def fam_inverted_residual(b):
         if z.shape == x.shape and b.chance(0.6):
             z = b.op1("Add", [z, x], z.shape, z.mag + x.mag)
     return z
+
+
+def fam_fused_qkv_attention(b):
+    """Attention whose Q, K and V are slices of one projection (drawn only when asked: run_fuzz.py
+    --weight fam_fused_qkv_attention=W). Kᵀ is then a head's slice of the fused tensor read along
+    k, which the chain packs by one transposing copy once its view's div/mod fold."""
+    return attention(b, fused_qkv=True)
 
 
 def fam_squeeze_excitation(b):

@@ -175,6 +175,15 @@ for seed in range(20):
     se += "GlobalAveragePool" in ops and "Mul" in ops and ops.count("Conv") >= 2
 gen_ops.FAMILY_WEIGHTS.clear()
 expect("a weighted family is drawn (squeeze-excitation blocks in most of 20 seeds)", se >= 10, f"{se} of 20")
+gen_ops.FAMILY_WEIGHTS["fam_fused_qkv_attention"] = 1000.0
+qkv = 0
+for seed in range(20):
+    m, _, builder = gen_graph.generate(seed)
+    gen_graph.check_shapes(m, builder)
+    ops = [n.op_type for n in m.graph.node]
+    qkv += ops.count("Slice") >= 3 and ops.count("MatMul") >= 3
+gen_ops.FAMILY_WEIGHTS.clear()
+expect("fused-QKV attention is drawn when weighted (in most of 20 seeds)", qkv >= 6, f"{qkv} of 20")
 a2, _, _ = gen_graph.generate(12345)
 expect("weights cleared: the same graph as before", a2.SerializeToString() == a.SerializeToString())
 
