@@ -20,6 +20,7 @@ Schedule Schedule::for_target(const Target& t) {
   if (t.l2_bytes > 0) s.contraction.a_reuse_bytes = t.l2_bytes / 2;
   if (t.l2_bytes > 0) s.contraction.window_channel_rows_plane_bytes = 16 * t.l2_bytes;
   if (t.l2_bytes > 0) s.contraction.implicit_whole_k_bytes = t.l2_bytes / 4;
+  if (t.l2_bytes > 0) s.contraction.gemm_whole_k_bytes = t.l2_bytes / 4;
   if (t.l2_bytes > 0) s.stencil_bytes = t.l2_bytes * 2;  // schedule.h: stencil_bytes
   // A GPU keeps a block's rows in shared memory: that is the on-chip budget of a chain's tile.
   if (t.shared_memory_bytes > 0) s.chain.max_local_bytes = t.shared_memory_bytes;

@@ -77,6 +77,13 @@ struct ContractionTile {
   // its 64 -> 64 3x3 over 56x56 0.97; 42 one-node convs 0.93-1.01, geomean 0.98); larger panels
   // lost to the L2 taken whole (ResNet's 512 -> 512 3x3 convs, 1.18 MiB panels, 1.07-1.11).
   int64_t implicit_whole_k_bytes = 512 * 1024;
+  // The same for a MatMul with A read in place and B the prepacked weights (the target's L2 / 4;
+  // 0: never): its K is one block where B's whole-K panel is at most this many bytes, instead of
+  // blocks of kc whose accumulator tile goes through memory between them. One-node GEMMs at one
+  // thread on a Zen 4 (1 MiB L2), K 384-3072, transformer and square shapes: 0.974-0.981 of the
+  // time with kc = 192-256 (bench/ab_schedule.py M contraction.kc=K, 12 shapes; K <= 256
+  // unchanged). lower_contraction_gemm.cc.
+  int64_t gemm_whole_k_bytes = 256 * 1024;
   // The implicit GEMM's flat row tiles skip a kernel position's calls where it reads only padding
   // (GemmOperand::segment_line) when at least this fraction of the (tile, kernel position) calls
   // can: Inception-v3's 7x1 convs over 17x17 (9 % of their calls; 192 -> 192 1.37 -> 1.27 ms,

@@ -33,6 +33,7 @@ const std::vector<Field>& fields() {
       {"contraction.implicit_kc", [](S& s) -> int64_t& { return s.contraction.implicit_kc; }, nullptr},
       {"contraction.implicit_whole_k_bytes", [](S& s) -> int64_t& { return s.contraction.implicit_whole_k_bytes; },
        nullptr},
+      {"contraction.gemm_whole_k_bytes", [](S& s) -> int64_t& { return s.contraction.gemm_whole_k_bytes; }, nullptr},
       {"contraction.implicit_channels_inner", nullptr,
        [](S& s) -> int& { return s.contraction.implicit_channels_inner; }},
       {"contraction.implicit_inner_nr", nullptr, [](S& s) -> int& { return s.contraction.implicit_inner_nr; }},

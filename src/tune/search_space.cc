@@ -80,6 +80,7 @@ std::vector<Dimension> search_space(const FusionGroup& grp, const loop::Schedule
     d.push_back(dim("contraction.copy_b_min_k", {0, 32, 64, 128, 256}, dflt));
     d.push_back(dim("contraction.columns_outer", {0, 1}, dflt));
     d.push_back(dim("contraction.store_per_call", {0, 1}, dflt));
+    d.push_back(dim("contraction.gemm_whole_k_bytes", {0, l2 / 8, l2 / 4, l2 / 2}, dflt));
     d.push_back(dim("rows_block_bytes", {64 * KiB, 128 * KiB, 256 * KiB, 512 * KiB, 1024 * KiB}, dflt));
     if (has_pointwise_conv(grp)) {
       d.push_back(dim("contraction.channel_rows_positions", {0, 512, 1024, 2048, 4096, 8192, kNever}, dflt));

@@ -589,6 +589,17 @@ TEST(LowerContraction, ImplicitConvStoresEachRowTileAfterItsLastCall) {
   check_field_on_and_off(c, {}, &loop::ContractionTile::store_per_call, 1, "kiln_transpose_f32(&y", "+ (kiln_m0 + (kiln_r");
 }
 
+// A MatMul over an input read in place and prepacked weights whose whole-K panel (384 x 32 floats,
+// 48 KiB) is within gemm_whole_k_bytes takes K in one block; with the field off, blocks of kc (two
+// of 192). Against the reference both ways.
+TEST(LowerContraction, MatMulTakesKWholeWhereItsPanelFits) {
+  const ConvCase c{"gemm_whole_k", R"(  %m: f32[40,64] = MatMul(%x, %w) name="mm"
+  %y: f32[40,64] = Add(%m, %b) name="add"
+)", "%x: f32[40,384]", "%y", {{"w", {384, 64}}, {"b", {64}}}};
+  check_field_on_and_off(c, {}, &loop::ContractionTile::gemm_whole_k_bytes, int64_t{256 * 1024}, "[40 x 384] * [384 x 64]",
+                         "K block 384");
+}
+
 // An implicit conv whose B panel over all of K (576 x 32 floats, 72 KiB) is within
 // implicit_whole_k_bytes takes K in one block: each row tile's accumulators stay in registers
 // over all nine kernel positions, then it is stored. With the field off, implicit_kc blocks.
