@@ -166,23 +166,25 @@ expect("same seed, same bytes; another seed, another graph",
 # A family drawn only when asked (run_fuzz.py --weight): weighted, it shows up in valid graphs;
 # at its default weight 0, at the end of the list, the seeds' graphs are the unweighted ones.
 import gen_ops  # noqa: E402
-gen_ops.FAMILY_WEIGHTS["fam_squeeze_excitation"] = 1000.0
-se = 0
-for seed in range(20):
-    m, _, builder = gen_graph.generate(seed)
-    gen_graph.check_shapes(m, builder)
-    ops = [n.op_type for n in m.graph.node]
-    se += "GlobalAveragePool" in ops and "Mul" in ops and ops.count("Conv") >= 2
-gen_ops.FAMILY_WEIGHTS.clear()
+
+
+def drawn_weighted(family, shows_up, seeds=20):
+    """Of `seeds` graphs generated with `family` weighted heavily, how many `shows_up` (a predicate
+    on the op types); each graph must still be valid."""
+    gen_ops.FAMILY_WEIGHTS[family] = 1000.0
+    n = 0
+    for seed in range(seeds):
+        m, _, builder = gen_graph.generate(seed)
+        gen_graph.check_shapes(m, builder)
+        n += bool(shows_up([node.op_type for node in m.graph.node]))
+    gen_ops.FAMILY_WEIGHTS.clear()
+    return n
+
+
+se = drawn_weighted("fam_squeeze_excitation",
+                    lambda ops: "GlobalAveragePool" in ops and "Mul" in ops and ops.count("Conv") >= 2)
 expect("a weighted family is drawn (squeeze-excitation blocks in most of 20 seeds)", se >= 10, f"{se} of 20")
-gen_ops.FAMILY_WEIGHTS["fam_fused_qkv_attention"] = 1000.0
-qkv = 0
-for seed in range(20):
-    m, _, builder = gen_graph.generate(seed)
-    gen_graph.check_shapes(m, builder)
-    ops = [n.op_type for n in m.graph.node]
-    qkv += ops.count("Slice") >= 3 and ops.count("MatMul") >= 3
-gen_ops.FAMILY_WEIGHTS.clear()
+qkv = drawn_weighted("fam_fused_qkv_attention", lambda ops: ops.count("Slice") >= 3 and ops.count("MatMul") >= 3)
 expect("fused-QKV attention is drawn when weighted (in most of 20 seeds)", qkv >= 6, f"{qkv} of 20")
 a2, _, _ = gen_graph.generate(12345)
 expect("weights cleared: the same graph as before", a2.SerializeToString() == a.SerializeToString())
