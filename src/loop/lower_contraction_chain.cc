@@ -223,6 +223,14 @@ class RowPipeline {
     return cx.L.value_at(b, Index::from_dims(b->shape(), matmul_index(stages_[s].b_batch, std::move(kk), std::move(j))));
   }
 
+  // The ranges of stage s's right-operand index variables (k < K, j < N, the batch positions),
+  // with which fold_index_divmod takes a view's div/mod out of its index.
+  std::map<std::string, int64_t> b_extents(size_t s, const std::string& K, const std::string& J) const {
+    std::map<std::string, int64_t> e = {{K, stages_[s].k}, {J, stages_[s].n}};
+    for (size_t d = 0; d < batch_; ++d) e[cat("i", d)] = stages_[0].out[d];
+    return e;
+  }
+
   // The axpy form streams the right operand along j: in place when it is contiguous there, else
   // packed once per tile ([K][N], then read by every row of the tile) when it is small; the dot
   // form reads it along k otherwise. float32 stages with a right operand in memory (in place: a
@@ -238,9 +246,7 @@ class RowPipeline {
     if (Expr ix = first_global_load_index(bkj)) {
       AffineScope scope;
       scope.varying = {K, J};
-      std::map<std::string, int64_t> extents = {{K, st.k}, {J, st.n}};
-      for (size_t d = 0; d < batch_; ++d) extents[cat("i", d)] = stages_[0].out[d];
-      f = affine_form(fold_index_divmod(ix, extents), scope);
+      f = affine_form(fold_index_divmod(ix, b_extents(s, K, J)), scope);
     }
     const bool contiguous = f && f->coef_of(J) == 1;
     if (contiguous && bkj->kind == ExprKind::Load) {
@@ -356,9 +362,7 @@ class RowPipeline {
       // was gathered element by element 288 floats apart, k outermost).
       bool k_contiguous = false;
       if (bkj->kind == ExprKind::Load) {
-        std::map<std::string, int64_t> extents = {{K, st.k}, {J, st.n}};
-        for (size_t d = 0; d < batch_; ++d) extents[cat("i", d)] = stages_[0].out[d];
-        bkj = fold_index_divmod(bkj, extents);
+        bkj = fold_index_divmod(bkj, b_extents(s, K, J));
         AffineScope scope;
         scope.varying = {K, J};
         if (auto f = affine_form(bkj->args[0], scope))
