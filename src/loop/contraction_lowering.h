@@ -99,6 +99,10 @@ class ContractionLowering {
   // contraction's value there is `with`.
   std::vector<std::pair<Expr, Expr>> epilogue_stores(Index& point, const Expr& with);
 
+  // Where group value v holds the contraction's output element at `point` (forward through
+  // elementwise and Transpose members).
+  Index output_position(const Value* v, Index& point);
+
   // Epilogue value v at idx when the contraction's value at its output position `point_flat` is
   // `with` (substitute_placeholders; a read of the output at another position refuses).
   Expr epilogue_value(const Value* v, const Index& idx, const Expr& point_flat, const Expr& with,

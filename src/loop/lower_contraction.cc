@@ -314,11 +314,49 @@ std::vector<std::pair<Expr, Expr>> ContractionLowering::epilogue_stores(Index& p
   std::unordered_map<const ExprNode*, Expr> memo;
   std::vector<std::pair<Expr, Expr>> stores;
   for (const Value* v : grp_.outputs) {
-    Index idx = v->shape() == out_shape_ ? point : Index::from_flat(v->shape(), point_flat);
+    Index idx = output_position(v, point);
     Expr e = epilogue_value(v, idx, point_flat, with, memo);
     stores.push_back({L_.flat(idx), e});
   }
   return stores;
+}
+
+// Where group value v holds the contraction's output element at `point`: carried forward through
+// the members between them — an elementwise op keeps the position of its operand from the
+// contraction, a Transpose permutes it, a Reshape-like op keeps the flat offset. A value stored in
+// another layout than the contraction's (assign_layouts' channels-last values: a Transpose after a
+// conv's epilogue) is so stored at the element's own position, and its epilogue reads the
+// contraction's value where it was computed. A value not on such a path keeps the flat offset.
+Index ContractionLowering::output_position(const Value* v, Index& point) {
+  // A point given as a flat offset only (the channel-rows forms: positions as one flat column)
+  // has per-dimension indices only as div/mod of it, whose permutation the position check cannot
+  // match to the flat offset again: no path through a Transpose there (the group is refused).
+  const bool has_dims = point.dims.has_value();
+  auto on_path = [&](const Value* u, auto&& self) -> std::optional<Index> {
+    if (u == c_->output(0)) return point;
+    const Node* n = u->producer();
+    if (!n || std::find(grp_.nodes.begin(), grp_.nodes.end(), n) == grp_.nodes.end()) return std::nullopt;
+    if (n->op_type() == "Transpose" && n->domain().empty()) {
+      if (!has_dims) return std::nullopt;
+      auto in = self(n->input(0), self);
+      if (!in) return std::nullopt;
+      const size_t rank = u->shape().size();
+      std::vector<int64_t> perm(rank);
+      for (size_t i = 0; i < rank; ++i) perm[i] = int64_t(rank - 1 - i);
+      if (n->has_attr("perm")) perm = n->attr_ints("perm");
+      const std::vector<Expr> d = L_.dims(*in);
+      std::vector<Expr> od(rank);
+      for (size_t i = 0; i < rank; ++i) od[i] = d[size_t(perm[i])];
+      return Index::from_dims(u->shape(), std::move(od));
+    }
+    if (is_elementwise(n))
+      for (const Value* a : n->inputs())
+        if (a && a->shape() == u->shape())
+          if (auto in = self(a, self)) return in;
+    return std::nullopt;
+  };
+  if (auto at = on_path(v, on_path)) return *at;
+  return v->shape() == out_shape_ ? point : Index::from_flat(v->shape(), L_.flat(point));
 }
 
 Expr ContractionLowering::epilogue_value(const Value* v, const Index& idx, const Expr& point_flat, const Expr& with,

@@ -277,6 +277,25 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
         }
         return kblocks == 1 ? copy : if_then(binary(BinOp::Eq, var("kiln_kb"), int_imm(kblocks - 1)), {copy});
       };
+    } else if (f && f->coef_of("kiln_ej") == 1 && f->coef_of("kiln_x") > 1) {
+      // A channels-last output (assign_layouts): the tile's rows are output rows, ldx apart
+      // along a line; each is copied as it is, vectorised along the channels.
+      const TileStore out = st[0];
+      const int64_t ldx = f->coef_of("kiln_x"), L = v.line, valid = v.line_valid;
+      store_rows = [=, &acc](Expr rows, Expr r) -> Stmt {
+        // Rows [g0, g0 + rows) of the tile's block: row g is (line g / L, position g % L),
+        // stored where the position is valid.
+        const Expr g = add(add(var("kiln_m0"), r), var("kiln_sr"));
+        const Expr ln = div_floor(g, int_imm(L)), x = mod(g, int_imm(L));
+        const Expr dst = sched::substitute(out.index, {{"kiln_x", var("kiln_sx")}, {"kiln_ej", var("kiln_sj")}, {"kiln_ln", var("kiln_sln")}});
+        Stmt row = for_loop("kiln_sj", var("kiln_nc"),
+                            {store(out.buffer, dst, load(acc, add(mul(add(r, var("kiln_sr")), int_imm(nc)), var("kiln_sj"))))},
+                            ForKind::Vectorized);
+        std::vector<Stmt> body = {let("kiln_sln", ln), let("kiln_sx", x)};
+        body.push_back(L == valid ? row : if_then(lt(var("kiln_sx"), int_imm(valid)), {row}));
+        Stmt copy = for_loop("kiln_sr", std::move(rows), std::move(body));
+        return kblocks == 1 ? copy : if_then(binary(BinOp::Eq, var("kiln_kb"), int_imm(kblocks - 1)), {copy});
+      };
     }
   }
 
@@ -640,6 +659,24 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
         bufs.push_back(stores[o].buffer);
       }
       append_stores(body, bufs, std::move(pairs), next_let);
+      // An output stored channels-last (every store's index has unit stride between output
+      // channels: assign_layouts' values between convs): the tile's rows are the output's rows,
+      // copied row by row, vectorised along the channels.
+      bool channels_last = true;
+      for (const TileStore& st : stores) {
+        AffineScope scope;
+        scope.varying = {"kiln_x", "kiln_ej", "kiln_ln"};
+        const auto f = affine_form(st.index, scope);
+        channels_last = channels_last && f && f->coef_of("kiln_ej") == 1 && f->coef_of("kiln_x") > 1;
+      }
+      if (channels_last) {
+        std::vector<Stmt> per_line = line_bounds;
+        per_line.push_back(for_loop("kiln_ex", sub(var("kiln_xb"), var("kiln_xa")),
+                                    {let("kiln_x", add(var("kiln_xa"), var("kiln_ex"))),
+                                     for_loop("kiln_ej", c.extent, std::move(body), ForKind::Vectorized)}));
+        copies.push_back(guarded(c, for_loop("kiln_el", lines, std::move(per_line))));
+        continue;
+      }
       std::vector<Stmt> per_line = line_bounds;
       per_line.push_back(for_loop("kiln_ex", sub(var("kiln_xb"), var("kiln_xa")),
                                   {let("kiln_x", add(var("kiln_xa"), var("kiln_ex"))), block(std::move(body))},
