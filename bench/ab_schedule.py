@@ -2,14 +2,14 @@
 """One kernel under two schedules, alternated call by call in one C program.
 
 Usage: python3 bench/ab_schedule.py MODEL.onnx FIELD=VALUE [FIELD=VALUE ...] [--kiln build/kiln]
-                                    [--calls 40] [--work DIR]
+                                    [--calls 40] [--work DIR] [--buffer-mib 16]
 
 MODEL is a one-kernel model (a one-node conv from bench/kernel_sweep.py's conv_model, say). Its
 kernel is built twice with `kiln compile` (1 thread): A with the default schedule, B with a
 records file whose one record sets the given schedule fields (`kiln tune`'s field names, e.g.
 contraction.implicit_channels_inner=0) and leaves every other field at its default. Both kernels
-are linked into one program that calls A, then B, on the same 16 MiB operand buffers, CALLS
-times; it prints each one's minimum and median and the median of the per-call ratios B / A. A
+are linked into one program that calls A, then B, on the same operand buffers (16 MiB each;
+--buffer-mib for a kernel with a larger input or output), CALLS times; it prints each one's minimum and median and the median of the per-call ratios B / A. A
 phase of a noisy machine then slows both alike, where separate processes (ab_kernels.py) or
 blocks of runs see different phases. The operands are synthetic (the kernel's weights are not
 the model's), which changes nothing for float arithmetic without subnormals.
@@ -37,8 +37,8 @@ static int cmp(const void* x, const void* y) { double a = *(const double*)x, b =
 int main(int argc, char** argv) {
   void* a[16];
   for (int i = 0; i < 16; i++) {
-    float* p = aligned_alloc(64, 16 << 20);
-    for (int j = 0; j < (4 << 20); j++) p[j] = (float)((unsigned)j * 7919u % 1000u) * 0.001f - 0.5f;
+    float* p = aligned_alloc(64, (size_t)KILN_AB_MIB << 20);
+    for (size_t j = 0; j < ((size_t)KILN_AB_MIB << 18); j++) p[j] = (float)((unsigned)j * 7919u % 1000u) * 0.001f - 0.5f;
     a[i] = p;
   }
   const int n = argc > 1 ? atoi(argv[1]) : 40;
@@ -101,6 +101,7 @@ def main():
     ap.add_argument("--kiln", default=os.path.join(os.path.dirname(__file__), "..", "build", "kiln"))
     ap.add_argument("--calls", type=int, default=40)
     ap.add_argument("--work", help="folder for the bundles and the program (default: a temporary one)")
+    ap.add_argument("--buffer-mib", type=int, default=16, help="size of each operand buffer (MiB)")
     a = ap.parse_args()
     work = a.work or tempfile.mkdtemp(prefix="kiln_ab_schedule_")
     os.makedirs(work, exist_ok=True)
@@ -130,7 +131,8 @@ def main():
         fh.write(DRIVER)
     exe = os.path.join(work, "ab")
     run(["gcc", "-O3", "-march=native", "-fPIC", "-fopenmp", "-ffp-contract=fast", "-w", "-c", c, "-o", exe + ".o"])
-    run(["gcc", "-O2", os.path.join(work, "driver.c"), exe + ".o", "-fopenmp", "-lm", "-o", exe])
+    run(["gcc", "-O2", f"-DKILN_AB_MIB={a.buffer_mib}", os.path.join(work, "driver.c"), exe + ".o", "-fopenmp", "-lm",
+         "-o", exe])
     for name, body in (("A", ka), ("B", kb)):
         m = re.search(r"/\* (tiled contraction.*?) \*/", body)
         if m:

@@ -111,7 +111,11 @@ bool ContractionLowering::window_channel_rows() const {
   const int64_t c = c_->input(0)->shape()[1];
   if (c < 16 && !sched_.reorder_sums) return true;
   const PhasePlanes ph = phase_geometry();
-  const int64_t bytes = c_->input(0)->shape()[0] * c * ph.slots * ph.plane * int64_t(sizeof(float));
+  // One image's planes: the implicit form's row tiles walk one image at a time, so the batch does
+  // not make its A lines come from further away (lower_conv3d's frames as the batch: R3D-18's
+  // 64 -> 64 convs over 8 frames of 56x56, 2.6 MB per frame, 59.5 ms as channel rows, 53.4 as
+  // positions; bench/ab_schedule.py, 1 thread).
+  const int64_t bytes = c * ph.slots * ph.plane * int64_t(sizeof(float));
   return bytes > sched_.contraction.window_channel_rows_plane_bytes &&
          c_->input(1)->shape()[0] >= sched_.contraction.window_channel_rows_min_cout && ph.wq * 4 <= geo_.out[1] * 5;
 }

@@ -13,6 +13,7 @@
 #include "transforms/expand_square.h"
 #include "transforms/fold_batchnorm.h"
 #include "transforms/fold_pad_into_conv.h"
+#include "transforms/lower_conv3d.h"
 #include "transforms/lower_conv_transpose.h"
 #include "transforms/lower_einsum.h"
 #include "transforms/lower_gemm.h"
@@ -34,6 +35,10 @@ std::vector<std::unique_ptr<Pass>> lowering_pipeline(bool strict_fp) {
   p.push_back(std::make_unique<FoldPadIntoConv>());
   // After lower_conv_transpose, whose Convs pad the zero-inserted input too.
   p.push_back(std::make_unique<TrimConvTaps>());
+  // After trim_conv_taps, which may leave a 3-D conv a window along one of depth and the plane
+  // (a planar conv to the loop lowering). Not under --strict-fp: the 2-D conv sums in another
+  // order than the reference's 3-D one.
+  if (!strict_fp) p.push_back(std::make_unique<LowerConv3d>());
   // Before transpose_to_reshape, which turns the Transposes it emits around unit dims into views.
   p.push_back(std::make_unique<LowerEinsum>());
   // Before decompose_activations and lower_gemm's neighbours: it emits MatMuls, Sigmoid/Tanh and

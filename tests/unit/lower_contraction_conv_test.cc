@@ -689,7 +689,9 @@ TEST(LowerContraction, ChannelScaleBeforePointwiseConvGoesIntoTheWeights) {
                      {{"w", {cout, 24, 1, 1}}, {"b", {cout}}}};
     SCOPED_TRACE(form);
     check_conv_both_numerics(c, /*fma_exact=*/false, [&](const std::string& nest, bool strict) {
-      if (!strict) EXPECT_NE(nest.find(form), std::string::npos) << nest;
+      if (!strict) {
+        EXPECT_NE(nest.find(form), std::string::npos) << nest;
+      }
       EXPECT_EQ(nest.find("kiln_wsc") != std::string::npos, !strict) << nest;
     }, {}, 4);
   }
@@ -762,6 +764,24 @@ TEST(LowerContraction, WindowedConvOverManyPositionsHasChannelRows) {
         ASSERT_TRUE(lg.kernel) << lg.reason;
         EXPECT_NE(loop::print_kernel(*lg.kernel).find("K in segments"), std::string::npos) << plane_bytes << " " << cout;
       }
+  }
+}
+
+// The planes' budget is per image: a batch of images whose planes exceed it together, each
+// within it, keeps the implicit form (its row tiles walk one image at a time).
+TEST(LowerContraction, WindowedConvPlaneBudgetIsPerImage) {
+  const ConvCase c{"rows_batch", R"(  %y: f32[3,72,15,13] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
+)", "%x: f32[3,20,15,13]", "%y", {{"w", {72, 20, 3, 3}}, {"b", {72}}}};
+  // One image's planes: 20 channels of 17 x 15 floats, 20,400 bytes.
+  for (const auto& [plane_bytes, rows] : std::vector<std::pair<int64_t, bool>>{{30 * 1024, false}, {16 * 1024, true}}) {
+    loop::Schedule sched;
+    sched.contraction.window_channel_rows_plane_bytes = plane_bytes;
+    sched.contraction.window_channel_rows_min_cout = 64;
+    check_conv_both_numerics(c, /*fma_exact=*/false, [&](const std::string& nest, bool strict) {
+      if (!strict) {
+        EXPECT_EQ(nest.find("K in segments") == std::string::npos, rows) << plane_bytes << "\n" << nest;
+      }
+    }, sched, 1);
   }
 }
 

@@ -1,6 +1,7 @@
 // The lowering passes, numerically: every rewrite runs through the reference executor before and
 // after on random inputs (lowering_test_util.h). This file: fold_batchnorm, lower_gemm and the
 // lowering pipeline; lowering_decompose_test.cc has the decompositions and transpose_to_reshape.
+#include <algorithm>
 #include <sstream>
 
 #include "lowering_test_util.h"
@@ -277,12 +278,17 @@ TEST(Lowering, PipelineOrderAndNames) {
   std::vector<std::string> order;
   for (const auto& p : lowering_pipeline()) order.push_back(p->name());
   EXPECT_EQ(order, (std::vector<std::string>{"fold_batchnorm", "lower_gemm", "lower_conv_transpose", "fold_pad_into_conv", "trim_conv_taps",
-                                             "lower_einsum",
+                                             "lower_conv3d", "lower_einsum",
                                              "decompose_recurrent", "decompose_normalization", "decompose_softmax", "decompose_activations",
                                              "decompose_resize", "decompose_lrn", "expand_square",
                                              "transpose_to_reshape",
                                              "eliminate_common_subexpressions", "eliminate_dead_code"}));
-  EXPECT_EQ(lowering_pass_names().size(), 16u);
+  EXPECT_EQ(lowering_pass_names().size(), 17u);
+  // Under --strict-fp without lower_conv3d (its 2-D conv sums in another order).
+  std::vector<std::string> strict;
+  for (const auto& p : lowering_pipeline(/*strict_fp=*/true)) strict.push_back(p->name());
+  EXPECT_EQ(std::count(strict.begin(), strict.end(), "lower_conv3d"), 0);
+  EXPECT_EQ(strict.size(), order.size() - 1);
   for (const std::string& name : lowering_pass_names()) EXPECT_EQ(create_pass(name)->name(), name);
   Graph g;
   PipelineOptions opts;
