@@ -36,12 +36,13 @@ import tempfile
 import kiln_out
 
 # Blocks by the exporters' node names: torchvision's CNNs (features.N, layerN/layerN.M, inception*,
+# Inception-v3's Mixed_* and Conv2d_*,
 # trunk_output/blockN/blockN-M), its ViT (encoder_layer_N), Hugging Face-style encoders and
 # decoders (layer.N, h.N), and the front ends of audio models (convs.N).
 BLOCK = re.compile(r"(layers\.\d+(?:/layers\.\d+\.\d+)?|features\.\d+(?:/features\.\d+\.\d+)?|layer\d/layer\d\.\d+|inception\w+|classifier"
                    r"|trunk_output/block\d/block\d-\d+|stem|blocks\.\d+|stages?\.\d+(?:/blocks?\.\d+)?"
                    r"|encoder_layer_\d+|layer\.\d+|h\.\d+|convs\.\d+|layer(?=/)"
-                   r"|conv\d\w*|maxpool\w*|fc)")
+                   r"|Mixed_\w+?(?=/)|Conv2d_\w+?(?=/)|conv\d\w*|maxpool\w*|fc)")
 
 
 def block_of(name):

@@ -217,7 +217,31 @@ GemmView ContractionLowering::implicit_conv_view() {
   // Staged planes with the channels innermost: a micro-kernel call's A rows are runs of kc
   // consecutive floats, not kc floats a plane apart each.
   const bool inner = !direct && sched_.contraction.implicit_channels_inner && channels_inner_staging();
-  if (inner) widen_panels(cout, sched_.contraction.implicit_inner_nr);
+  // The share of kernel rows over input rows (not padding), for position_rows.
+  int64_t live_rows = 0;
+  for (int64_t ky = 0; ky < kh; ++ky)
+    for (int64_t oy = 0; oy < ho; ++oy) live_rows += oy * sy + ky * dy - pt >= 0 && oy * sy + ky * dy - pt < h;
+  const double live_share = double(live_rows) / double(std::max<int64_t>(1, ho * kh));
+  if (inner) {
+    // The wider tile unless its row tiles, fitted to the lines, are 4 rows or fewer where the
+    // narrow tile's hold as many accumulators: over Inception-v3's 8-wide lines 64 columns left
+    // 4 rows (4x64) where 32 take 8 (8x32), and its 448 -> 384 3x3 conv over 8x8 ran 2.17 ms
+    // against 1.61 (bench/ab_schedule.py, 1 thread); its convs over 8x8 0.55-0.83 in the model.
+    // (7x64 over ResNet's lines beat 14x32; 5x64 over 5-wide lines keeps twice 5x32's
+    // accumulators.)
+    const auto narrow = sched_.contraction;
+    widen_panels(cout, sched_.contraction.implicit_inner_nr);
+    if (sched_.contraction.fit_position_rows && sched_.contraction.nr != narrow.nr) {
+      const int64_t wq = phase_geometry().wq, m = (ho - 1) * wq + wo;
+      const int wide_mr = position_rows(false, ho, wo, wq, m, live_share);
+      if (wide_mr <= 4) {
+        const auto wide = sched_.contraction;
+        sched_.contraction = narrow;
+        if (int64_t(position_rows(false, ho, wo, wq, m, live_share)) * narrow.nr < int64_t(wide_mr) * wide.nr)
+          sched_.contraction = wide;
+      }
+    }
+  }
   const PhasePlanes ph = direct ? PhasePlanes{} : stage_phase_planes(inner);
   const int64_t nph = direct ? 1 : ph.slots, plane = direct ? h * wd : ph.plane, rs = direct ? wd : ph.wq;
   // Element strides of a position and of a channel in A; floats per image.
@@ -226,12 +250,7 @@ GemmView ContractionLowering::implicit_conv_view() {
   GemmView g;
   g.batch = {nb};
   g.m = (ho - 1) * rs + wo;
-  if (sched_.contraction.fit_position_rows) {
-    int64_t live = 0;
-    for (int64_t ky = 0; ky < kh; ++ky)
-      for (int64_t oy = 0; oy < ho; ++oy) live += oy * sy + ky * dy - pt >= 0 && oy * sy + ky * dy - pt < h;
-    sched_.contraction.mr = position_rows(direct, ho, wo, rs, g.m, double(live) / double(std::max<int64_t>(1, ho * kh)));
-  }
+  if (sched_.contraction.fit_position_rows) sched_.contraction.mr = position_rows(direct, ho, wo, rs, g.m, live_share);
   g.n = cout;
   g.k = ks * c;
   // The K block, once the calls that read only padding are counted (dead of calls): a K longer

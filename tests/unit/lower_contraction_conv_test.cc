@@ -131,6 +131,9 @@ std::vector<ConvCase> implicit_conv_cases() {
       {"ic_inner_pad_wide", R"(  %c: f32[1,128,4,5] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
   %y: f32[1,128,4,5] = Relu(%c) name="relu"
 )", "%x: f32[1,256,4,5]", "%y", {{"w", {128, 256, 3, 3}}, {"b", {128}}}},
+      // 8-wide lines: fitted to them, a 64-wide tile would be 4 rows; the 32-wide one takes 8.
+      {"ic_inner_8_wide", R"(  %y: f32[1,128,8,8] = Conv(%x, %w) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
+)", "%x: f32[1,32,8,8]", "%y", {{"w", {128, 32, 3, 3}}}},
       // 96 output channels are one and a half 64-wide panels: the tile stays 32 wide.
       {"ic_inner_96_out", R"(  %y: f32[1,96,6,6] = Conv(%x, %w) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
 )", "%x: f32[1,32,6,6]", "%y", {{"w", {96, 32, 3, 3}}}},
@@ -195,7 +198,7 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
         static const std::set<std::string> unit_stride_staged = {
             "ic_3x3_pad",       "ic_dilated_lines", "ic_dilated_aspp_skip",   "ic_3d_temporal_3x1x1",
             "ic_narrow_out_16", "ic_narrow_out_20", "ic_stem_im2col_few_out", "ic_1x7_lines",
-            "ic_7x1_flat",      "ic_inner_pad_wide", "ic_inner_96_out"};
+            "ic_7x1_flat",      "ic_inner_pad_wide", "ic_inner_96_out", "ic_inner_8_wide"};
         const bool transposed_staging = nest.find("kiln_transpose_f32(&kiln_xph") != std::string::npos;
         EXPECT_EQ(transposed_staging, sp != &small && unit_stride_staged.count(c.name)) << nest;
         // ... and where a computed input's values lie channels innermost in their source: each
@@ -253,6 +256,9 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
           EXPECT_NE(nest.find("micro-kernel 5x64"), std::string::npos) << nest;  // one line of 5 outputs
           EXPECT_NE(nest.find("kiln_transpose_f32(&kiln_xph"), std::string::npos) << nest;
           EXPECT_NE(nest.find(", 272, &x["), std::string::npos) << "positions 272 floats apart: " << nest;
+        }
+        if (!sp && c.name == "ic_inner_8_wide") {
+          EXPECT_NE(nest.find("micro-kernel 8x32"), std::string::npos) << nest;
         }
         if (!sp && c.name == "ic_inner_96_out") {
           EXPECT_NE(nest.find("x32, K block"), std::string::npos) << nest;
