@@ -69,14 +69,15 @@ GemmView ContractionLowering::tiled_view() {
   GemmView g = c_->op_type() == "MatMul" ? matmul_view() : implicit_conv() ? implicit_conv_view() : conv_view();
   read_in_place_when_affine(g.a, g.batch.size(), false);
   if (!g.b.packer) read_in_place_when_affine(g.b, g.batch.size(), true);
-  // A MatMul over A in place and the prepacked weights takes K as one block where B's whole-K
-  // panel is at most gemm_whole_k_bytes (schedule.h), as implicit convs do: no round trip of the
-  // accumulator tile through memory per block (transformer projections with K 384-3072 at one
-  // thread, 0.974-0.981 of the time; in ViT-S and Swin-T 0.95-0.97). Not for fewer rows than a
+  // A MatMul over the prepacked weights takes K as one block where B's whole-K panel is at most
+  // gemm_whole_k_bytes (schedule.h), as implicit convs do: no round trip of the accumulator tile
+  // through memory per block (transformer projections with K 384-3072 at one thread, 0.974-0.981
+  // of the time; in ViT-S and Swin-T 0.95-0.97). A computed A too, packed per row block over all
+  // of K (a LayerNorm's tail before ViT-B's 768 -> 3072 MLP: 8 x 1920 tiles, 0.94). Not for fewer rows than a
   // micro-kernel tile: a classifier's matrix-vector product streams B once either way, and its
   // one K block took the short wide tiles (MobileNetV3-L's two FCs 1.24x and 1.44x slower).
   auto& cr = sched_.contraction;
-  if (c_->op_type() == "MatMul" && g.a.buffer && g.b.panel_nr > 0 && g.k_segment == 0 && g.m >= cr.mr && g.k > cr.kc &&
+  if (c_->op_type() == "MatMul" && g.b.panel_nr > 0 && g.k_segment == 0 && g.m >= cr.mr && g.k > cr.kc &&
       g.k * cr.nr * int64_t(sizeof(float)) <= cr.gemm_whole_k_bytes)
     cr.kc = g.k;
   return g;

@@ -642,13 +642,20 @@ TEST(LowerContraction, ImplicitConvCopiesAChannelsLastTileByRows) {
 
 // A MatMul over an input read in place and prepacked weights whose whole-K panel (384 x 32 floats,
 // 48 KiB) is within gemm_whole_k_bytes takes K in one block; with the field off, blocks of kc (two
-// of 192). Against the reference both ways.
+// of 192). The same where A is computed (a LayerNorm's tail before a transformer's MLP, packed
+// per row block). Against the reference both ways.
 TEST(LowerContraction, MatMulTakesKWholeWhereItsPanelFits) {
   const ConvCase c{"gemm_whole_k", R"(  %m: f32[40,64] = MatMul(%x, %w) name="mm"
   %y: f32[40,64] = Add(%m, %b) name="add"
 )", "%x: f32[40,384]", "%y", {{"w", {384, 64}}, {"b", {64}}}};
   check_field_on_and_off(c, {}, &loop::ContractionTile::gemm_whole_k_bytes, int64_t{256 * 1024}, "[40 x 384] * [384 x 64]",
                          "K block 384");
+  const ConvCase packed{"gemm_whole_k_packed_a", R"(  %d: f32[40,384] = Div(%x, %s) name="norm"
+  %m: f32[40,64] = MatMul(%d, %w) name="mm"
+  %y: f32[40,64] = Add(%m, %b) name="add"
+)", "%x: f32[40,384], %s: f32[40,1]", "%y", {{"w", {384, 64}}, {"b", {64}}}};
+  check_field_on_and_off(packed, {}, &loop::ContractionTile::gemm_whole_k_bytes, int64_t{256 * 1024}, "A packed",
+                         "K block 384", 3);
 }
 
 // An implicit conv whose B panel over all of K (576 x 32 floats, 72 KiB) is within
