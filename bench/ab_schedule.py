@@ -72,7 +72,8 @@ def signature_record(kiln, model, work):
     if os.path.exists(path):
         os.remove(path)
     run([kiln, "tune", model, "--budget", "20s", "--threads", "1", "--records", path])
-    recs = [json.loads(l) for l in open(path) if l.strip()]
+    # Its fusion search's records (pairs measured fused and apart) are not the kernel's.
+    recs = [r for r in (json.loads(l) for l in open(path) if l.strip()) if r.get("emitter") != "fusion"]
     if len(recs) != 1:
         sys.exit(f"ab_schedule: {model}: {len(recs)} tuned kernels; a one-kernel model is needed")
     return recs[0]

@@ -260,6 +260,25 @@ EXTRA_MODELS = {
     "regnet_x_400mf": (221, lambda: tv.regnet_x_400mf(weights=None), IMG,
                        "torchvision regnet_x_400mf (16-channel groups)"),
     "mobilenet_v3_large": (222, lambda: tv.mobilenet_v3_large(weights=None), IMG, "torchvision mobilenet_v3_large"),
+    # Added in the twentieth session's sweep of models kiln had not seen (docs/benchmarks.md).
+    "inception_v3": (223, lambda: tv.inception_v3(weights=None, aux_logits=False, init_weights=True), (1, 3, 299, 299),
+                     "torchvision inception_v3 (1x7/7x1 convs, 8x8 maps)"),
+    "resnext50_32x4d": (224, lambda: tv.resnext50_32x4d(weights=None), IMG, "torchvision resnext50_32x4d (32 groups)"),
+    "efficientnet_v2_s": (225, lambda: tv.efficientnet_v2_s(weights=None), IMG,
+                          "torchvision efficientnet_v2_s (fused MBConv)"),
+    "regnet_y_1_6gf": (226, lambda: tv.regnet_y_1_6gf(weights=None), IMG, "torchvision regnet_y_1_6gf"),
+    "shufflenet_v2_x0_5": (227, lambda: tv.shufflenet_v2_x0_5(weights=None), IMG, "torchvision shufflenet_v2_x0_5"),
+    "r3d_18": (228, lambda: torchvision.models.video.r3d_18(weights=None), (1, 3, 8, 112, 112),
+               "torchvision video r3d_18 (3x3x3 convs), 8 frames of 112x112"),
+    "r3d_18_small": (229, lambda: torchvision.models.video.r3d_18(weights=None), (1, 3, 4, 56, 56),
+                     "torchvision video r3d_18, 4 frames of 56x56 (the test's size)"),
+    "r2plus1d_18": (230, lambda: torchvision.models.video.r2plus1d_18(weights=None), (1, 3, 8, 112, 112),
+                    "torchvision video r2plus1d_18 (factorised (1,3,3) and (3,1,1) convs)"),
+    "mc3_18": (231, lambda: torchvision.models.video.mc3_18(weights=None), (1, 3, 8, 112, 112),
+               "torchvision video mc3_18 (3-D stem, 2-D layers)"),
+    "fcn_resnet50": (232, lambda: SegmentationOut(seg.fcn_resnet50(weights=None, weights_backbone=None, aux_loss=False)), IMG,
+                     "torchvision fcn_resnet50 (dilated ResNet-50, bilinear upsampling)"),
+    "vit_b_16": (233, lambda: tv.vit_b_16(weights=None), IMG, "torchvision vit_b_16 (12 layers, d 768)"),
 }
 
 
