@@ -640,6 +640,39 @@ TEST(LowerContraction, ImplicitConvCopiesAChannelsLastTileByRows) {
   }
 }
 
+// Two threads share the tiles evenly in the order the nest runs them. ViT-B/16's MLP-in (A packed:
+// a LayerNorm's tail) runs its column panels outermost (N > M): panels of 1920 and 1152 columns
+// gave one thread all the wide ones; the panels are now equal. Its MLP-out + LayerNorm rows: 197
+// rows in 3 blocks gave one thread two; now a whole number of blocks per thread. Against the
+// reference both ways.
+TEST(LowerContraction, TwoThreadsGetEqualShares) {
+  loop::Schedule two;
+  two.threads = 2;
+  const ConvCase panels{"balance_panels", R"(  %d: f32[197,64] = Div(%x, %s) name="norm"
+  %m: f32[197,3072] = MatMul(%d, %w) name="mm"
+)", "%x: f32[197,64], %s: f32[197,1]", "%m", {{"w", {64, 3072}}}};
+  check_conv_both_numerics(panels, /*fma_exact=*/false, [](const std::string& nest, bool strict) {
+    if (strict) return;
+    const size_t at = nest.find("tile ");
+    ASSERT_NE(at, std::string::npos) << nest;
+    const int64_t nc = std::stoll(nest.substr(nest.find('x', at) + 1));
+    EXPECT_EQ(3072 % nc, 0) << "unequal column panels: " << nest.substr(at, 40);
+  }, two, 2);
+  const ConvCase rows{"balance_rows", R"(  %m: f32[197,768] = MatMul(%x, %w) name="mm"
+  %ax = constant i64[1] [1]
+  %mu: f32[197,1] = ReduceMean(%m, %ax) {keepdims=1} name="mean"
+  %y: f32[197,768] = Sub(%m, %mu) name="center"
+)", "%x: f32[197,64]", "%y", {{"w", {64, 768}}}};
+  check_conv_both_numerics(rows, /*fma_exact=*/false, [](const std::string& nest, bool strict) {
+    if (strict) return;
+    const size_t at = nest.find(" rows per block");
+    ASSERT_NE(at, std::string::npos) << nest;
+    const size_t from = nest.rfind(' ', at - 1) + 1;
+    const int64_t per = std::stoll(nest.substr(from, at - from));
+    EXPECT_EQ((197 + per - 1) / per % 2, 0) << per << " rows per block";
+  }, two, 3);
+}
+
 // A MatMul over an input read in place and prepacked weights whose whole-K panel (384 x 32 floats,
 // 48 KiB) is within gemm_whole_k_bytes takes K in one block; with the field off, blocks of kc (two
 // of 192). The same where A is computed (a LayerNorm's tail before a transformer's MLP, packed
