@@ -8,9 +8,6 @@ namespace {
 
 constexpr int64_t kMaxSize = 32;
 
-Value* ints(NodeRewriter& rw, const std::string& suffix, const std::vector<int64_t>& v) {
-  return rw.constant(suffix, Tensor::from_vector<int64_t>(v, {int64_t(v.size())}));
-}
 
 void decompose(Graph& g, Node* n) {
   const int64_t size = n->attr_int("size", 1);
@@ -33,15 +30,15 @@ void decompose(Graph& g, Node* n) {
     pads[size_t(rank + 1)] = after;
     Shape ps = xs;
     ps[1] += size - 1;
-    padded = rw.emit("Pad", {sq, ints(rw, "pads", pads)}, {ct, ps}, "padded");
+    padded = rw.emit("Pad", {sq, rw.ints("pads", pads)}, {ct, ps}, "padded");
   }
   Value* sum = nullptr;
-  Value* axis = size > 1 ? ints(rw, "axis", {1}) : nullptr;
+  Value* axis = size > 1 ? rw.ints("axis", {1}) : nullptr;
   for (int64_t j = 0; j < size; ++j) {
     Value* win = padded;
     if (size > 1) {
       const std::string tag = "window" + std::to_string(j);
-      win = rw.emit("Slice", {padded, ints(rw, tag + "_start", {j}), ints(rw, tag + "_end", {j + channels}), axis},
+      win = rw.emit("Slice", {padded, rw.ints(tag + "_start", {j}), rw.ints(tag + "_end", {j + channels}), axis},
                     {ct, xs}, tag);
     }
     sum = sum ? rw.binary("Add", sum, win, "sum" + std::to_string(j)) : win;

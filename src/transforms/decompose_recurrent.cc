@@ -18,15 +18,12 @@ class Unroller {
   void run();
 
  private:
-  Value* ints(const std::string& tag, const std::vector<int64_t>& v) {
-    return rw_.constant(tag, Tensor::from_vector<int64_t>(v, {int64_t(v.size())}));
-  }
   // x[b:e] along `axis`.
   Value* slice(Value* x, int64_t axis, int64_t b, int64_t e, const std::string& tag) {
     Shape sh = x->shape();
     sh[size_t(axis)] = e - b;
     if (x->is_constant()) return rw_.constant(tag, slice_constant(x->constant(), axis, b, e));
-    return rw_.emit("Slice", {x, ints(tag + "_b", {b}), ints(tag + "_e", {e}), ints(tag + "_ax", {axis})}, {dt_of(x), sh}, tag);
+    return rw_.emit("Slice", {x, rw_.ints(tag + "_b", {b}), rw_.ints(tag + "_e", {e}), rw_.ints(tag + "_ax", {axis})}, {dt_of(x), sh}, tag);
   }
   Value* transpose(Value* x, const std::vector<int64_t>& perm, const std::string& tag, Value* into = nullptr) {
     Shape sh;
@@ -36,7 +33,7 @@ class Unroller {
   }
   Value* reshape(Value* x, const Shape& sh, const std::string& tag, Value* into = nullptr) {
     if (!into) return rw_.reshape(x, sh, tag);
-    return rw_.emit("Reshape", {x, ints(tag + "_shape", sh)}, {dt_of(x), sh}, tag, {}, into);
+    return rw_.emit("Reshape", {x, rw_.ints(tag + "_shape", sh)}, {dt_of(x), sh}, tag, {}, into);
   }
   Value* concat(const std::vector<Value*>& xs, int64_t axis, const std::string& tag, Value* into = nullptr) {
     if (xs.size() == 1 && !into) return xs[0];

@@ -51,9 +51,6 @@ std::optional<nn::WindowGeometry> plan(const Node& n, std::string* why) {
   return geo;
 }
 
-Value* int_list(NodeRewriter& rw, const std::string& suffix, const std::vector<int64_t>& v) {
-  return rw.constant(suffix, Tensor::from_vector<int64_t>(v, {int64_t(v.size())}));
-}
 
 void lower(Graph& g, Node* n) {
   std::string why;
@@ -75,15 +72,15 @@ void lower(Graph& g, Node* n) {
   if (geo.pad_begin[0] > 0 || geo.pad_end[0] > 0) {
     Shape ps = xs;
     ps[2] += geo.pad_begin[0] + geo.pad_end[0];
-    padded = rw.emit("Pad", {x, int_list(rw, "depth_pads", {0, 0, geo.pad_begin[0], 0, 0, 0, 0, geo.pad_end[0], 0, 0})},
+    padded = rw.emit("Pad", {x, rw.ints("depth_pads", {0, 0, geo.pad_begin[0], 0, 0, 0, 0, geo.pad_end[0], 0, 0})},
                      {dt, ps}, "depth_padded");
   }
   std::vector<Value*> taps;
   for (int64_t k = 0; k < kt; ++k) {
     const std::string tag = "tap" + std::to_string(k);
     Value* s = rw.emit("Slice",
-                       {padded, int_list(rw, tag + "_start", {k * dtp}), int_list(rw, tag + "_end", {k * dtp + (to - 1) * st + 1}),
-                        int_list(rw, tag + "_axis", {2}), int_list(rw, tag + "_step", {st})},
+                       {padded, rw.ints(tag + "_start", {k * dtp}), rw.ints(tag + "_end", {k * dtp + (to - 1) * st + 1}),
+                        rw.ints(tag + "_axis", {2}), rw.ints(tag + "_step", {st})},
                        {dt, {batch, c, to, h, wd}}, tag);
     taps.push_back(rw.reshape(s, {batch, c, 1, to, h, wd}, tag + "_unit"));
   }

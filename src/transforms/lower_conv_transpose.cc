@@ -116,9 +116,6 @@ Tensor transposed_flipped_weights(const Tensor& w, int64_t group) {
   return r;
 }
 
-Value* int_list(NodeRewriter& rw, const std::string& suffix, const std::vector<int64_t>& v) {
-  return rw.constant(suffix, Tensor::from_vector<int64_t>(v, {int64_t(v.size())}));
-}
 
 // The same for weights computed at run time, as graph ops (a small kernel of its own before the
 // Conv): Reshape [g, C/g, M/g, K...] -> Transpose [g, M/g, C/g, K...] -> Reshape [M, C/g, K...],
@@ -141,8 +138,8 @@ Value* transposed_flipped_weights(NodeRewriter& rw, Value* w, int64_t group) {
   std::vector<int64_t> starts(size_t(nd), -1), ends(size_t(nd), std::numeric_limits<int64_t>::min()), axes, steps(size_t(nd), -1);
   for (int64_t d = 0; d < nd; ++d) axes.push_back(d + 2);
   return rw.emit("Slice",
-                 {r, int_list(rw, "flip_starts", starts), int_list(rw, "flip_ends", ends), int_list(rw, "flip_axes", axes),
-                  int_list(rw, "flip_steps", steps)},
+                 {r, rw.ints("flip_starts", starts), rw.ints("flip_ends", ends), rw.ints("flip_axes", axes),
+                  rw.ints("flip_steps", steps)},
                  {w->dtype(), out}, "weights");
 }
 
@@ -208,7 +205,7 @@ void lower_subpixel(NodeRewriter& rw, const Geometry& geo) {
     crops = crops || pads[d] < 0 || pads[d + 2] < 0;
     cropped[size_t(d + 2)] += crop[size_t(d + 2)] + crop[size_t(d + 6)];
   }
-  if (crops) z = rw.emit("Pad", {z, int_list(rw, "crop_pads", crop)}, {dt, cropped}, "cropped");
+  if (crops) z = rw.emit("Pad", {z, rw.ints("crop_pads", crop)}, {dt, cropped}, "cropped");
   AttributeMap attrs{{"dilations", std::vector<int64_t>{1, 1}},
                      {"group", int64_t(1)},
                      {"kernel_shape", std::vector<int64_t>{taps[0], taps[1]}},
@@ -220,8 +217,8 @@ void lower_subpixel(NodeRewriter& rw, const Geometry& geo) {
                         {{"blocksize", s}, {"mode", std::string("CRD")}});
   const int64_t sh = geo.pad_begin[0] - s * q0[0], sw = geo.pad_begin[1] - s * q0[1];
   Value* cut = rw.emit("Slice",
-                       {full, int_list(rw, "cut_starts", {sh, sw}),
-                        int_list(rw, "cut_ends", {sh + geo.out[0], sw + geo.out[1]}), int_list(rw, "cut_axes", {2, 3})},
+                       {full, rw.ints("cut_starts", {sh, sw}),
+                        rw.ints("cut_ends", {sh + geo.out[0], sw + geo.out[1]}), rw.ints("cut_axes", {2, 3})},
                        y->type(), "cut", {}, b ? nullptr : y);
   if (b) rw.binary("Add", cut, rw.reshape(b, {m, 1, 1}, "bias_channels"), "biased", y);
 }
@@ -263,7 +260,7 @@ void lower(Graph& g, Node* n) {
     std::vector<int64_t> pads = before;
     pads.insert(pads.end(), after.begin(), after.end());
     Value* r = rw.reshape(x, split, "split");
-    Value* p = rw.emit("Pad", {r, int_list(rw, "zeros_pads", pads)}, {dt, padded}, "zeros");
+    Value* p = rw.emit("Pad", {r, rw.ints("zeros_pads", pads)}, {dt, padded}, "zeros");
     z = rw.reshape(p, zshape, "strided");
   }
   // Negative padding crops before the Conv; the rest is the Conv's own padding.
@@ -278,7 +275,7 @@ void lower(Graph& g, Node* n) {
     crops = crops || crop[d + 2] < 0 || crop[nd + 2 + d + 2] < 0;
     cropped[d + 2] += crop[d + 2] + crop[nd + 2 + d + 2];
   }
-  if (crops) z = rw.emit("Pad", {z, int_list(rw, "crop_pads", crop)}, {dt, cropped}, "cropped");
+  if (crops) z = rw.emit("Pad", {z, rw.ints("crop_pads", crop)}, {dt, cropped}, "cropped");
   std::vector<Value*> ins{z, w};
   if (b) ins.push_back(b);
   AttributeMap attrs{{"dilations", geo.dilation},

@@ -70,7 +70,7 @@ Value* NodeRewriter::reduce(const std::string& op, Value* x, const std::vector<i
   Shape s = x->shape();
   for (int64_t a : axes) s.at(size_t(a)) = 1;
   Value*& axes_v = axes_[axes];
-  if (!axes_v) axes_v = constant("axes", Tensor::from_vector<int64_t>(axes, {int64_t(axes.size())}));
+  if (!axes_v) axes_v = ints("axes", axes);
   return emit(op, {x, axes_v}, TensorType{x->dtype(), s}, suffix, {{"keepdims", int64_t(1)}}, into);
 }
 
@@ -82,12 +82,16 @@ Value* NodeRewriter::cast(Value* x, DType dt, const std::string& suffix, Value* 
 Value* NodeRewriter::reshape(Value* x, const Shape& shape, const std::string& suffix) {
   if (x->shape() == shape) return x;
   if (x->is_constant()) return constant(suffix, x->constant().reshaped(shape));
-  Value* s = constant(suffix + "_shape", Tensor::from_vector<int64_t>(shape, {int64_t(shape.size())}));
+  Value* s = ints(suffix + "_shape", shape);
   return emit("Reshape", {x, s}, TensorType{x->dtype(), shape}, suffix);
 }
 
 Value* NodeRewriter::constant(const std::string& suffix, Tensor t) {
   return g_.add_constant(g_.unique_name(base_ + "/" + suffix), std::move(t));
+}
+
+Value* NodeRewriter::ints(const std::string& suffix, const std::vector<int64_t>& v) {
+  return constant(suffix, Tensor::from_vector<int64_t>(v, {int64_t(v.size())}));
 }
 
 Value* NodeRewriter::scalar(const std::string& suffix, double v, DType dt) {

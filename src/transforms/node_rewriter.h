@@ -80,6 +80,8 @@ class NodeRewriter {
 
   // A new constant "<orig output>/<suffix>".
   Value* constant(const std::string& suffix, Tensor t);
+  // A new 1-D int64 constant holding v (a Slice's starts, a Pad's pads, a Reshape's shape).
+  Value* ints(const std::string& suffix, const std::vector<int64_t>& v);
   // A scalar constant of dtype dt holding v (rounded as a C++ conversion from double would).
   Value* scalar(const std::string& suffix, double v, DType dt);
 

@@ -819,7 +819,10 @@ TEST(LowerContraction, WindowedConvPlaneBudgetIsPerImage) {
   const ConvCase c{"rows_batch", R"(  %y: f32[3,72,15,13] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
 )", "%x: f32[3,20,15,13]", "%y", {{"w", {72, 20, 3, 3}}, {"b", {72}}}};
   // One image's planes: 20 channels of 17 x 15 floats, 20,400 bytes.
-  for (const auto& [plane_bytes, rows] : std::vector<std::pair<int64_t, bool>>{{30 * 1024, false}, {16 * 1024, true}}) {
+  // (Not structured bindings: clang before 16 cannot capture them in the lambda below.)
+  for (const auto& budget : std::vector<std::pair<int64_t, bool>>{{30 * 1024, false}, {16 * 1024, true}}) {
+    const int64_t plane_bytes = budget.first;
+    const bool rows = budget.second;
     loop::Schedule sched;
     sched.contraction.window_channel_rows_plane_bytes = plane_bytes;
     sched.contraction.window_channel_rows_min_cout = 64;
