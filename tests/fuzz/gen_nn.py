@@ -524,6 +524,40 @@ def fam_fused_qkv_attention(b):
     return attention(b, fused_qkv=True)
 
 
+def fam_conv3d(b):
+    """A 3-D conv over a new 5-D input (a video model's 3x3x3, stride, dilation and padding along
+    depth at times, asymmetric at times): kiln's lower_conv3d makes a window along depth and the
+    plane a 2-D conv over the output frames (depth taps as input channels); a window along one
+    of them stays a planar conv, a grouped one the generic form. A bias, an activation and
+    sometimes a residual. Drawn only when asked (run_fuzz.py --weight fam_conv3d=W)."""
+    n, c = b.choice([1, 1, 2]), b.choice([1, 3, 4, 8, 16])
+    t, h, w = b.randint(2, 6), b.randint(3, 9), b.randint(3, 9)
+    ks = [b.choice([1, 2, 3, 3]), b.choice([1, 3, 3]), b.choice([1, 2, 3])]
+    strides = [b.choice([1, 1, 2]) for _ in range(3)]
+    dil = [b.choice([1, 1, 1, 2]) for _ in range(3)]
+    pb = [b.randint(0, d * (k - 1)) for k, d in zip(ks, dil)]
+    pe = [b.randint(0, d * (k - 1)) for k, d in zip(ks, dil)] if b.chance(0.3) else list(pb)
+    g = 2 if c % 2 == 0 and b.chance(0.15) else 1
+    m = b.choice([4, 8, 16, 32, 40]) * g
+    out_sp = [conv_out(nn_, k, s, d, p0, p1) for nn_, k, s, d, p0, p1 in zip((t, h, w), ks, strides, dil, pb, pe)]
+    if min(out_sp) < 1 or n * m * numel(out_sp) > MAX_ELEMS or m * c * numel(ks) > MAX_ELEMS:
+        raise Skip()
+    x = b.graph_input((n, c, t, h, w))
+    fan_in = c // g * numel(ks)
+    ins = [x, b.weight((m, c // g) + tuple(ks), 1 / math.sqrt(fan_in))]
+    if b.chance(0.6):
+        ins.append(b.weight((m,), 0.5, "bias"))
+    attrs = {"kernel_shape": ks, "pads": pb + pe, "strides": strides, "dilations": dil}
+    if g != 1:
+        attrs["group"] = g
+    y = b.op1("Conv", ins, (n, m) + tuple(out_sp), 1.5 * x.mag + 2, **attrs)
+    if b.chance(0.6):
+        y = ops.unary(b, y, b.choice(["Relu", "Clip", "Swish"]))
+    if b.chance(0.3):
+        y = b.op1("Add", [y, b.graph_input(y.shape)], y.shape, y.mag + 4)
+    return y
+
+
 def fam_squeeze_excitation(b):
     """Squeeze-excitation (EfficientNet, MobileNetV3, RegNetY): a global pool, two 1x1 convs with
     an activation between, a sigmoid (or hard sigmoid) and the input scaled per channel, usually

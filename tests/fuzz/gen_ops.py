@@ -404,7 +404,7 @@ def pick_family(b):
         # Drawn only when asked (run_fuzz.py --weight NAME=W): last and of weight 0 by default, so
         # every seed's graph stays what it was (a family of weight 0 at the end leaves the other
         # families' cumulative weights, so the same draw picks the same family).
-        (gen_nn.fam_squeeze_excitation, 0), (gen_nn.fam_fused_qkv_attention, 0),
+        (gen_nn.fam_squeeze_excitation, 0), (gen_nn.fam_fused_qkv_attention, 0), (gen_nn.fam_conv3d, 0),
     ]
     return b.choice([f for f, _ in fams], p=[FAMILY_WEIGHTS.get(f.__name__, w) for f, w in fams])
 
