@@ -155,6 +155,13 @@ def vit_small():
     return m
 
 
+def vit_b_16():
+    """torchvision's ViT-B/16 (12 layers, d 768), its classifier given weights as vit_small's."""
+    m = tv.vit_b_16(weights=None)
+    nn.init.normal_(m.heads.head.weight, std=0.02)
+    return m
+
+
 class RnnEncoder(nn.Module):
     """Recurrent layers as PyTorch exports them: a 2-layer LSTM and a bidirectional GRU
     (linear_before_reset=1, initial states through Expand), then a linear head on the last step."""
@@ -278,7 +285,7 @@ EXTRA_MODELS = {
                "torchvision video mc3_18 (3-D stem, 2-D layers)"),
     "fcn_resnet50": (232, lambda: SegmentationOut(seg.fcn_resnet50(weights=None, weights_backbone=None, aux_loss=False)), IMG,
                      "torchvision fcn_resnet50 (dilated ResNet-50, bilinear upsampling)"),
-    "vit_b_16": (233, lambda: tv.vit_b_16(weights=None), IMG, "torchvision vit_b_16 (12 layers, d 768)"),
+    "vit_b_16": (233, vit_b_16, IMG, "torchvision vit_b_16 (12 layers, d 768)"),
 }
 
 
