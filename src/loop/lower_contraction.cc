@@ -323,10 +323,10 @@ std::vector<std::pair<Expr, Expr>> ContractionLowering::epilogue_stores(Index& p
 
 // Where group value v holds the contraction's output element at `point`: carried forward through
 // the members between them — an elementwise op keeps the position of its operand from the
-// contraction, a Transpose permutes it, a Reshape-like op keeps the flat offset. A value stored in
-// another layout than the contraction's (assign_layouts' channels-last values: a Transpose after a
-// conv's epilogue) is so stored at the element's own position, and its epilogue reads the
-// contraction's value where it was computed. A value not on such a path keeps the flat offset.
+// contraction, a Transpose permutes it. A value stored in another layout than the contraction's
+// (ConvNeXt's depthwise conv transposed to channels-last for its LayerNorm) is so stored at the
+// element's own position, and its epilogue reads the contraction's value where it was computed.
+// A value not on such a path (a Reshape-like view of the output) keeps the flat offset.
 Index ContractionLowering::output_position(const Value* v, Index& point) {
   // A point given as a flat offset only (the channel-rows forms: positions as one flat column)
   // has per-dimension indices only as div/mod of it, whose permutation the position check cannot

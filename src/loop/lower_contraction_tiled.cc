@@ -289,8 +289,8 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
         return kblocks == 1 ? copy : if_then(binary(BinOp::Eq, var("kiln_kb"), int_imm(kblocks - 1)), {copy});
       };
     } else if (f && f->coef_of("kiln_ej") == 1 && f->coef_of("kiln_x") > 1) {
-      // A channels-last output (assign_layouts): the tile's rows are output rows, ldx apart
-      // along a line; each is copied as it is, vectorised along the channels.
+      // A channels-last output (a conv's epilogue ending in a Transpose: output_position): the
+      // tile's rows are output rows; each is copied as it is, vectorised along the channels.
       const TileStore out = st[0];
       const int64_t L = v.line, valid = v.line_valid;
       store_rows = [=, &acc](Expr rows, Expr r) -> Stmt {
@@ -671,7 +671,7 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
       }
       append_stores(body, bufs, std::move(pairs), next_let);
       // An output stored channels-last (every store's index has unit stride between output
-      // channels: assign_layouts' values between convs): the tile's rows are the output's rows,
+      // channels: an epilogue ending in a Transpose): the tile's rows are the output's rows,
       // copied row by row, vectorised along the channels.
       bool channels_last = true;
       for (const TileStore& st : stores) {

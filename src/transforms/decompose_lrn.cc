@@ -8,7 +8,6 @@ namespace {
 
 constexpr int64_t kMaxSize = 32;
 
-
 void decompose(Graph& g, Node* n) {
   const int64_t size = n->attr_int("size", 1);
   const double alpha = n->attr_float("alpha", 1e-4f), beta = n->attr_float("beta", 0.75f);
