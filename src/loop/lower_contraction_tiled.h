@@ -128,6 +128,15 @@ struct GemmView {
 // The tiled nest (statements of the kernel body). Lets are numbered from next_let.
 std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& next_let);
 
+// Whether the nest's tile index runs down the M blocks of a column panel before the next panel
+// (where there are several of each): columns where N > M (tile_balance.cc).
+bool columns_outer_order(const Schedule& s, const GemmView& v);
+// M blocks of equal heights (multiples of mr) and, when the busiest thread of `threads` would carry
+// more than 5 % above an even share, the M block height mc and panel width q (column tiles of nr)
+// that share the tiles most evenly (tile_balance.cc).
+void balance_tiles(int64_t m, int64_t n, int64_t nbatch, int64_t mr, int64_t nr, int threads, bool cols_outer, bool pack_a,
+                   int64_t& mc, int64_t& q, int64_t q_min = 1);
+
 // The product of a row tile (docs/codegen.md, "Anchored emitters"): `rows` rows of A times B into
 // a local accumulator acc[r · ld + j] (zeroed by the caller), through the micro-kernel —
 //
