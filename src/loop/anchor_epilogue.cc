@@ -1,5 +1,7 @@
 // The one epilogue builder of the anchored emitters (contraction, contraction + rows, stencil,
 // chain stages): placeholder substitution and the stores of a loop point (lower_internal.h).
+#include <algorithm>
+
 #include "loop/affine.h"
 #include "loop/lower_internal.h"
 
@@ -19,6 +21,21 @@ Expr substitute_placeholders(const Expr& e, const PlaceholderLookup& lookup, std
   }
   memo[e.get()] = r;
   return r;
+}
+
+Index transposed_position(Lowerer& L, const Node& n, Index in) {
+  const size_t rank = in.shape.size();
+  std::vector<int64_t> perm(rank);
+  for (size_t i = 0; i < rank; ++i) perm[i] = int64_t(rank - 1 - i);
+  if (n.has_attr("perm")) perm = n.attr_ints("perm");
+  std::vector<int64_t> sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < rank; ++i)
+    if (sorted.size() != rank || sorted[i] != int64_t(i)) refuse("Transpose perm is not a permutation of the input's axes");
+  const std::vector<Expr> d = L.dims(in);
+  std::vector<Expr> od(rank);
+  for (size_t i = 0; i < rank; ++i) od[i] = d[size_t(perm[i])];
+  return Index::from_dims(n.output(0)->shape(), std::move(od));
 }
 
 void append_stores(std::vector<Stmt>& body, const std::vector<BufferPtr>& bufs,

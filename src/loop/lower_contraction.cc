@@ -340,14 +340,7 @@ Index ContractionLowering::output_position(const Value* v, Index& point) {
       if (!has_dims) return std::nullopt;
       auto in = self(n->input(0), self);
       if (!in) return std::nullopt;
-      const size_t rank = u->shape().size();
-      std::vector<int64_t> perm(rank);
-      for (size_t i = 0; i < rank; ++i) perm[i] = int64_t(rank - 1 - i);
-      if (n->has_attr("perm")) perm = n->attr_ints("perm");
-      const std::vector<Expr> d = L_.dims(*in);
-      std::vector<Expr> od(rank);
-      for (size_t i = 0; i < rank; ++i) od[i] = d[size_t(perm[i])];
-      return Index::from_dims(u->shape(), std::move(od));
+      return transposed_position(L_, *n, *in);
     }
     if (is_elementwise(n))
       for (const Value* a : n->inputs())

@@ -134,18 +134,7 @@ class RowPipeline {
       At in = forward(cx, s, n->input(0));
       r.val = in.val;
       if (n->op_type() == "Transpose") {
-        const size_t rank = in.pos.shape.size();
-        std::vector<int64_t> perm(rank);
-        for (size_t i = 0; i < rank; ++i) perm[i] = int64_t(rank - 1 - i);
-        if (n->has_attr("perm")) perm = n->attr_ints("perm");
-        std::vector<int64_t> sorted = perm;
-        std::sort(sorted.begin(), sorted.end());
-        for (size_t i = 0; i < rank; ++i)
-          if (sorted.size() != rank || sorted[i] != int64_t(i)) refuse("Transpose perm is not a permutation of the input's axes");
-        const std::vector<Expr> d = cx.L.dims(in.pos);
-        std::vector<Expr> od(rank);
-        for (size_t i = 0; i < rank; ++i) od[i] = d[size_t(perm[i])];
-        r.pos = Index::from_dims(v->shape(), std::move(od));
+        r.pos = transposed_position(cx.L, *n, in.pos);
       } else {
         r.pos = Index::from_flat(v->shape(), cx.L.flat(in.pos));
       }

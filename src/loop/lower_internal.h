@@ -246,6 +246,10 @@ struct PlaceholderValue {
 using PlaceholderLookup = std::function<std::optional<PlaceholderValue>(const Buffer*)>;
 Expr substitute_placeholders(const Expr& e, const PlaceholderLookup& lookup, std::unordered_map<const ExprNode*, Expr>& memo);
 
+// Where Transpose `n` puts the element of its input at `in` (the anchored epilogues carry a value
+// forward through it: anchor_epilogue.cc); refuses a perm that is not a permutation of the axes.
+Index transposed_position(Lowerer& L, const Node& n, Index in);
+
 // Appends the stores of (index, value) pairs into `bufs` to `body`. With several stores, each
 // value that is not already a variable or literal is first bound to a Let, so every load of the
 // iteration happens before its first store and an output may share memory with a same-shaped
