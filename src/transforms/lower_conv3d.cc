@@ -1,6 +1,7 @@
 #include "transforms/lower_conv3d.h"
 
 #include <cmath>
+#include <cstring>
 #include <optional>
 
 #include "reference/ops/nn_internal.h"
@@ -10,6 +11,31 @@
 namespace kiln {
 
 namespace {
+
+// Output frames [o0, o1) whose windows read the same depth taps [k0, k1): the frames by the
+// depth taps they read in the input, padding excluded.
+struct FrameRun {
+  int64_t o0, o1, k0, k1;
+};
+
+// The output frames in runs of equal live depth taps: tap k of frame o reads input frame
+// o·st + k·dt − pad, live when it lies in [0, T). Empty when some frame reads only padding.
+std::vector<FrameRun> frame_runs(const nn::WindowGeometry& geo, int64_t t, int64_t kt) {
+  const int64_t st = geo.stride[0], dt = geo.dilation[0], pb = geo.pad_begin[0];
+  std::vector<FrameRun> runs;
+  for (int64_t o = 0; o < geo.out[0]; ++o) {
+    int64_t k0 = 0;
+    while (k0 < kt && o * st + k0 * dt - pb < 0) ++k0;
+    int64_t k1 = k0;
+    while (k1 < kt && o * st + k1 * dt - pb < t) ++k1;
+    if (k1 == k0) return {};
+    if (!runs.empty() && runs.back().k0 == k0 && runs.back().k1 == k1)
+      runs.back().o1 = o + 1;
+    else
+      runs.push_back({o, o + 1, k0, k1});
+  }
+  return runs;
+}
 
 // The conv's geometry, or nullopt and why it is not rewritten.
 std::optional<nn::WindowGeometry> plan(const Node& n, std::string* why) {
@@ -39,18 +65,44 @@ std::optional<nn::WindowGeometry> plan(const Node& n, std::string* why) {
     return fail("Y's type does not match the geometry");
   if (const Value* b = n.num_inputs() > 2 ? n.input(2) : nullptr)
     if (b->type() != TensorType{x->dtype(), {ws[0]}}) return fail("B must have shape [M] and X's type");
-  if (geo.pad_begin[0] < 0 || geo.pad_end[0] < 0) return fail("negative depth padding");
-  if (geo.pad_begin[0] > 0 || geo.pad_end[0] > 0) {
-    // A padded depth tap becomes a product with a +0 input: the same sum unless a weight is not
-    // finite (0 · inf is NaN where the reference skips the tap).
-    if (!w->is_constant()) return fail("depth padding with computed weights (0 · inf would be NaN)");
+  if (geo.out[0] == 0) return fail("no output frames");
+  const std::vector<FrameRun> runs = frame_runs(geo, xs[2], ws[2]);
+  if (runs.empty()) return fail("an output frame's window reads only depth padding");
+  if (runs.size() > 1 || runs[0].k0 > 0 || runs[0].k1 < ws[2]) {
+    // A depth tap over padding is not computed; the reference adds its 0 · w, which is NaN where
+    // w is not finite.
+    if (!w->is_constant()) return fail("depth padding with computed weights (the reference's 0 · inf is NaN)");
     const Tensor& wt = w->constant();
     for (int64_t i = 0; i < wt.numel(); ++i)
-      if (!std::isfinite(wt.as_double(i))) return fail("depth padding and a weight that is not finite (0 · inf is NaN)");
+      if (!std::isfinite(wt.as_double(i)))
+        return fail("depth padding and a weight that is not finite (the reference's 0 · inf is NaN)");
   }
   return geo;
 }
 
+// W[:, :, k0:k1] as [M, C·(k1 − k0), KH, KW] (channel c·(k1 − k0) + k − k0): a constant for
+// constant weights, else a Slice.
+Value* depth_tap_weights(NodeRewriter& rw, Value* w, int64_t k0, int64_t k1, const std::string& tag) {
+  const Shape& ws = w->shape();
+  const int64_t m = ws[0], c = ws[1], kt = ws[2], plane = ws[3] * ws[4], nk = k1 - k0;
+  const Shape shape2{m, c * nk, ws[3], ws[4]};
+  if (k0 == 0 && k1 == kt) return rw.reshape(w, shape2, tag);
+  if (w->is_constant()) {
+    const Tensor& wt = w->constant();
+    Tensor out(w->dtype(), shape2);
+    const size_t es = dtype_size(w->dtype());
+    const auto* src = static_cast<const uint8_t*>(wt.raw());
+    auto* dst = static_cast<uint8_t*>(out.raw());
+    // Row (co, ci) of W holds its KT · plane elements; taps k0 .. k1 are one run of them.
+    for (int64_t r = 0; r < m * c; ++r)
+      std::memcpy(dst + size_t(r * nk * plane) * es, src + size_t((r * kt + k0) * plane) * es, size_t(nk * plane) * es);
+    return rw.constant(tag, std::move(out));
+  }
+  Value* s = rw.emit("Slice",
+                     {w, rw.ints(tag + "_start", {k0}), rw.ints(tag + "_end", {k1}), rw.ints(tag + "_axis", {2})},
+                     {w->dtype(), {m, c, nk, ws[3], ws[4]}}, tag + "_taps");
+  return rw.reshape(s, shape2, tag);
+}
 
 void lower(Graph& g, Node* n) {
   std::string why;
@@ -64,42 +116,56 @@ void lower(Graph& g, Node* n) {
   const Shape& xs = x->shape();
   const Shape& ws = w->shape();
   const int64_t batch = xs[0], c = xs[1], h = xs[3], wd = xs[4], m = ws[0], kt = ws[2];
-  const int64_t to = geo.out[0], st = geo.stride[0], dtp = geo.dilation[0];
-
-  // Depth padding, then one strided Slice per depth tap: frame o of tap k is padded frame
-  // o·st + k·dt.
-  Value* padded = x;
-  if (geo.pad_begin[0] > 0 || geo.pad_end[0] > 0) {
-    Shape ps = xs;
-    ps[2] += geo.pad_begin[0] + geo.pad_end[0];
-    padded = rw.emit("Pad", {x, rw.ints("depth_pads", {0, 0, geo.pad_begin[0], 0, 0, 0, 0, geo.pad_end[0], 0, 0})},
-                     {dt, ps}, "depth_padded");
-  }
-  std::vector<Value*> taps;
-  for (int64_t k = 0; k < kt; ++k) {
-    const std::string tag = "tap" + std::to_string(k);
-    Value* s = rw.emit("Slice",
-                       {padded, rw.ints(tag + "_start", {k * dtp}), rw.ints(tag + "_end", {k * dtp + (to - 1) * st + 1}),
-                        rw.ints(tag + "_axis", {2}), rw.ints(tag + "_step", {st})},
-                       {dt, {batch, c, to, h, wd}}, tag);
-    taps.push_back(rw.reshape(s, {batch, c, 1, to, h, wd}, tag + "_unit"));
-  }
-  Value* stacked = taps.size() == 1 ? taps[0]
-                                    : rw.emit("Concat", taps, {dt, {batch, c, kt, to, h, wd}}, "taps", {{"axis", int64_t{2}}});
-  Value* frames = rw.emit("Transpose", {stacked}, {dt, {batch, to, c, kt, h, wd}}, "frames",
-                          {{"perm", std::vector<int64_t>{0, 3, 1, 2, 4, 5}}});
-  Value* x2 = rw.reshape(frames, {batch * to, c * kt, h, wd}, "frames_2d");
-  Value* w2 = rw.reshape(w, {m, c * kt, ws[3], ws[4]}, "weights_2d");
-  std::vector<Value*> ins{x2, w2};
-  if (b) ins.push_back(b);
+  const int64_t to = geo.out[0], st = geo.stride[0], dtp = geo.dilation[0], pb = geo.pad_begin[0];
   AttributeMap attrs{{"dilations", std::vector<int64_t>{geo.dilation[1], geo.dilation[2]}},
                      {"group", int64_t{1}},
                      {"kernel_shape", std::vector<int64_t>{ws[3], ws[4]}},
                      {"pads", std::vector<int64_t>{geo.pad_begin[1], geo.pad_begin[2], geo.pad_end[1], geo.pad_end[2]}},
                      {"strides", std::vector<int64_t>{geo.stride[1], geo.stride[2]}}};
-  Value* y2 = rw.emit("Conv", ins, {dt, {batch * to, m, geo.out[1], geo.out[2]}}, "conv_2d", std::move(attrs));
-  Value* y5 = rw.reshape(y2, {batch, to, m, geo.out[1], geo.out[2]}, "frames_out");
-  rw.emit("Transpose", {y5}, y->type(), "channels_first", {{"perm", std::vector<int64_t>{0, 2, 1, 3, 4}}}, y);
+  const std::vector<FrameRun> runs = frame_runs(geo, xs[2], kt);
+  // One 2-D conv per run of frames: tap k of output frame o0 + j is input frame
+  // (o0 + j)·st + k·dt − pad, a strided Slice per tap; the taps are its input channels.
+  std::vector<Value*> parts;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const FrameRun& run = runs[r];
+    const std::string pre = runs.size() == 1 ? "" : "run" + std::to_string(r) + "_";
+    const int64_t f = run.o1 - run.o0, nk = run.k1 - run.k0;
+    std::vector<Value*> taps;
+    for (int64_t k = run.k0; k < run.k1; ++k) {
+      const std::string tag = pre + "tap" + std::to_string(k);
+      const int64_t from = run.o0 * st + k * dtp - pb;
+      Value* s = rw.emit("Slice",
+                         {x, rw.ints(tag + "_start", {from}), rw.ints(tag + "_end", {from + (f - 1) * st + 1}),
+                          rw.ints(tag + "_axis", {2}), rw.ints(tag + "_step", {st})},
+                         {dt, {batch, c, f, h, wd}}, tag);
+      taps.push_back(rw.reshape(s, {batch, c, 1, f, h, wd}, tag + "_unit"));
+    }
+    Value* stacked = taps.size() == 1 ? taps[0]
+                                      : rw.emit("Concat", taps, {dt, {batch, c, nk, f, h, wd}}, pre + "taps", {{"axis", int64_t{2}}});
+    Value* frames = rw.emit("Transpose", {stacked}, {dt, {batch, f, c, nk, h, wd}}, pre + "frames",
+                            {{"perm", std::vector<int64_t>{0, 3, 1, 2, 4, 5}}});
+    Value* x2 = rw.reshape(frames, {batch * f, c * nk, h, wd}, pre + "frames_2d");
+    std::vector<Value*> ins{x2, depth_tap_weights(rw, w, run.k0, run.k1, pre + "weights_2d")};
+    if (b) ins.push_back(b);
+    parts.push_back(rw.emit("Conv", ins, {dt, {batch * f, m, geo.out[1], geo.out[2]}}, pre + "conv_2d", attrs));
+  }
+  // The runs' outputs in frame order: at batch 1 one Concat of the 2-D outputs along their batch
+  // (contiguous slices: built in place by the convs, fusion/concat_in_place.h), else along the
+  // frames of each image.
+  Value* frames_out = nullptr;
+  if (parts.size() == 1) {
+    frames_out = rw.reshape(parts[0], {batch, to, m, geo.out[1], geo.out[2]}, "frames_out");
+  } else if (batch == 1) {
+    Value* all = rw.emit("Concat", parts, {dt, {to, m, geo.out[1], geo.out[2]}}, "frames_concat", {{"axis", int64_t{0}}});
+    frames_out = rw.reshape(all, {batch, to, m, geo.out[1], geo.out[2]}, "frames_out");
+  } else {
+    std::vector<Value*> per_image;
+    for (size_t r = 0; r < parts.size(); ++r)
+      per_image.push_back(rw.reshape(parts[r], {batch, runs[r].o1 - runs[r].o0, m, geo.out[1], geo.out[2]},
+                                     "run" + std::to_string(r) + "_frames_out"));
+    frames_out = rw.emit("Concat", per_image, {dt, {batch, to, m, geo.out[1], geo.out[2]}}, "frames_out", {{"axis", int64_t{1}}});
+  }
+  rw.emit("Transpose", {frames_out}, y->type(), "channels_first", {{"perm", std::vector<int64_t>{0, 2, 1, 3, 4}}}, y);
 }
 
 }  // namespace
