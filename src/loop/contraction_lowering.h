@@ -153,6 +153,7 @@ class ContractionLowering {
   void narrow_panels(int64_t cout);
   void widen_panels(int64_t cout, int64_t nr);
   void set_panel_width(int64_t nr);
+  void fit_panel_width(int64_t cout);
   GemmView implicit_conv_view();
   bool patch_conv() const;
   GemmView patch_conv_view();

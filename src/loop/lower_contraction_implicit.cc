@@ -195,6 +195,23 @@ void ContractionLowering::widen_panels(int64_t cout, int64_t nr) {
   set_panel_width(nr);
 }
 
+// The implicit GEMM's panel width where the output channels are not whole panels of it: among
+// whole vector counts up to the widest tile that still keeps 6 rows of accumulators, the width
+// that pads the channels least (ties to the narrower). R(2+1)D-18's 64 -> 144 (1, 3, 3) convs
+// over 8 frames of 56x56 ran 5 panels of 32, the last half empty: 43.3 ms as 14x32, 38.7 as 8x48
+// (bench/ab_schedule.py, 1 thread).
+void ContractionLowering::fit_panel_width(int64_t cout) {
+  auto& cr = sched_.contraction;
+  const int64_t vw = std::max(1, sched_.vector_width);
+  if (!cr.fit_panel_width || cr.nr < vw || cout <= cr.nr || cout % cr.nr == 0) return;
+  const int64_t widest = std::min<int64_t>(64, cr.accumulator_registers / 6 * vw);
+  auto padded = [&](int64_t nr) { return (cout + nr - 1) / nr * nr; };
+  int64_t best = cr.nr;
+  for (int64_t nr = cr.nr + vw; nr <= widest; nr += vw)
+    if (padded(nr) < padded(best)) best = nr;
+  if (best != cr.nr) set_panel_width(best);
+}
+
 GemmView ContractionLowering::implicit_conv_view() {
   const Value* x = c_->input(0);
   const Value* w = c_->input(1);
@@ -242,6 +259,7 @@ GemmView ContractionLowering::implicit_conv_view() {
       }
     }
   }
+  fit_panel_width(cout);
   const PhasePlanes ph = direct ? PhasePlanes{} : stage_phase_planes(inner);
   const int64_t nph = direct ? 1 : ph.slots, plane = direct ? h * wd : ph.plane, rs = direct ? wd : ph.wq;
   // Element strides of a position and of a channel in A; floats per image.

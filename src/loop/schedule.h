@@ -106,6 +106,10 @@ struct ContractionTile {
   // nr). Each k step then reads mr floats that lie a position apart, a line each: a wider, shorter
   // tile (7x64) reads half the lines of 14x32 for the same multiply-adds.
   int implicit_inner_nr = 64;
+  // The implicit GEMM's panel width fitted to output channels that are not whole panels
+  // (ContractionLowering::fit_panel_width; 0: nr as chosen): 144 channels as 3 panels of 48, not
+  // 5 of 32.
+  int fit_panel_width = 1;
   // A GEMM whose K is one block stores as much as it computes (a 1x1 conv with 16-64 input
   // channels: 2K flops per stored float). Its tile rows are output rows far apart (an output
   // channel's positions), each a memory stream of the tile's width: a tile is then at least

@@ -37,6 +37,7 @@ const std::vector<Field>& fields() {
       {"contraction.implicit_channels_inner", nullptr,
        [](S& s) -> int& { return s.contraction.implicit_channels_inner; }},
       {"contraction.implicit_inner_nr", nullptr, [](S& s) -> int& { return s.contraction.implicit_inner_nr; }},
+      {"contraction.fit_panel_width", nullptr, [](S& s) -> int& { return s.contraction.fit_panel_width; }},
       {"contraction.channel_rows_few_k", [](S& s) -> int64_t& { return s.contraction.channel_rows_few_k; }, nullptr},
       {"contraction.store_run", [](S& s) -> int64_t& { return s.contraction.store_run; }, nullptr},
       {"contraction.store_tile_floats", [](S& s) -> int64_t& { return s.contraction.store_tile_floats; }, nullptr},

@@ -97,6 +97,7 @@ std::vector<Dimension> search_space(const FusionGroup& grp, const loop::Schedule
       d.push_back(dim("contraction.implicit_whole_k_bytes", {0, l2 / 8, l2 / 4, l2 / 2}, dflt));
       d.push_back(dim("contraction.implicit_channels_inner", {0, 1}, dflt));
       d.push_back(dim("contraction.implicit_inner_nr", {0, 32, 48, 64}, dflt));
+      d.push_back(dim("contraction.fit_panel_width", {0, 1}, dflt));
     }
     if (has_grouped_conv(grp)) {
       d.push_back(dim("stencil_bytes", {l2 / 8, l2 / 4, l2 / 2, l2, 2 * l2}, dflt));

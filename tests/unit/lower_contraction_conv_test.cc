@@ -12,6 +12,7 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ir/parser.h"
@@ -232,14 +233,15 @@ TEST(LowerContraction, ImplicitConvMatchesReference) {
         if (!sp && c.name == "ic_dilated_aspp_skip") {
           EXPECT_NE(nest.find("kiln_mk_f32((min("), std::string::npos) << nest;
         }
+        // (40 output channels: one panel of 48, fit_panel_width, not two of 32.)
         if (!sp && c.name == "ic_1x7_lines") {
-          EXPECT_NE(nest.find("micro-kernel 9x32"), std::string::npos) << nest;
+          EXPECT_NE(nest.find("micro-kernel 9x48"), std::string::npos) << nest;
           EXPECT_NE(nest.find("[305 x 112]"), std::string::npos) << nest;  // 16 lines of 18 rows, then 17
         }
         if (c.name == "ic_7x1_flat") {
           EXPECT_NE(nest.find("zero segments skipped per tile"), std::string::npos) << nest;
           if (!sp) {
-            EXPECT_NE(nest.find("micro-kernel 14x32"), std::string::npos) << nest;
+            EXPECT_NE(nest.find("micro-kernel 9x48"), std::string::npos) << nest;
             EXPECT_NE(nest.find("[289 x 1008]"), std::string::npos) << nest;  // flat: no padding rows
           }
         }
@@ -472,18 +474,38 @@ TEST(LowerContraction, StrictStemTakesChannelRows) {
 }
 
 // A squeeze-excitation FC: a 1x1 conv over a 1x1 map (a matrix-vector product with the hard
-// sigmoid after it) takes the implicit GEMM, one row of positions by panels of 32 output
-// channels with the weights packed once, instead of a scalar dot product per output; strict
-// numerics keep the direct nest (the reference's order), bit-exact.
+// sigmoid after it) takes the implicit GEMM, one row of positions by panels of output channels
+// (144: three of 48) with the weights packed once, instead of a scalar dot product per output;
+// strict numerics keep the direct nest (the reference's order), bit-exact.
 TEST(LowerContraction, SqueezeExcitationFcIsTiled) {
   const ConvCase c{"se_fc", R"(  %c: f32[1,144,1,1] = Conv(%x, %w, %b) {kernel_shape=[1,1]} name="fc"
   %y: f32[1,144,1,1] = HardSigmoid(%c) name="gate"
 )", "%x: f32[1,576,1,1]", "%y", {{"w", {144, 576, 1, 1}}, {"b", {144}}}};
   check_conv_both_numerics(c, /*fma_exact=*/false, [](const std::string& nest, bool strict) {
-    EXPECT_EQ(nest.find("micro-kernel 1x32") != std::string::npos, !strict) << nest;
+    EXPECT_EQ(nest.find("micro-kernel 1x48") != std::string::npos, !strict) << nest;
     EXPECT_EQ(nest.find("B prepacked") != std::string::npos, !strict) << nest;
     EXPECT_EQ(nest.find("micro-kernel") == std::string::npos, strict) << nest;
   }, {}, 2);
+}
+
+// Output channels that are not whole panels of 32 take the panel width that pads them least,
+// among whole vectors up to 64 floats (fit_panel_width): 144 as three panels of 48 (R(2+1)D's
+// 64 -> 144 convs), 40 as one of 48; 80 stays 3 x 32 (48 pads as much), 96 whole panels of 32.
+// Off (0), 144 is five panels of 32. Numerically checked both ways.
+TEST(LowerContraction, PanelWidthFitsTheOutputChannels) {
+  for (const auto& [cout, fit, want] : std::vector<std::tuple<int64_t, int, std::string>>{
+           {144, 1, "x48"}, {40, 1, "x48"}, {80, 1, "x32"}, {96, 1, "x32"}, {144, 0, "x32"}}) {
+    SCOPED_TRACE(std::to_string(cout) + (fit ? " fitted" : " not fitted"));
+    const std::string co = std::to_string(cout);
+    const ConvCase c{"panel_fit", "  %c: f32[1," + co + ",14,14] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name=\"conv\"\n" +
+                                      "  %y: f32[1," + co + ",14,14] = Relu(%c) name=\"relu\"\n",
+                     "%x: f32[1,32,14,14]", "%y", {{"w", {cout, 32, 3, 3}}, {"b", {cout}}}};
+    loop::Schedule base;
+    base.contraction.fit_panel_width = fit;
+    check_conv_both_numerics(c, /*fma_exact=*/false, [&](const std::string& nest, bool strict) {
+      if (!strict) EXPECT_NE(nest.find(want + ", K block"), std::string::npos) << nest;
+    }, base, 2, /*strict_too=*/false);
+  }
 }
 
 // A pointwise conv over many positions whose input the kernel computes (a fused prologue): the
