@@ -28,7 +28,10 @@ struct SiblingGemms::Candidate {
   PanelLayout b_layout;
 };
 
-SiblingGemms::SiblingGemms(const Schedule& sched) : sched_(sched) {}
+// The parts' columns are joined in panels of the schedule's nr, so no part fits its own panel
+// width to its channels (ContractionLowering::fit_panel_width): a join reads A once for all of
+// them, where the widths only trim a part's padding.
+SiblingGemms::SiblingGemms(const Schedule& sched) : sched_(sched) { sched_.contraction.fit_panel_width = 0; }
 SiblingGemms::~SiblingGemms() = default;
 
 namespace {
