@@ -286,6 +286,11 @@ EXTRA_MODELS = {
     "fcn_resnet50": (232, lambda: SegmentationOut(seg.fcn_resnet50(weights=None, weights_backbone=None, aux_loss=False)), IMG,
                      "torchvision fcn_resnet50 (dilated ResNet-50, bilinear upsampling)"),
     "vit_b_16": (233, vit_b_16, IMG, "torchvision vit_b_16 (12 layers, d 768)"),
+    # Added in the twenty-first session: a video model with separable 3-D convs and 3-D pools.
+    # (torchvision's mvit_v2_s needs 16 frames of 224x224 and ran out of this machine's 24 GiB in
+    # PyTorch before its export.)
+    "s3d": (234, lambda: torchvision.models.video.s3d(weights=None), (1, 3, 16, 224, 224),
+            "torchvision video s3d (separable (1,3,3)+(3,1,1) convs, 3-D max pools), 16 frames of 224x224"),
 }
 
 

@@ -43,7 +43,6 @@ Expr table_lookup(const Expr& kpos, const std::vector<int64_t>& table) {
 bool ContractionLowering::implicit_conv() const {
   if (c_->op_type() != "Conv" || group_ != 1) return false;
   if (geo_.rank() != 2 && planar_fold() == PlanarFold::None) return false;
-  const nn::WindowGeometry pg = planar_geometry();
   // A pointwise conv over many positions with few input channels: the GEMM with output channels
   // as rows and the input read in place as B (conv_view) stores each output channel's positions
   // contiguously, where the implicit form's tile of positions × channels is stored transposed —
@@ -66,10 +65,7 @@ bool ContractionLowering::implicit_conv() const {
     if (p >= cr.channel_rows_positions || (p >= cr.channel_rows_positions_few_k && k <= cr.channel_rows_few_k))
       return false;
   }
-  const int64_t c = c_->input(0)->shape()[1], ks = pg.kernel[0] * pg.kernel[1];
   const bool rows_are_channels = window_channel_rows();
-  // The few-channel form (staged_im2col_view) is 2-D only.
-  if (geo_.rank() != 2 && c < 16 && ks > 1) return false;
   if (!sched_.reorder_sums && !rows_are_channels && !patch_conv()) return false;
   const Value* w = c_->input(1);
   if (!is_group_input(w) || !w->is_constant() || w->dtype() != DType::Float32 || c_->input(0) == w) return false;

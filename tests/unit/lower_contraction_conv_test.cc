@@ -96,6 +96,10 @@ std::vector<ConvCase> implicit_conv_cases() {
       {"ic_3d_spatial_1x3x3", R"(  %c: f32[2,32,3,3,5] = Conv(%x, %w, %b) {kernel_shape=[1,3,3], pads=[0,1,1,0,1,1], strides=[1,2,1]} name="conv"
   %y: f32[2,32,3,3,5] = Add(%c, %r) name="res"
 )", "%x: f32[2,16,3,6,5], %r: f32[2,32,3,3,5]", "%y", {{"w", {32, 16, 1, 3, 3}}, {"b", {32}}}},
+      // A video stem (R(2+1)D's): 3 input channels, (1, 7, 7) stride (1, 2, 2) over each frame
+      // (its 3-term segments as a 2-D stem's; it took the im2col form at 40 GFLOP/s).
+      {"ic_3d_stem_1x7x7", R"(  %y: f32[1,24,3,5,5] = Conv(%x, %w, %b) {kernel_shape=[1,7,7], pads=[0,3,3,0,3,3], strides=[1,2,2]} name="conv"
+)", "%x: f32[1,3,3,10,9]", "%y", {{"w", {24, 3, 1, 7, 7}}, {"b", {24}}}},
       {"ic_3d_temporal_3x1x1", R"(  %y: f32[1,40,3,4,3] = Conv(%x, %w) {kernel_shape=[3,1,1], pads=[1,0,0,1,0,0], strides=[2,1,1]} name="conv"
 )", "%x: f32[1,18,5,4,3]", "%y", {{"w", {40, 18, 3, 1, 1}}}},
       {"ic_narrow_out_20", R"(  %y: f32[1,20,5,7] = Conv(%x, %w) {kernel_shape=[3,3], pads=[0,1,2,1]} name="conv"
