@@ -227,14 +227,31 @@ GemmView ContractionLowering::implicit_conv_view() {
   const auto scaled = channel_scaled_input();
   const bool direct =
       (is_group_input(x) || scaled) && ks == 1 && sy == 1 && sx == 1 && pt == 0 && pl == 0 && hp == h && wp == wd;
-  // Staged planes with the channels innermost: a micro-kernel call's A rows are runs of kc
-  // consecutive floats, not kc floats a plane apart each.
-  const bool inner = !direct && sched_.contraction.implicit_channels_inner && channels_inner_staging();
   // The share of kernel rows over input rows (not padding), for position_rows.
   int64_t live_rows = 0;
   for (int64_t ky = 0; ky < kh; ++ky)
     for (int64_t oy = 0; oy < ho; ++oy) live_rows += oy * sy + ky * dy - pt >= 0 && oy * sy + ky * dy - pt < h;
   const double live_share = double(live_rows) / double(std::max<int64_t>(1, ho * kh));
+  // Skipping a kernel position where it reads only padding drops 0 · w from the sums: exact
+  // unless a weight is infinite or NaN (0 · inf is NaN), then nothing is skipped.
+  auto finite_weights = [&] {
+    const float* wd0 = w->constant().data<float>();
+    return std::all_of(wd0, wd0 + shape_numel(w->shape()), [](float f) { return std::isfinite(f); });
+  };
+  // A window along the lines only — a (k, 1, 1) temporal conv of a kernel input over (D, H·W)
+  // (planar_fold MergeHW) — reads its input in place, with no phase planes: a line is a frame's
+  // H·W positions, output line l reads input line l · sy + ky · dy − pt for kernel row ky (rows
+  // of line l start l · sy lines in), channels a D·H·W plane apart. Its row tiles cover each
+  // line exactly (mr divides H·W), and a tile skips the kernel rows over padding
+  // (GemmOperand::segment_live, one segment per call), whose lines lie outside the input. S3D's
+  // (7, 1, 1) stride-2 stem conv over 16 frames of 112x112 staged 70 MB of phase planes per
+  // call.
+  bool lines_in_place = !direct && planar_fold() == PlanarFold::MergeHW && is_group_input(x) && !scaled && kw == 1 &&
+                        sx == 1 && pl == 0 && wp == wd && ho > 1 && sched_.contraction.fit_position_rows &&
+                        finite_weights();
+  // Staged planes with the channels innermost: a micro-kernel call's A rows are runs of kc
+  // consecutive floats, not kc floats a plane apart each.
+  const bool inner = !direct && !lines_in_place && sched_.contraction.implicit_channels_inner && channels_inner_staging();
   if (inner) {
     // The wider tile unless its row tiles, fitted to the lines, are 4 rows or fewer where the
     // narrow tile's hold as many accumulators: over Inception-v3's 8-wide lines 64 columns left
@@ -256,8 +273,11 @@ GemmView ContractionLowering::implicit_conv_view() {
     }
   }
   fit_panel_width(cout);
-  const PhasePlanes ph = direct ? PhasePlanes{} : stage_phase_planes(inner);
-  const int64_t nph = direct ? 1 : ph.slots, plane = direct ? h * wd : ph.plane, rs = direct ? wd : ph.wq;
+  // (Else its planes are staged, a plane per channel.)
+  if (lines_in_place) lines_in_place = wo % position_rows(false, ho, wo, wd, (ho - 1) * wd + wo, live_share) == 0;
+  const bool in_place = direct || lines_in_place;
+  const PhasePlanes ph = in_place ? PhasePlanes{} : stage_phase_planes(inner);
+  const int64_t nph = in_place ? 1 : ph.slots, plane = in_place ? h * wd : ph.plane, rs = in_place ? wd : ph.wq;
   // Element strides of a position and of a channel in A; floats per image.
   const int64_t pos_stride = inner ? ph.cstride : 1, chan_stride = inner ? 1 : nph * plane;
   const int64_t image = (inner ? ph.cstride : c) * nph * plane;
@@ -276,6 +296,12 @@ GemmView ContractionLowering::implicit_conv_view() {
   auto choose_k_block = [&](int64_t dead, int64_t calls) {
     auto& cr = sched_.contraction;
     const int64_t block = cr.implicit_kc > 0 ? std::min(cr.kc, cr.implicit_kc) : cr.kc;
+    // Read in place over padded lines, a call over padding would read outside the input: one
+    // segment per call at most, and those calls skipped.
+    if (lines_in_place && dead > 0) {
+      cr.kc = std::min(block, c);
+      return;
+    }
     const bool skips = c >= block && calls > 0 && double(dead) >= cr.dead_tile_min * double(calls);
     if (g.k > block && !skips && g.k * cr.nr * int64_t(sizeof(float)) <= cr.implicit_whole_k_bytes)
       cr.kc = g.k;
@@ -285,22 +311,25 @@ GemmView ContractionLowering::implicit_conv_view() {
   g.k_segment = c;
   // (conv_weights_and_stores scales the weights whenever channel_scaled_input() holds: A must then be X.)
   KILN_CHECK(!scaled || direct, "a channel-scaled 1x1 conv without its input read in place");
-  BufferPtr src = direct ? L_.input_buffers_.at(scaled ? scaled->first : x) : ph.buffer;
-  if (!direct) {
+  BufferPtr src = in_place ? L_.input_buffers_.at(scaled ? scaled->first : x) : ph.buffer;
+  if (!in_place) {
     g.staging_locals.push_back(ph.buffer);
     g.staging.push_back(ph.fill);
   }
-  std::vector<int64_t> slot_of = direct ? std::vector<int64_t>(size_t(ks), 0) : ph.slot_of;
+  std::vector<int64_t> slot_of = in_place ? std::vector<int64_t>(size_t(ks), 0) : ph.slot_of;
   g.a.buffer = src;
   g.a.stride_r = pos_stride;
   g.a.stride_c = chan_stride;
   g.a.segment_base = [=](const std::vector<Expr>& bt, Expr s) {
     // Kernel position s = (ky, kx): its phase slot and offset within the phase plane, from a table
     // (the segment index is a loop variable).
+    // (In place over lines: kernel row ky is ky · dy − pt lines from the output line's first
+    // input line, before the input where it reads the padding above — those calls are skipped.)
     std::vector<int64_t> offset(static_cast<size_t>(ks), 0);
     for (int64_t kpos = 0; kpos < ks; ++kpos)
       offset[size_t(kpos)] =
-          (slot_of[size_t(kpos)] * plane + ((kpos / kw) * dy / sy) * rs + (kpos % kw) * dx / sx) * pos_stride;
+          lines_in_place ? (kpos * dy - pt) * rs
+                         : (slot_of[size_t(kpos)] * plane + ((kpos / kw) * dy / sy) * rs + (kpos % kw) * dx / sx) * pos_stride;
     return add(mul(bt[0], int_imm(image)), table_lookup(s, offset));
   };
   // In place and prepacked: the operands have no per-element value to pack.
@@ -327,18 +356,12 @@ GemmView ContractionLowering::implicit_conv_view() {
     while (hi < count && hi * stride + kd - pad < extent) ++hi;
     return hi > lo ? std::pair<int64_t, int64_t>{lo, hi} : std::pair<int64_t, int64_t>{0, 0};
   };
-  // Skipping a kernel position where it reads only padding drops 0 · w from the sums: exact
-  // unless a weight is infinite or NaN (0 · inf is NaN), then nothing is skipped.
-  auto finite_weights = [&] {
-    const float* wd0 = w->constant().data<float>();
-    return std::all_of(wd0, wd0 + shape_numel(w->shape()), [](float f) { return std::isfinite(f); });
-  };
   if (tiles_by_line(direct, ho, wo, rs, mr)) {
     // A line's last tile computes wpad - wo positions past its outputs, whose windows reach as far
     // into the next line; the last line ends at its last output (m), so nothing reads past the planes.
     g.m = (ho - 1) * wpad + wo;
     g.a.line_rows = wpad;
-    g.a.line_stride = rs;
+    g.a.line_stride = lines_in_place ? sy * rs : rs;
     // Such padding comes from a large dilation, and a kernel position then reads the padding
     // over whole lines or line ends: its live output rows and columns (GemmOperand::
     // segment_live), for the tiles to skip it elsewhere.
@@ -357,6 +380,7 @@ GemmView ContractionLowering::implicit_conv_view() {
     conv_weights_and_stores(g, w, layout, wpad, wo);
     return g;
   }
+  KILN_CHECK(!lines_in_place, "implicit conv: a conv read in place over padded lines without line tiles");
   // Flat row tiles across lines: a kernel row that reads the padding above or below the input
   // (a 7x1 conv's outer rows) is skipped by the tiles that lie wholly in the output lines it
   // misses, when at least dead_tile_min of the (tile, kernel position) calls are such — their
