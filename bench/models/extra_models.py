@@ -229,6 +229,17 @@ class SegmentationOut(torch.nn.Module):
         return self.m(x)["out"]
 
 
+class RaftFlow(torch.nn.Module):
+    """RAFT-small on two frames stacked along the channels (one input), the last flow estimate."""
+
+    def __init__(self):
+        super().__init__()
+        self.m = torchvision.models.optical_flow.raft_small(weights=None)
+
+    def forward(self, x):
+        return self.m(x[:, :3], x[:, 3:], num_flow_updates=12)[-1]
+
+
 IMG = (1, 3, 224, 224)
 tv = torchvision.models
 seg = torchvision.models.segmentation
@@ -288,9 +299,11 @@ EXTRA_MODELS = {
     "vit_b_16": (233, vit_b_16, IMG, "torchvision vit_b_16 (12 layers, d 768)"),
     # Added in the twenty-first session: a video model with separable 3-D convs and 3-D pools.
     # (torchvision's mvit_v2_s needs 16 frames of 224x224 and ran out of this machine's 24 GiB in
-    # PyTorch before its export.)
+    # PyTorch before its export; swin_v2_t uses aten::zero, which PyTorch 1.13 cannot export.)
     "s3d": (234, lambda: torchvision.models.video.s3d(weights=None), (1, 3, 16, 224, 224),
             "torchvision video s3d (separable (1,3,3)+(3,1,1) convs, 3-D max pools), 16 frames of 224x224"),
+    "raft_small": (236, RaftFlow, (1, 6, 128, 128),
+                   "torchvision optical_flow raft_small (GridSample, correlation pyramid, 12 unrolled updates)"),
 }
 
 
@@ -314,6 +327,7 @@ def main():
     clash = set(EXTRA_MODELS) & set(make_models.MODELS)
     assert not clash, f"names already used by make_models.py: {clash}"
     make_models.MODELS.update(EXTRA_MODELS)
+    make_models.MODEL_OPSET.update({"raft_small": 16})
 
     os.makedirs(args.out, exist_ok=True)
     torch.set_num_threads(1)  # bit-reproducible reference outputs, as in make_models.py
