@@ -40,6 +40,9 @@ const std::map<std::string, OpKind>& table() {
         {"ScatterElements", "ScatterND", "Einsum", "LRN", "Hardmax", "Softmax", "LogSoftmax",
          "LayerNormalization", "InstanceNormalization", "BatchNormalization", "MeanVarianceNormalization",
          "Shape", "Size", "Constant",
+         // Decomposed before fusion (transforms/decompose_grid_sample); what that pass refuses
+         // (an empty tensor) runs as a library kernel.
+         "GridSample",
          // A kernel of their own, the whole layer (loop/lower_recurrent.cc); those that emitter
          // refuses are unrolled into MatMuls and elementwise ops by decompose_recurrent, and one
          // that pass refuses too runs as a library kernel.

@@ -6,6 +6,7 @@
 #include "transforms/decompose_lrn.h"
 #include "transforms/decompose_normalization.h"
 #include "transforms/decompose_recurrent.h"
+#include "transforms/decompose_grid_sample.h"
 #include "transforms/decompose_resize.h"
 #include "transforms/decompose_softmax.h"
 #include "transforms/eliminate_common_subexpressions.h"
@@ -48,6 +49,7 @@ std::vector<std::unique_ptr<Pass>> lowering_pipeline(bool strict_fp) {
   p.push_back(std::make_unique<DecomposeSoftmax>());
   p.push_back(std::make_unique<DecomposeActivations>());
   p.push_back(std::make_unique<DecomposeResize>());
+  p.push_back(std::make_unique<DecomposeGridSample>());
   p.push_back(std::make_unique<DecomposeLrn>());
   p.push_back(std::make_unique<ExpandSquare>());
   // After lower_gemm, whose Transposes of non-constant operands may turn out to be free.

@@ -208,6 +208,48 @@ TEST(LowerConv3d, LeavesWhatItCannotRewriteExactly) {
   }
 }
 
+// ---------------------------------------------------------------- GridSample
+
+// GridSample as coordinate arithmetic and GatherElements (decompose_grid_sample): every mode,
+// padding mode and align_corners, grids reaching past the input (padding) and a batch of two,
+// against the reference kernel as a graph and generated (RAFT's correlation lookups, spatial
+// transformers).
+TEST(DecomposeGridSample, MatchesTheReferenceOnEveryMode) {
+  int i = 0;
+  for (const std::string mode : {"bilinear", "nearest", "bicubic"})
+    for (const std::string padding : {"zeros", "border", "reflection"})
+      for (int align : {0, 1}) {
+        const std::string n = i % 2 ? "2" : "1";
+        const std::string text = "graph main opset 17 (%x: f32[" + n + ",3,5,6], %grid: f32[" + n +
+                                 ",4,3,2]) -> (%y) {\n  %y: f32[" + n + ",3,4,3] = GridSample(%x, %grid) {mode=\"" + mode +
+                                 "\", padding_mode=\"" + padding + "\", align_corners=" + std::to_string(align) + "}\n}\n";
+        SCOPED_TRACE(text);
+        EquivalenceOptions o = rel(1e-5);
+        o.ranges["grid"] = {-1.4, 1.4};
+        o.seed = unsigned(++i);
+        auto g = check_pass_equivalence(text, "decompose_grid_sample", o);
+        EXPECT_FALSE(op_types(*g).count("GridSample"));
+        EXPECT_TRUE(op_types(*g).count("GatherElements"));
+        check_generated(text, 1e-5, unsigned(i));
+      }
+}
+
+// A one-pixel axis (align_corners maps every grid value to 0; reflection's span is empty) and
+// grid values far outside the input.
+TEST(DecomposeGridSample, OnePixelAxesAndFarPoints) {
+  for (const std::string padding : {"zeros", "border", "reflection"})
+    for (int align : {0, 1}) {
+      const std::string text = "graph main opset 17 (%x: f32[1,2,1,4], %grid: f32[1,2,5,2]) -> (%y) {\n"
+                               "  %y: f32[1,2,2,5] = GridSample(%x, %grid) {padding_mode=\"" + padding +
+                               "\", align_corners=" + std::to_string(align) + "}\n}\n";
+      SCOPED_TRACE(text);
+      EquivalenceOptions o = rel(1e-5);
+      o.ranges["grid"] = {-6, 6};
+      check_pass_equivalence(text, "decompose_grid_sample", o);
+      check_generated(text, 1e-5);
+    }
+}
+
 // ---------------------------------------------------------------- Einsum
 
 TEST(LowerEinsum, CommonFormsMatchTheReference) {

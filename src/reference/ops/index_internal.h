@@ -21,6 +21,7 @@ namespace kiln {
 void register_gather_ops(OpRegistry& r);     // Gather, GatherElements, GatherND
 void register_scatter_ops(OpRegistry& r);    // ScatterElements, ScatterND
 void register_resize_ops(OpRegistry& r);     // Resize
+void register_grid_sample_ops(OpRegistry& r);  // GridSample
 void register_generator_ops(OpRegistry& r);  // OneHot, Trilu, EyeLike, Range, ConstantOfShape
 
 namespace index_detail {

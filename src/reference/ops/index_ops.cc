@@ -1,5 +1,5 @@
 // Registration of the indexing and generator ops. The kernels live in index_gather.cc,
-// index_scatter.cc, index_resize.cc and index_generators.cc; register_tensor_ops calls this.
+// index_scatter.cc, index_resize.cc, index_grid_sample.cc and index_generators.cc; register_tensor_ops calls this.
 #include "reference/ops/index_internal.h"
 #include "reference/ops/tensor_internal.h"
 
@@ -9,6 +9,7 @@ void register_index_ops(OpRegistry& r) {
   register_gather_ops(r);
   register_scatter_ops(r);
   register_resize_ops(r);
+  register_grid_sample_ops(r);
   register_generator_ops(r);
 }
 
