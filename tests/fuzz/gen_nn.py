@@ -558,6 +558,31 @@ def fam_conv3d(b):
     return y
 
 
+def fam_grid_sample(b):
+    """GridSample (RAFT's correlation lookups, spatial transformers): a 4-D value sampled at a grid
+    that a new input gives (its values past [-1, 1] at times, so that the padding modes matter),
+    sometimes scaled by a computed value first; every mode, padding mode and align_corners. kiln
+    decomposes it into coordinate arithmetic and GatherElements (decompose_grid_sample). Drawn
+    only when asked (run_fuzz.py --weight fam_grid_sample=W)."""
+    x = b.pick(lambda v: v.rank == 4 and numel(v.shape) <= MAX_ELEMS // 4)
+    n, c = x.shape[0], x.shape[1]
+    ho, wo = b.randint(1, 12), b.randint(1, 12)
+    if n * c * ho * wo > MAX_ELEMS:
+        raise Skip()
+    grid = b.graph_input((n, ho, wo, 2))
+    # Grid values (standard normal) reach past the input about a third of the time; scaled down,
+    # most land inside.
+    if b.chance(0.5):
+        grid = b.op1("Mul", [grid, b.scalar(b.choice([0.3, 0.6, 1.5]))], grid.shape, grid.mag)
+    mode = b.choice(["bilinear", "bilinear", "nearest", "bicubic"])
+    padding = b.choice(["zeros", "zeros", "border", "reflection"])
+    align = int(b.chance(0.5))
+    x = ops.tame(b, x, 10.0)
+    # Bicubic's weights overshoot (up to 1.27 summed over a row, as much along the columns).
+    mag = x.mag * (1.7 if mode == "bicubic" else 1.0)
+    return b.op1("GridSample", [x, grid], (n, c, ho, wo), mag, mode=mode, padding_mode=padding, align_corners=align)
+
+
 def fam_squeeze_excitation(b):
     """Squeeze-excitation (EfficientNet, MobileNetV3, RegNetY): a global pool, two 1x1 convs with
     an activation between, a sigmoid (or hard sigmoid) and the input scaled per channel, usually

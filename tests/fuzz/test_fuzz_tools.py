@@ -188,6 +188,8 @@ qkv = drawn_weighted("fam_fused_qkv_attention", lambda ops: ops.count("Slice") >
 expect("fused-QKV attention is drawn when weighted (in most of 20 seeds)", qkv >= 6, f"{qkv} of 20")
 c3d = drawn_weighted("fam_conv3d", lambda ops: "Conv" in ops)
 expect("3-D convs are drawn when weighted (in most of 20 seeds)", c3d >= 6, f"{c3d} of 20")
+gs = drawn_weighted("fam_grid_sample", lambda ops: "GridSample" in ops)
+expect("GridSample is drawn when weighted (in most of 20 seeds)", gs >= 6, f"{gs} of 20")
 a2, _, _ = gen_graph.generate(12345)
 expect("weights cleared: the same graph as before", a2.SerializeToString() == a.SerializeToString())
 

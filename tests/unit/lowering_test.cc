@@ -280,10 +280,10 @@ TEST(Lowering, PipelineOrderAndNames) {
   EXPECT_EQ(order, (std::vector<std::string>{"fold_batchnorm", "lower_gemm", "lower_conv_transpose", "fold_pad_into_conv", "trim_conv_taps",
                                              "lower_conv3d", "lower_einsum",
                                              "decompose_recurrent", "decompose_normalization", "decompose_softmax", "decompose_activations",
-                                             "decompose_resize", "decompose_lrn", "expand_square",
+                                             "decompose_resize", "decompose_grid_sample", "decompose_lrn", "expand_square",
                                              "transpose_to_reshape",
                                              "eliminate_common_subexpressions", "eliminate_dead_code"}));
-  EXPECT_EQ(lowering_pass_names().size(), 17u);
+  EXPECT_EQ(lowering_pass_names().size(), 18u);
   // Under --strict-fp without lower_conv3d (its 2-D conv sums in another order).
   std::vector<std::string> strict;
   for (const auto& p : lowering_pipeline(/*strict_fp=*/true)) strict.push_back(p->name());
