@@ -361,6 +361,7 @@ def fam_fanout(b):
 
 # The contraction/conv/pool/reduce/norm families live in gen_nn.py; the registry is here.
 import gen_nn  # noqa: E402
+import gen_norm  # noqa: E402
 import gen_index  # noqa: E402
 from gen_nn import conv, layernorm  # noqa: E402,F401
 
@@ -389,8 +390,8 @@ def pick_family(b):
     fams = [
         (fam_unary_chain, 4), (fam_binary, 5), (fam_compare_where, 1), (fam_variadic, 1),
         (fam_residual, 2), (fam_fanout, 1), (fam_int_pow, 1),
-        (gen_nn.fam_matmul, 4), (gen_nn.fam_conv, 3), (gen_nn.fam_pool, 2), (gen_nn.fam_reduce, 3),
-        (gen_nn.fam_softmax, 2), (gen_nn.fam_layernorm, 2), (gen_nn.fam_batchnorm, 1), (gen_nn.fam_recurrent, 1),
+        (gen_nn.fam_matmul, 4), (gen_nn.fam_conv, 3), (gen_norm.fam_pool, 2), (gen_norm.fam_reduce, 3),
+        (gen_norm.fam_softmax, 2), (gen_norm.fam_layernorm, 2), (gen_norm.fam_batchnorm, 1), (gen_norm.fam_recurrent, 1),
         (gen_nn.fam_inverted_residual, 2), (gen_nn.fam_wide_conv, 1), (gen_nn.fam_depthwise_rows, 1),
         (gen_nn.fam_inception, 1), (gen_nn.fam_narrow_windows, 1), (gen_nn.fam_grouped_conv, 1),
         (gen_nn.fam_patch_conv, 1),
