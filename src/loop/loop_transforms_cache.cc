@@ -266,6 +266,9 @@ void apply_default_schedule(LoopKernel& k, const Schedule& s) {
       // Not provably legal: the loop stays serial.
     }
   }
+  // The strip-mined variables (i = i_o·w + i_i) bring their own ranges: an unravel of the
+  // position by the vector width, `(i_o·w + i_i) / w`, is i_o, a lane-invariant value.
+  simplify_indices(k);
   std::vector<Stmt> outer;
   outermost_loops(k.body, outer);
   std::vector<std::string> candidates;

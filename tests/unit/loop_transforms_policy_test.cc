@@ -173,6 +173,30 @@ TEST(SchedDefault, ElementwiseNest) {
   expect_equivalent({{k, d}, {flat, flatd}}, "default_ew");
 }
 
+// A flat loop whose body unravels its position, y[i] = x[i / 16] + b[i % 16] (a Flatten or
+// Reshape read through), vectorized by 16: after the strip-mining the position is i_o·16 + i_i
+// and the unravel is i_o and i_i, so no lane divides. The divided form is also what GCC 12.2
+// miscompiled under AVX-512 (fuzz seed 317506, tests/fuzz/regressions/c12_cumsum_flatten_reducel1):
+// nested selects on lane-varying int64 quotients.
+TEST(SchedDefault, StripMinedUnravelIsLaneInvariant) {
+  Schedule sch;
+  sch.vector_width = 16;
+  sch.unroll = 4;
+  sch.parallel_min_work = 1 << 30;
+  auto x = gbuf("x", {4}), b = gbuf("b", {16}), y = gbuf("y", {64});
+  Expr q = binary(BinOp::Div, v("i"), I(16)), r = binary(BinOp::Mod, v("i"), I(16));
+  LoopKernel k = kernel("unravel", {x, b}, {y}, for_loop("i", I(64), {store(y, v("i"), fadd(load(x, q), load(b, r)))}));
+  LoopKernel d = k;
+  apply_default_schedule(d, sch);
+  EXPECT_EQ(print_stmt(d.body),
+            "for i_o in [0, 4) {\n"
+            "  for i_i in [0, 16) vectorized {\n"
+            "    y[((i_o * 16) + i_i)] = (x[i_o] + b[i_i])\n"
+            "  }\n"
+            "}\n");
+  expect_equivalent({{k, d}}, "default_unravel");
+}
+
 TEST(SchedDefault, ReductionsAndMarkedLoops) {
   Schedule sch;
   sch.vector_width = 8;
