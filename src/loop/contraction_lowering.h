@@ -225,6 +225,7 @@ class ContractionLowering {
   RowsConvB rows_conv_b() const;
   // A 1x1, stride-1, unpadded conv (its input a plain buffer or computed in the kernel).
   bool unit_window() const;
+  bool few_output_channels() const;
   bool computed_by_members(const Value* v) const;
 
   // The row stride of the tiled rows' accumulator (and packed panel): n, or n rounded up to whole

@@ -45,7 +45,10 @@ bool ContractionLowering::tiled() const {
   // channel panel is whole vectors of multiply-adds. The direct nest summed each output in one
   // scalar chain (MobileNetV3-Small's 576 -> 144 FC 0.065 ms, 5 GB/s of weights).
   if (n < 4) return c_->op_type() == "Conv" && implicit_conv();
-  return m >= sched_.contraction.mr || b_in_place;
+  // Fewer output channels than a tile's rows with a window: the implicit GEMM's one-vector panel
+  // (implicit_conv), not the direct nest's scalar sums. (Under strict numerics the direct nest,
+  // whose sums are the reference's.)
+  return m >= sched_.contraction.mr || b_in_place || (sched_.reorder_sums && few_output_channels() && implicit_conv());
 }
 
 // A MatMul whose right operand is one matrix (no batch dims): the left operand's batch dims and

@@ -674,7 +674,9 @@ LoopKernel ContractionLowering::build_rows(const ContractionRows& plan) {
   // rows nest also recomputes a fused prologue per kernel tap (EfficientNet-B0's SiLU of the
   // expansion inside a 3x3 depthwise conv + SiLU + global pool: 1.55 ms; as the stencil with the
   // prologue staged once, and a separate pool kernel, 0.1 ms).
-  if (passes && stencil_conv())
+  // (An ungrouped conv with few output channels takes the stencil too; its row passes are
+  // refused below by size only.)
+  if (passes && group_ > 1 && stencil_conv())
     refuse(cat("the row passes after a Conv with ", group_,
                " groups would need the untiled rows nest; the stencil nest and a separate row kernel are faster"));
   if (passes && !tiled_rows && sched_.tile_contractions && dtype_ == DType::Float32 && c_->op_type() == "Conv") {

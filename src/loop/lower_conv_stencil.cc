@@ -92,15 +92,22 @@ std::vector<Stmt> masked_row(std::vector<Stmt> body, const Expr& x, int64_t wo) 
 }  // namespace
 
 bool ContractionLowering::stencil_conv() const {
-  if (c_->op_type() != "Conv" || group_ == 1 || geo_.rank() != 2 || dtype_ != DType::Float32) return false;
+  if (c_->op_type() != "Conv" || geo_.rank() != 2 || dtype_ != DType::Float32) return false;
   if (!sched_.tile_contractions || shape_numel(out_shape_) == 0) return false;
   const Shape& xs = c_->input(0)->shape();
   const int64_t cg = xs[1] / group_, mg = c_->input(1)->shape()[0] / group_;
+  // An ungrouped windowed conv with fewer output channels than a vector is one group of the
+  // stencil: the implicit GEMM's panels would be mostly zero columns (implicit_conv) and the
+  // weights-as-rows tiles mostly zero rows over an im2col panel each input element of which
+  // feeds only mg products, so neither GEMM form takes it, and the untiled nest summed each
+  // output in one scalar chain. RAFT's flow head (128 -> 2, 3x3 over 16x16): 0.62 ms, 1.9
+  // GFLOP/s; its encoder's 8 -> 8 3x3 convs over 2 x 64x64 at 15 GFLOP/s.
+  if (group_ == 1 && !few_output_channels()) return false;
   // Up to groups of 64 channels the stencil is as fast as or faster than a GEMM per group (the
   // tiled path's per-call im2col panel): 8 groups of 8 channels, 3x3 at 28x28, 0.30 -> 0.065 ms;
   // of 16: 0.65 -> 0.26; of 32: 1.57 -> 0.99; of 64: 4.0 both (kiln bench, 1 thread). RegNetY-400MF
   // (group width 8): 11.1 -> 6.7 ms summed over its kernels.
-  if (cg > sched_.stencil_max_group_width || mg > sched_.stencil_max_group_width) return false;
+  if (group_ > 1 && (cg > sched_.stencil_max_group_width || mg > sched_.stencil_max_group_width)) return false;
   // A strided depthwise conv of a kernel input runs faster as the untiled nest (its window
   // unrolled, the output positions vectorised with strided loads of the input in place) than as
   // the stencil, whose phase planes it writes and reads again: MobileNetV2's stride-2 3x3
@@ -116,6 +123,16 @@ bool ContractionLowering::stencil_conv() const {
   const int64_t len = (geo_.out[0] - 1) * ph.wq + geo_.out[1];
   const int64_t bytes = (cg * ph.slots * ph.plane + len) * int64_t(sizeof(float));
   return bytes <= sched_.stencil_bytes;
+}
+
+// An ungrouped windowed conv with fewer output channels than a vector, big enough that the
+// untiled nest's scalar sums would cost (Schedule::stencil_few_outputs_min_work): the stencil's,
+// else the implicit GEMM's with a one-vector panel (tiled()).
+bool ContractionLowering::few_output_channels() const {
+  if (c_->op_type() != "Conv" || group_ != 1 || unit_window()) return false;
+  const Shape& ws = c_->input(1)->shape();
+  return ws[0] < sched_.vector_width &&
+         shape_numel(out_shape_) * (shape_numel(ws) / std::max<int64_t>(1, ws[0])) >= sched_.stencil_few_outputs_min_work;
 }
 
 // The conv's output size, refusing a group output of another size (the stencils store every

@@ -224,6 +224,11 @@ struct Schedule {
   // 0.76 ms as the stencil (1 thread).
   int64_t stencil_bytes = 1024 * 1024;
   int64_t stencil_max_group_width = 64;  // channels per group (input and output) the stencil takes
+  // An ungrouped windowed conv with fewer output channels than a vector takes the stencil (or,
+  // past stencil_bytes, the implicit GEMM with a one-vector panel) from this many multiply-adds;
+  // below, the untiled nest, whose scalar sums cost about as much there as the staging and whose
+  // sums are the reference's under any schedule (lower_conv_stencil.cc).
+  int64_t stencil_few_outputs_min_work = 16384;
   // A conv's costly computed input (a SiLU between a 1x1 conv and a depthwise conv) whose channel
   // plane is at most this many bytes and is read by every phase is computed once per channel into a
   // local plane, which the phases then copy from (lower_conv_staging.cc, stage_channel_phases);

@@ -51,6 +51,7 @@ const std::vector<Field>& fields() {
       {"rows_block_bytes", [](S& s) -> int64_t& { return s.rows_block_bytes; }, nullptr},
       {"stencil_bytes", [](S& s) -> int64_t& { return s.stencil_bytes; }, nullptr},
       {"stencil_max_group_width", [](S& s) -> int64_t& { return s.stencil_max_group_width; }, nullptr},
+      {"stencil_few_outputs_min_work", [](S& s) -> int64_t& { return s.stencil_few_outputs_min_work; }, nullptr},
       {"stencil_strided_depthwise", nullptr, [](S& s) -> int& { return s.stencil_strided_depthwise; }},
       {"stencil_direct_min_width", [](S& s) -> int64_t& { return s.stencil_direct_min_width; }, nullptr},
       {"stencil_kernel_min_width", [](S& s) -> int64_t& { return s.stencil_kernel_min_width; }, nullptr},

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ir/parser.h"
+#include "kernels/depthwise.h"
 #include "loop/loop_interpreter.h"
 #include "lower_contraction_conv_test_util.h"
 #include "lower_group_test_util.h"
@@ -347,6 +348,35 @@ TEST(LowerContraction, PanelWidthFitsTheOutputChannels) {
         EXPECT_NE(nest.find(want + ", K block"), std::string::npos) << nest;
       }
     }, base, 2, /*strict_too=*/false);
+  }
+}
+
+// A windowed conv with fewer output channels than a vector (RAFT's 128 -> 2 flow head, an image
+// decoder's last 64 -> 3): the stencil over all its input channels as one group (grouped-conv
+// micro-kernel by default, the reference's order under strict numerics); where the planes pass
+// Schedule::stencil_bytes, the implicit GEMM with one vector of output channels, 3 of them live.
+// Never the untiled nest (one scalar chain per output: 1.9 GFLOP/s). Stride 2 with asymmetric
+// padding and two images in the second case.
+TEST(LowerContraction, FewOutputChannelsTakeTheStencilOrAOneVectorPanel) {
+  const std::vector<ConvCase> cases = {
+      {"few_out_3x3_relu", R"(  %c: f32[1,3,10,12] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
+  %y: f32[1,3,10,12] = Relu(%c) name="relu"
+)", "%x: f32[1,24,10,12]", "%y", {{"w", {3, 24, 3, 3}}, {"b", {3}}}},
+      {"few_out_s2_two_images", R"(  %c: f32[2,2,5,4] = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,0,1,1], strides=[2,2]} name="conv"
+  %y: f32[2,2,5,4] = Relu(%c) name="relu"
+)", "%x: f32[2,40,9,8]", "%y", {{"w", {2, 40, 3, 3}}, {"b", {2}}}},
+  };
+  for (const ConvCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    check_conv_both_numerics(c, /*fma_exact=*/false, [](const std::string& nest, bool strict) {
+      EXPECT_NE(nest.find("kiln_dph"), std::string::npos) << "not the stencil:\n" << nest;
+      EXPECT_EQ(nest.find(kernels::kGroupedConvF32) != std::string::npos, !strict) << nest;
+    }, {}, 2);
+    loop::Schedule no_planes;
+    no_planes.stencil_bytes = 0;
+    check_conv_both_numerics(c, /*fma_exact=*/false, [](const std::string& nest, bool) {
+      EXPECT_NE(nest.find("x16, K block"), std::string::npos) << "not a one-vector panel:\n" << nest;
+    }, no_planes, 2, /*strict_too=*/false);
   }
 }
 
