@@ -2,6 +2,7 @@
 // forms, lower_conv_stencil.cc, lower_contraction_rows.cc): zero-padded phase planes, the planar
 // (2-D) view of 1-D and foldable 3-D convs, and a plain copy of a computed input.
 #include <algorithm>
+#include <unordered_set>
 
 #include "kernels/microkernel.h"
 #include "loop/affine.h"
@@ -11,22 +12,66 @@
 namespace kiln::loop::detail {
 namespace {
 
-// Whether computing `e` costs more than a few instructions per element: a transcendental function,
-// a division or a call (SiLU's sigmoid, HardSwish's division).
-bool costly(const Expr& e) {
-  if (!e || e->kind == ExprKind::Load) return false;  // a load's index is address arithmetic
-  if (e->kind == ExprKind::Call) return true;
-  if (e->kind == ExprKind::Binary && e->bin == BinOp::Div && is_float(e->type)) return true;
-  if (e->kind == ExprKind::Unary) switch (e->un) {
+// Whether one operation costs more than a few instructions: a transcendental function, a
+// division or a call (SiLU's sigmoid, HardSwish's division).
+bool costly_op(const ExprNode& e) {
+  if (e.kind == ExprKind::Call) return true;
+  if (e.kind == ExprKind::Binary && e.bin == BinOp::Div && is_float(e.type)) return true;
+  if (e.kind == ExprKind::Unary) switch (e.un) {
       case UnOp::Neg: case UnOp::Not: case UnOp::Abs: case UnOp::Floor: case UnOp::Ceil: case UnOp::Round:
       case UnOp::IsNaN: case UnOp::IsInf:
-        break;
+        return false;
       default:
         return true;
     }
+  return false;
+}
+
+// Whether computing `e` costs more than a few instructions per element (costly_op anywhere in it).
+bool costly(const Expr& e) {
+  if (!e || e->kind == ExprKind::Load) return false;  // a load's index is address arithmetic
+  if (costly_op(*e)) return true;
   for (const Expr& a : e->args)
     if (costly(a)) return true;
   return false;
+}
+
+// The operations an element of a staged value costs: the distinct nodes of its expressions (a
+// DAG: a shared part counts once), leaves and affine index arithmetic (Int64 + - *) left out, a
+// transcendental function, call or float division as 8 (costly). A copy is 1 (its load); a
+// computed input's arithmetic, and the index arithmetic of its gathers, is counted: RAFT's correlation lookup (four GridSamples feeding a 1x1 conv) stages 196 x 256
+// elements of about 100 operations each, which the element count alone kept on one thread
+// (0.72 ms of a 3 ms iteration at 2 threads).
+void count_ops(const Expr& e, std::unordered_set<const ExprNode*>& seen) {
+  if (!e || !seen.insert(e.get()).second) return;
+  for (const Expr& a : e->args) count_ops(a, seen);
+}
+int64_t staged_ops(const std::vector<Stmt>& body) {
+  std::unordered_set<const ExprNode*> seen;
+  std::vector<const std::vector<Stmt>*> lists = {&body};
+  for (size_t i = 0; i < lists.size(); ++i)
+    for (const Stmt& st : *lists[i]) {
+      if (!st) continue;
+      if (st->kind == StmtKind::Store || st->kind == StmtKind::Let || st->kind == StmtKind::Assign) count_ops(st->value, seen);
+      lists.push_back(&st->body);
+      lists.push_back(&st->else_body);
+    }
+  int64_t ops = 0;
+  for (const ExprNode* n : seen) {
+    const bool leaf = n->kind == ExprKind::IntImm || n->kind == ExprKind::FloatImm || n->kind == ExprKind::Var;
+    const bool affine = n->kind == ExprKind::Binary && n->type == DType::Int64 &&
+                        (n->bin == BinOp::Add || n->bin == BinOp::Sub || n->bin == BinOp::Mul);
+    if (leaf || affine) continue;
+    ops += costly_op(*n) ? 8 : 1;
+  }
+  return std::max<int64_t>(1, ops);
+}
+
+// A staging loop over `count` items of `elements` elements in all is parallel when its work (the
+// elements times their operations, staged_ops) reaches 2^16: a plain copy from 2^16 elements,
+// as before operations were counted.
+bool parallel_staging(int64_t count, int64_t elements, const std::vector<Stmt>& body) {
+  return count > 1 && elements * staged_ops(body) >= (int64_t(1) << 16);
 }
 
 // Whether every load in `e` reads consecutive channels (the channel variable's coefficient in its
@@ -278,7 +323,7 @@ Stmt ContractionLowering::stage_input_fill(const BufferPtr& buf) {
   for (size_t d = xs.size(); d-- > 2;)
     body = for_loop("kiln_xd" + std::to_string(d), int_imm(xs[d]), {body},
                     d + 1 == xs.size() ? ForKind::Vectorized : ForKind::Serial);
-  const bool par = planes > 1 && planes * plane >= (int64_t(1) << 16);
+  const bool par = parallel_staging(planes, planes * plane, {body});
   return for_loop("kiln_xt", int_imm(planes), {body}, par ? ForKind::Parallel : ForKind::Serial);
 }
 
@@ -361,7 +406,7 @@ Stmt ContractionLowering::stage_channels_inner(const PhasePlanes& ph) {
                                                           address(in, src), int_imm(spatial), int_imm(c), int_imm(q1 - q0)}));
       }
       if (ph.wq > q1) body.push_back(zeros(add(row0(n, r), int_imm(q1 * cs)), (ph.wq - q1) * cs));
-      const bool par = nb * rows > 1 && nb * rows * ph.wq * cs >= (int64_t(1) << 16);
+      const bool par = parallel_staging(nb * rows, nb * rows * ph.wq * cs, body);
       fills.push_back(for_loop("kiln_xt", int_imm(nb * rows), std::move(body), par ? ForKind::Parallel : ForKind::Serial));
     }
     zero_rows(std::max(r0, r1), ph.hq);
@@ -384,7 +429,7 @@ ContractionLowering::PhasePlanes ContractionLowering::stage_phase_planes(bool ch
   const Expr t = var("kiln_xt");
   std::vector<Stmt> per_phase = stage_channel_phases(r, r.buffer, div_floor(t, int_imm(c)), mod(t, int_imm(c)),
                                                      mul(t, int_imm(r.slots * r.plane)));
-  const bool par = nb * c > 1 && total >= (int64_t(1) << 16);
+  const bool par = parallel_staging(nb * c, total, per_phase);
   r.fill = for_loop("kiln_xt", int_imm(nb * c), std::move(per_phase), par ? ForKind::Parallel : ForKind::Serial);
   return r;
 }

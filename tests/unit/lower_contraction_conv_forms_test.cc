@@ -50,6 +50,27 @@ TEST(LowerContraction, ComputedInputOfWindowedConvIsStagedOnce) {
   });
 }
 
+// The staging of a computed input is parallel by its work, elements times operations
+// (lower_conv_staging.cc, staged_ops): 32 channels of 16x16 (10368 elements as phase planes) of
+// a ReLU stay on one thread; of a SiLU then tanh (two transcendental functions each) they are
+// staged in parallel.
+TEST(LowerContraction, ComputedInputStagingIsParallelByItsWork) {
+  for (const bool costly : {false, true}) {
+    SCOPED_TRACE(costly ? "silu-tanh" : "relu");
+    const std::string prologue = costly ? R"(  %s: f32[1,32,16,16] = Sigmoid(%a) name="sig"
+  %m: f32[1,32,16,16] = Mul(%a, %s) name="silu"
+  %u: f32[1,32,16,16] = Tanh(%m) name="tanh"
+)" : R"(  %u: f32[1,32,16,16] = Relu(%a) name="relu"
+)";
+    const ConvCase c{"staged_work", prologue + R"(  %y: f32[1,32,16,16] = Conv(%u, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name="conv"
+)", "%a: f32[1,32,16,16]", "%y", {{"w", {32, 32, 3, 3}}, {"b", {32}}}};
+    check_conv_both_numerics(c, /*fma_exact=*/false, [costly](const std::string& nest, bool) {
+      EXPECT_NE(nest.find("kiln_xph"), std::string::npos) << nest;
+      EXPECT_EQ(nest.find("for kiln_xt in [0, 32) parallel") != std::string::npos, costly) << nest;
+    }, {}, costly ? 4 : 2, /*strict_too=*/false);
+  }
+}
+
 // A pointwise conv whose input channels lie pages apart (2070 positions each) with K blocks of 128
 // rows: its in-place B is copied per tile into a contiguous panel (ContractionTile::copy_b_min_k),
 // the last column tile's 22 columns padded with zeros; both numerics modes match the reference.
