@@ -39,9 +39,10 @@ bool costly(const Expr& e) {
 // The operations an element of a staged value costs: the distinct nodes of its expressions (a
 // DAG: a shared part counts once), leaves and affine index arithmetic (Int64 + - *) left out, a
 // transcendental function, call or float division as 8 (costly). A copy is 1 (its load); a
-// computed input's arithmetic, and the index arithmetic of its gathers, is counted: RAFT's correlation lookup (four GridSamples feeding a 1x1 conv) stages 196 x 256
-// elements of about 100 operations each, which the element count alone kept on one thread
-// (0.72 ms of a 3 ms iteration at 2 threads).
+// computed input's arithmetic, and the index arithmetic of its gathers, is counted: RAFT's
+// correlation lookup (four GridSamples feeding a 1x1 conv) stages 196 x 256 elements of about
+// 100 operations each, which the element count alone kept on one thread (0.72 ms of a 3 ms
+// iteration at 2 threads).
 void count_ops(const Expr& e, std::unordered_set<const ExprNode*>& seen) {
   if (!e || !seen.insert(e.get()).second) return;
   for (const Expr& a : e->args) count_ops(a, seen);
