@@ -79,12 +79,13 @@ bool ContractionLowering::implicit_conv() const {
   // Output channels fill the micro-kernel's columns; fewer than nr with a window (a U-Net
   // decoder's 16-channel 3x3 convs, whose im2col form packs a gathered panel per tile) take a
   // panel as narrow as a whole number of vectors (narrow_panels). Fewer than one vector run
-  // mostly zero columns, but only where the stencil (stencil_conv, tried first) cannot hold the
-  // planes: the untiled nest ran a 64 -> 3 3x3 conv over 256x256 at 1.9 GFLOP/s (120 ms), one
-  // vector of 3 live columns at 20. A narrow 1x1 conv stays a GEMM with B in place (GoogLeNet's
-  // 192 -> 16 reductions over 28x28: 4 % slower as a 16x16 implicit GEMM).
+  // mostly zero columns, but only for the convs few_output_channels takes where the stencil
+  // (stencil_conv, tried first) cannot hold the planes: the untiled nest ran a 64 -> 3 3x3 conv
+  // over 256x256 at 1.9 GFLOP/s (120 ms), one vector of 3 live columns at 20. A narrow 1x1 conv
+  // stays a GEMM with B in place (GoogLeNet's 192 -> 16 reductions over 28x28: 4 % slower as a
+  // 16x16 implicit GEMM).
   const int64_t cout = w->shape()[0];
-  return cout >= sched_.contraction.nr || !unit_window();
+  return cout >= sched_.contraction.nr || (!unit_window() && (cout >= sched_.vector_width || few_output_channels()));
 }
 
 // A 2-D windowed conv with the output channels as rows and the positions as columns
