@@ -4,6 +4,7 @@
 #include <map>
 #include <sstream>
 
+#include "fusion/assign_layouts.h"
 #include "support/json.h"
 
 namespace kiln {
@@ -36,6 +37,22 @@ std::string dot_escape(const std::string& s) {
   return r;
 }
 
+// The channels-last values (fusion/assign_layouts.h) a kernel stores and reads: "stores 'v'
+// [1,58,58,64]" for a layout Pad among its members, "reads 'v'" for such a value among its inputs.
+std::vector<std::string> layout_notes(const FusionGroup& grp) {
+  std::vector<std::string> notes;
+  auto shape = [](const Value* v) {
+    std::string r = "[";
+    for (size_t i = 0; i < v->shape().size(); ++i) r += (i ? "," : "") + std::to_string(v->shape()[i]);
+    return r + "]";
+  };
+  for (const Node* n : grp.nodes)
+    if (is_layout_boundary(*n)) notes.push_back("stores '" + n->output(0)->name() + "' channels-last " + shape(n->output(0)));
+  for (const Value* v : grp.inputs)
+    if (v->producer() && is_layout_boundary(*v->producer())) notes.push_back("reads '" + v->name() + "' channels-last");
+  return notes;
+}
+
 }  // namespace
 
 std::string explain_text(const Graph& g, const FusionPlan& plan, const ExplainExtras& extras) {
@@ -63,6 +80,10 @@ std::string explain_text(const Graph& g, const FusionPlan& plan, const ExplainEx
       os << "\n  placed: ";
       for (size_t i = 0; i < grp.nodes.size(); ++i) os << (i ? ", " : "") << grp.nodes[i]->op_type() << "@" << grp.placements[i];
     }
+    if (const auto notes = layout_notes(grp); !notes.empty()) {
+      os << "\n  layout: ";
+      for (size_t i = 0; i < notes.size(); ++i) os << (i ? "; " : "") << notes[i];
+    }
     os << "\n  flops " << fmt(grp.cost.flops / 1e6, 2) << " M, read " << human_bytes(grp.cost.bytes_read)
        << ", write " << human_bytes(grp.cost.bytes_written) << ", est " << fmt(grp.cost.total_us(), 1) << " us ("
        << (grp.cost.compute_us > grp.cost.memory_us ? "compute" : "memory") << "-bound)\n";
@@ -89,6 +110,11 @@ std::string explain_text(const Graph& g, const FusionPlan& plan, const ExplainEx
   os << (extras.strict_fp ? "numerics: strict (--strict-fp): the reference's float operations in its order, bit-identical\n"
                           : "numerics: default: FMA in contractions and epilogues, reordered sums, kiln's exp/erf/tanh; within "
                             "1e-4 of the reference (--strict-fp for its bits)\n");
+  int layouts = 0;
+  for (const Node* n : g.nodes()) layouts += is_layout_boundary(*n);
+  os << "layouts: " << layouts
+     << " values between convs channels-last with the next conv's padding (its planes read in place); the rest, "
+        "graph inputs and outputs in the model's layout\n";
   if (extras.arena_bytes >= 0)
     os << "memory: peak arena " << human_bytes(extras.arena_bytes) << " for " << human_bytes(extras.intermediate_sum_bytes)
        << " of intermediates (liveness-planned, in-place where elementwise or in a contraction's epilogue)\n";
@@ -126,6 +152,9 @@ std::string explain_json(const Graph& g, const FusionPlan& plan, const ExplainEx
     for (size_t i = 0; i < grp.nodes.size(); ++i) os << (i ? ", " : "") << json_quote(grp.nodes[i]->name());
     os << "], \"placements\": [";
     for (size_t i = 0; i < grp.placements.size(); ++i) os << (i ? ", " : "") << json_quote(grp.placements[i]);
+    os << "], \"layout\": [";
+    const auto notes = layout_notes(grp);
+    for (size_t i = 0; i < notes.size(); ++i) os << (i ? ", " : "") << json_quote(notes[i]);
     os << "], \"flops\": " << fmt(grp.cost.flops, 0) << ", \"bytes_read\": " << grp.cost.bytes_read
        << ", \"bytes_written\": " << grp.cost.bytes_written << ", \"est_us\": " << fmt(grp.cost.total_us(), 3) << "}";
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "fusion/assign_layouts.h"
 #include "fusion/op_kind.h"
 
 namespace kiln {
@@ -144,6 +145,18 @@ FusionDecision can_fuse(const GroupGraph& gg, int p, int c, const Members& merge
       return FusionDecision::no("Concat '" + gg.nodes()[size_t(m[0])]->name() +
                                 "' is built in place: each part's producer writes its slice of the output");
   }
+  // A value assign_layouts gave a layout is stored by its producer's kernel and read by others:
+  // fused through, the consumers would compute it in the model's layout again.
+  for (auto [a, b] : {std::pair{p, c}, std::pair{c, p}})
+    for (int i : gg.members(a)) {
+      const Node* n = gg.nodes()[size_t(i)];
+      if (!is_layout_boundary(*n)) continue;
+      for (int j : gg.members(b))
+        for (const Value* in : gg.nodes()[size_t(j)]->inputs())
+          if (in == n->output(0))
+            return FusionDecision::no("'" + in->name() + "' is stored channels-last (layout assignment) for " +
+                                      node_label(gg.nodes()[size_t(j)]) + " to read in place");
+    }
   int via = gg.path_via(p, c);
   if (via >= 0)
     return FusionDecision::no("fusing would create a cycle: the kernel with " +

@@ -100,8 +100,15 @@ class ContractionLowering {
   std::vector<std::pair<Expr, Expr>> epilogue_stores(Index& point, const Expr& with);
 
   // Where group value v holds the contraction's output element at `point` (forward through
-  // elementwise and Transpose members).
+  // elementwise, Transpose and zero Pad members; path_position when v is on such a path).
   Index output_position(const Value* v, Index& point);
+  std::optional<Index> path_position(const Value* v, Index& point);
+  static std::optional<std::vector<int64_t>> zero_pad_begin(const Node& n);
+  const Value* unpadded_source(const Value* v, Index& point);
+  // Group outputs that zero Pads on the contraction's path surround (their border is not stored
+  // by the epilogue), and the loops that zero those borders after the nest.
+  std::vector<size_t> padded_outputs();
+  std::vector<Stmt> zero_padding(const std::vector<size_t>& outputs);
 
   // Epilogue value v at idx when the contraction's value at its output position `point_flat` is
   // `with` (substitute_placeholders; a read of the output at another position refuses).
@@ -168,7 +175,7 @@ class ContractionLowering {
     std::vector<int64_t> offset;   // per kernel position: slot · plane + its offset within the phase plane
     // Layout of the buffer: channel planes, element (n, ci, pos) at (n · c + ci) · slots · plane +
     // pos; or channels innermost, at (n · slots · plane + pos) · cstride + ci (pos = slot · plane +
-    // the position within the phase plane; cstride ≥ c, inner_channel_stride).
+    // the position within the phase plane; cstride ≥ c, channels_inner_stride in schedule.h).
     bool channels_inner = false;
     int64_t cstride = 0;
     Stmt fill;
@@ -190,8 +197,8 @@ class ContractionLowering {
   // Every channel of every image staged once per call into one buffer (the implicit GEMM's A), in
   // channel planes or with the channels innermost (PhasePlanes::channels_inner).
   PhasePlanes stage_phase_planes(bool channels_inner = false);
+  std::optional<PhasePlanes> planes_in_place();
   bool channels_inner_staging();
-  static int64_t inner_channel_stride(int64_t c);
   Stmt stage_channels_inner(const PhasePlanes& ph);
 
   // ---- grouped and depthwise convs as a vectorised stencil (lower_conv_stencil.cc)

@@ -29,12 +29,14 @@
 // axes, Gemm (run_lowering turns it into MatMul), ConvTranspose, and anything the reference kernel
 // would reject.
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <unordered_set>
 
 #include "fusion/op_kind.h"
 #include "loop/affine.h"
 #include "loop/contraction_lowering.h"
+#include "loop/runtime_params.h"
 #include "reference/kernel_util.h"
 #include "support/error.h"
 
@@ -52,6 +54,19 @@ void ContractionLowering::prepare() {
 
 LoopKernel ContractionLowering::lower() {
   prepare();
+  // An output padded by zero Pads (a channels-last value with the next conv's padding around it,
+  // fusion/assign_layouts.h): the tiled nest stores its interior, row by row of the tile, and
+  // loops after the nest zero its border. The other nests would leave the border unwritten.
+  if (const std::vector<size_t> padded = padded_outputs(); !padded.empty()) {
+    if (has_reductions_ || stencil_conv() || !tiled())
+      refuse(cat("'", grp_.outputs[padded[0]]->name(), "' is padded: only the tiled ", c_->op_type(),
+                 " nest stores a padded output"));
+    std::vector<Stmt> zeros = zero_padding(padded);
+    LoopKernel k = build_tiled();
+    zeros.insert(zeros.begin(), k.body);
+    k.body = block(std::move(zeros));
+    return k;
+  }
   if (has_reductions_) return build_rows(plan_contraction_rows(grp_, c_, out_shape_));
   if (stencil_conv()) return channel_block_stencil() ? build_channel_block_stencil() : build_stencil();
   if (tiled()) return build_tiled();
@@ -90,6 +105,7 @@ const Node* ContractionLowering::transcendental_member() const {
 // The same decisions as lower(), up to the tiled nest's view.
 GemmView ContractionLowering::sibling_view() {
   prepare();
+  if (!padded_outputs().empty()) refuse("a sibling with a padded output has its own nest");
   if (has_reductions_) refuse("a sibling with row reductions has its own nest");
   if (stencil_conv()) refuse("a sibling conv lowered as a stencil has its own nest");
   if (!tiled()) refuse("a sibling contraction that is not tiled has its own nest");
@@ -307,49 +323,142 @@ Expr ContractionLowering::result(Expr acc, Expr channel) {
   return r->type == dtype_ ? r : cast(dtype_, r);
 }
 
+// Where group value v holds the contraction's output element at `point`: carried forward through
+// the members between them — an elementwise op keeps the position of its operand from the
+// contraction, a Transpose permutes it, a zero Pad shifts it by its leading pads. A value stored
+// in another layout than the contraction's (ConvNeXt's depthwise conv transposed to channels-last
+// for its LayerNorm; a conv's output channels-last with the next conv's padding around it,
+// fusion/assign_layouts.h) is so stored at the element's own position, and its epilogue reads the
+// contraction's value where it was computed. A value not on such a path (a Reshape-like view of
+// the output) keeps the flat offset.
+Index ContractionLowering::output_position(const Value* v, Index& point) {
+  if (auto at = path_position(v, point)) return *at;
+  return v->shape() == out_shape_ ? point : Index::from_flat(v->shape(), L_.flat(point));
+}
+
+std::optional<Index> ContractionLowering::path_position(const Value* u, Index& point) {
+  // A point given as a flat offset only (the channel-rows forms: positions as one flat column)
+  // has per-dimension indices only as div/mod of it, whose permutation the position check cannot
+  // match to the flat offset again: no path through a Transpose there (the group is refused).
+  if (u == c_->output(0)) return point;
+  const Node* n = u->producer();
+  if (!n || std::find(grp_.nodes.begin(), grp_.nodes.end(), n) == grp_.nodes.end()) return std::nullopt;
+  if ((n->op_type() == "Transpose" || n->op_type() == "Pad") && n->domain().empty()) {
+    if (!point.dims.has_value()) return std::nullopt;
+    if (n->op_type() == "Pad" && !zero_pad_begin(*n)) return std::nullopt;
+    auto in = path_position(n->input(0), point);
+    if (!in) return std::nullopt;
+    if (n->op_type() == "Transpose") return transposed_position(L_, *n, *in);
+    const std::vector<int64_t> begin = *zero_pad_begin(*n);
+    std::vector<Expr> d = L_.dims(*in);
+    for (size_t i = 0; i < d.size(); ++i) d[i] = add(d[i], int_imm(begin[i]));
+    return Index::from_dims(u->shape(), std::move(d));
+  }
+  if (is_elementwise(n))
+    for (const Value* a : n->inputs())
+      if (a && a->shape() == u->shape())
+        if (auto in = path_position(a, point)) return in;
+  return std::nullopt;
+}
+
+// The leading pads of a Pad that only surrounds its input with +0 (constant mode, constant
+// non-negative pads over every axis, the default or a +0 value): its output holds the input at
+// an offset, zeros elsewhere. nullopt for any other Pad.
+std::optional<std::vector<int64_t>> ContractionLowering::zero_pad_begin(const Node& n) {
+  if (n.op_type() != "Pad" || n.attr_string("mode", "constant") != "constant" || has_runtime_params(n)) return std::nullopt;
+  if (n.num_inputs() > 3 && n.input(3) && shape_numel(n.input(3)->shape()) > 0) return std::nullopt;  // axes
+  if (const Value* cv = n.input(2); cv && shape_numel(cv->shape()) > 0) {
+    if (!cv->is_constant() || shape_numel(cv->shape()) != 1) return std::nullopt;
+    const double f = cv->constant().as_double(0);
+    if (f != 0.0 || std::signbit(f)) return std::nullopt;
+  }
+  const auto pads = constant_ints(n, 1, "pads");
+  const size_t rank = n.input(0)->shape().size();
+  if (!pads || pads->size() != 2 * rank) return std::nullopt;
+  for (int64_t p : *pads)
+    if (p < 0) return std::nullopt;
+  return std::vector<int64_t>(pads->begin(), pads->begin() + int64_t(rank));
+}
+
+// The value whose element a group output holds at its own position: the output itself, or,
+// through zero Pads on the contraction's path (path_position), the padded value inside them.
+const Value* ContractionLowering::unpadded_source(const Value* v, Index& point) {
+  while (const Node* n = v->producer()) {
+    if (std::find(grp_.nodes.begin(), grp_.nodes.end(), n) == grp_.nodes.end() || n->op_type() != "Pad" ||
+        !zero_pad_begin(*n) || !path_position(n->input(0), point))
+      break;
+    v = n->input(0);
+  }
+  return v;
+}
+
+std::vector<size_t> ContractionLowering::padded_outputs() {
+  std::vector<Expr> d;
+  for (size_t i = 0; i < out_shape_.size(); ++i) d.push_back(var(cat("kiln_pp", i)));
+  Index point = Index::from_dims(out_shape_, d);
+  std::vector<size_t> r;
+  for (size_t i = 0; i < grp_.outputs.size(); ++i)
+    if (unpadded_source(grp_.outputs[i], point) != grp_.outputs[i]) r.push_back(i);
+  return r;
+}
+
+// Zeros over the elements of output `i` (of shape s) outside the box [begin, begin + inner):
+// per axis, the runs before and after the box are whole blocks of the axes inside, one
+// vectorised loop each; the box's rows recurse to the next axis.
+namespace {
+void zero_outside(const BufferPtr& buf, const Shape& s, const std::vector<int64_t>& begin, const Shape& inner, size_t d,
+                  const Expr& base, std::vector<Stmt>& out) {
+  bool padded_inside = false;
+  for (size_t e = d; e < s.size(); ++e) padded_inside = padded_inside || inner[e] != s[e];
+  if (!padded_inside) return;
+  int64_t stride = 1;
+  for (size_t e = d + 1; e < s.size(); ++e) stride *= s[e];
+  const std::string z = cat("kiln_zr", d);
+  auto run = [&](int64_t from, int64_t count) {
+    if (count <= 0) return;
+    out.push_back(for_loop(z, int_imm(count * stride),
+                           {store(buf, add(add(base, int_imm(from * stride)), var(z)), imm(0, buf->dtype))},
+                           ForKind::Vectorized));
+  };
+  run(0, begin[d]);
+  run(begin[d] + inner[d], s[d] - begin[d] - inner[d]);
+  std::vector<Stmt> body;
+  const std::string v = cat("kiln_zp", d);
+  zero_outside(buf, s, begin, inner, d + 1, add(base, mul(add(var(v), int_imm(begin[d])), int_imm(stride))), body);
+  if (!body.empty()) out.push_back(for_loop(v, int_imm(inner[d]), std::move(body)));
+}
+}  // namespace
+
+std::vector<Stmt> ContractionLowering::zero_padding(const std::vector<size_t>& outputs) {
+  std::vector<Stmt> r;
+  for (size_t i : outputs) {
+    const Value* v = grp_.outputs[i];
+    const Node* pad = v->producer();
+    if (pad->input(0)->producer() && pad->input(0)->producer()->op_type() == "Pad")
+      refuse(cat("'", v->name(), "' is padded twice in a row"));
+    zero_outside(k_.outputs[i], v->shape(), *zero_pad_begin(*pad), pad->input(0)->shape(), 0, int_imm(0), r);
+  }
+  return r;
+}
+
 // The stores of the group's outputs at `point` (the contraction's output position) when the
-// contraction's value there is `with`.
+// contraction's value there is `with`. An output padded by zero Pads is stored at its shifted
+// position with the value inside the padding (its border is zeroed apart, zero_padding).
 std::vector<std::pair<Expr, Expr>> ContractionLowering::epilogue_stores(Index& point, const Expr& with) {
   const Expr point_flat = L_.flat(point);
   std::unordered_map<const ExprNode*, Expr> memo;
   std::vector<std::pair<Expr, Expr>> stores;
   for (const Value* v : grp_.outputs) {
     Index idx = output_position(v, point);
-    Expr e = epilogue_value(v, idx, point_flat, with, memo);
+    const Value* src = unpadded_source(v, point);
+    if (src == v && v->producer() && v->producer()->op_type() == "Pad" &&
+        std::count(grp_.nodes.begin(), grp_.nodes.end(), v->producer()) && !path_position(v, point))
+      refuse(cat("'", v->name(), "' is a Pad of the ", c_->op_type(), " output that this nest stores by flat offset"));
+    Index at = src == v ? idx : output_position(src, point);
+    Expr e = epilogue_value(src, at, point_flat, with, memo);
     stores.push_back({L_.flat(idx), e});
   }
   return stores;
-}
-
-// Where group value v holds the contraction's output element at `point`: carried forward through
-// the members between them — an elementwise op keeps the position of its operand from the
-// contraction, a Transpose permutes it. A value stored in another layout than the contraction's
-// (ConvNeXt's depthwise conv transposed to channels-last for its LayerNorm) is so stored at the
-// element's own position, and its epilogue reads the contraction's value where it was computed.
-// A value not on such a path (a Reshape-like view of the output) keeps the flat offset.
-Index ContractionLowering::output_position(const Value* v, Index& point) {
-  // A point given as a flat offset only (the channel-rows forms: positions as one flat column)
-  // has per-dimension indices only as div/mod of it, whose permutation the position check cannot
-  // match to the flat offset again: no path through a Transpose there (the group is refused).
-  const bool has_dims = point.dims.has_value();
-  auto on_path = [&](const Value* u, auto&& self) -> std::optional<Index> {
-    if (u == c_->output(0)) return point;
-    const Node* n = u->producer();
-    if (!n || std::find(grp_.nodes.begin(), grp_.nodes.end(), n) == grp_.nodes.end()) return std::nullopt;
-    if (n->op_type() == "Transpose" && n->domain().empty()) {
-      if (!has_dims) return std::nullopt;
-      auto in = self(n->input(0), self);
-      if (!in) return std::nullopt;
-      return transposed_position(L_, *n, *in);
-    }
-    if (is_elementwise(n))
-      for (const Value* a : n->inputs())
-        if (a && a->shape() == u->shape())
-          if (auto in = self(a, self)) return in;
-    return std::nullopt;
-  };
-  if (auto at = on_path(v, on_path)) return *at;
-  return v->shape() == out_shape_ ? point : Index::from_flat(v->shape(), L_.flat(point));
 }
 
 Expr ContractionLowering::epilogue_value(const Value* v, const Index& idx, const Expr& point_flat, const Expr& with,

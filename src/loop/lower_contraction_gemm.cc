@@ -66,8 +66,10 @@ LoopKernel ContractionLowering::build_tiled() {
 
 GemmView ContractionLowering::tiled_view() {
   const int64_t numel = shape_numel(out_shape_);
-  for (const Value* v : grp_.outputs)
-    if (shape_numel(v->shape()) != numel)
+  const std::vector<size_t> padded = padded_outputs();
+  for (size_t i = 0; i < grp_.outputs.size(); ++i)
+    if (const Value* v = grp_.outputs[i];
+        shape_numel(v->shape()) != numel && !std::count(padded.begin(), padded.end(), i))
       refuse(cat("group output '", v->name(), "' has another size than the ", c_->op_type(), " output"));
   GemmView g = c_->op_type() == "MatMul" ? matmul_view() : implicit_conv() ? implicit_conv_view() : conv_view();
   read_in_place_when_affine(g.a, g.batch.size(), false);

@@ -315,7 +315,7 @@ GemmView ContractionLowering::implicit_conv_view() {
   // (conv_weights_and_stores scales the weights whenever channel_scaled_input() holds: A must then be X.)
   KILN_CHECK(!scaled || direct, "a channel-scaled 1x1 conv without its input read in place");
   BufferPtr src = in_place ? L_.input_buffers_.at(scaled ? scaled->first : x) : ph.buffer;
-  if (!in_place) {
+  if (!in_place && ph.fill) {  // (planes a kernel input holds already have no fill: planes_in_place)
     g.staging_locals.push_back(ph.buffer);
     g.staging.push_back(ph.fill);
   }

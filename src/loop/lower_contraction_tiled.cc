@@ -189,6 +189,9 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   // alternated per call (bench/ab_schedule.py): 0.89; ResNet's 64 -> 64 over 56x56 0.97; inside
   // VGG-11 at 2 threads its convs 0.52-0.81.
   std::function<Stmt(Expr, Expr)> store_rows;  // (rows, first row of the tile); null: after the tile
+  // Where the micro-kernel writes a row tile's results (its C and row stride) when not into the
+  // accumulator tile: the output itself (a channels-last output, below).
+  std::function<std::pair<Expr, Expr>(Expr)> direct_c;
   if (parts.size() == 1 && parts[0].line_epilogue && parts[0].begin == 0 && parts[0].n == v.n && !skip_dead &&
       kblocks > 0) {
     const Expr acc_elem = load(acc, add(mul(var("kiln_ei"), int_imm(nc)), var("kiln_ej")));
@@ -230,6 +233,21 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
         }
         return kblocks == 1 ? copy : if_then(binary(BinOp::Eq, var("kiln_kb"), int_imm(kblocks - 1)), {copy});
       };
+    } else if (f && f->coef_of("kiln_ej") == 1 && f->coef_of("kiln_x") >= nc && kblocks == 1 && v.line == v.line_valid &&
+               v.line % mr == 0 && mc % mr == 0 && v.n % nr == 0 && nc == nr && s.contraction.channels_last_direct) {
+      // A channels-last output whose rows the micro-kernel can write itself: one K block (the
+      // call starts from zero and applies the register epilogue), row tiles within one line of
+      // no padding rows, whole column tiles. The call's C is the output at the tile's first
+      // row, its row stride the output's position stride: no accumulator tile and no copy.
+      const TileStore out = st[0];
+      const int64_t L = v.line, ldc = f->coef_of("kiln_x");
+      direct_c = [=](Expr r) -> std::pair<Expr, Expr> {
+        const Expr g = add(var("kiln_m0"), std::move(r));
+        const Expr dst = sched::substitute(
+            out.index, {{"kiln_x", mod(g, int_imm(L))}, {"kiln_ej", int_imm(0)}, {"kiln_ln", div_floor(g, int_imm(L))}});
+        return {address(out.buffer, dst), int_imm(ldc)};
+      };
+      store_rows = [](Expr, Expr) -> Stmt { return block({}); };
     } else if (f && f->coef_of("kiln_ej") == 1 && f->coef_of("kiln_x") > 1) {
       // A channels-last output (a conv's epilogue ending in a Transpose: output_position): the
       // tile's rows are output rows; each is copied as it is, vectorised along the channels.
@@ -373,8 +391,14 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
     }
     for (auto& e : a_args(r)) args.push_back(e);
     for (auto& e : b_args()) args.push_back(e);
-    args.push_back(address(acc, add(mul(r, int_imm(nc)), acc_col)));
-    args.push_back(int_imm(nc));
+    if (direct_c) {
+      auto [c, ldc] = direct_c(r);
+      args.push_back(std::move(c));
+      args.push_back(std::move(ldc));
+    } else {
+      args.push_back(address(acc, add(mul(r, int_imm(nc)), acc_col)));
+      args.push_back(int_imm(nc));
+    }
     args.push_back(acc_in);
     const bool ep = reg_ep && reg_ep->flags != 0;
     if (ep) {

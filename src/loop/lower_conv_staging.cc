@@ -344,12 +344,6 @@ bool ContractionLowering::channels_inner_staging() {
   return ok && contiguous;
 }
 
-// The distance in floats between consecutive positions of channels-innermost planes: c, or one
-// cache line more where c floats are a multiple of 1 KiB. A micro-kernel call reads mr positions'
-// first kc channels; a power-of-two distance of 1 KiB or more puts those mr runs into the same few
-// L1 sets (the set index repeats every 4 KiB), where they evict each other and the B block
-// (512 -> 512 3x3 over 14x14, 2 KiB apart: 3 % slower than channel planes; C harness).
-int64_t ContractionLowering::inner_channel_stride(int64_t c) { return c % 256 == 0 ? c + 16 : c; }
 
 // The channels-innermost fill: per phase row of every image, the zero border as runs of cstride · count
 // floats and the interior as one transposing copy (kernels::kTransposeF32) from a kernel input's
@@ -415,11 +409,49 @@ Stmt ContractionLowering::stage_channels_inner(const PhasePlanes& ph) {
   return block(std::move(fills));
 }
 
+// Channels-innermost planes that are a kernel input already: a stride-1 conv whose input is the
+// interior of a kernel input P = Pad(..., the conv's own padding, +0) — element (n, c, y, x) at
+// ((n · hq + y + pt) · wq + x + pl) · cs + c, P's shape [N, hq, wq, cs] the phase plane's — so
+// P's border is the padding the planes would hold: a channels-last value with this conv's
+// padding around it (fusion/assign_layouts.h), read back through a Transpose and a Slice. Nothing
+// is staged; the buffer is bound as A with its channel stride cs (≥ c; the pass pads the channels
+// as channels_inner_stride asks).
+std::optional<ContractionLowering::PhasePlanes> ContractionLowering::planes_in_place() {
+  const Value* x = c_->input(0);
+  if (is_group_input(x) || geo_.rank() != 2 || planar_fold() != PlanarFold::None) return std::nullopt;
+  if (geo_.stride[0] != 1 || geo_.stride[1] != 1) return std::nullopt;
+  PhasePlanes r = phase_geometry();
+  if (r.slots != 1) return std::nullopt;
+  const Expr e = to_compute(L_.value_at(x, planar_index(x, var("kiln_in"), var("kiln_ic"), var("kiln_iy"), var("kiln_ix"))));
+  if (e->kind != ExprKind::Load || !e->buffer || e->type != DType::Float32) return std::nullopt;
+  const Value* padded = nullptr;
+  for (const auto& [v, b] : L_.input_buffers_)
+    if (b.get() == e->buffer.get() && v != c_->output(0)) padded = v;
+  const int64_t nb = x->shape()[0], c = x->shape()[1], pt = geo_.pad_begin[0], pl = geo_.pad_begin[1];
+  const Node* pad = padded ? padded->producer() : nullptr;
+  const auto begin = pad ? zero_pad_begin(*pad) : std::nullopt;
+  if (!begin || *begin != std::vector<int64_t>{0, pt, pl, 0} || padded->shape().size() != 4) return std::nullopt;
+  const int64_t cs = padded->shape()[3];
+  if (padded->shape() != Shape{nb, r.hq, r.wq, cs} || cs < c) return std::nullopt;
+  const auto f = affine_form(e->args[0], AffineScope{{"kiln_in", "kiln_ic", "kiln_iy", "kiln_ix"}, {}});
+  if (!f || f->constant != (pt * r.wq + pl) * cs || f->coef_of("kiln_ic") != 1 || f->coef_of("kiln_ix") != cs ||
+      f->coef_of("kiln_iy") != r.wq * cs || (nb > 1 && f->coef_of("kiln_in") != r.plane * cs))
+    return std::nullopt;
+  for (const auto& [key, coef] : f->coef)
+    if (key != "kiln_ic" && key != "kiln_ix" && key != "kiln_iy" && key != "kiln_in") return std::nullopt;
+  r.channels_inner = true;
+  r.cstride = cs;
+  r.buffer = L_.input_buffers_.at(padded);
+  return r;
+}
+
 ContractionLowering::PhasePlanes ContractionLowering::stage_phase_planes(bool channels_inner) {
+  if (channels_inner)
+    if (auto r = planes_in_place()) return *r;
   const int64_t nb = planar_images(), c = c_->input(0)->shape()[1];
   PhasePlanes r = phase_geometry();
   r.channels_inner = channels_inner;
-  r.cstride = channels_inner ? inner_channel_stride(c) : c;
+  r.cstride = channels_inner ? channels_inner_stride(c) : c;
   const int64_t total = nb * r.cstride * r.slots * r.plane;
   r.buffer = std::make_shared<Buffer>(Buffer{"kiln_xph", DType::Float32, {total}, Scope::Local});
   if (channels_inner) {

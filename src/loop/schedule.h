@@ -96,7 +96,7 @@ struct ContractionTile {
   // of a kernel input along unit-stride columns (its staging is then transposing copies). On the
   // 2-core AMD EPYC (Zen 4) both layouts ran within the noise (64 -> 64 3x3 over 56x56 2.09 / 2.12
   // ms, 256 -> 256 over 14x14 2.04 / 2.00); on the Intel Xeon (Emerald Rapids) VM, with the wider
-  // tile (implicit_inner_nr) and the padded position stride (inner_channel_stride), 21 one-node
+  // tile (implicit_inner_nr) and the padded position stride (channels_inner_stride), 21 one-node
   // stride-1 3x3 and 5x5 convs ran 0.88-1.05x (geomean 0.977; C harness alternating the two
   // kernels per call): VGG's 64 -> 128 over 112x112 0.89, 512 -> 512 over 7x7 0.83-0.96, 48 -> 16
   // over 64x64 0.88; 32 -> 128 over 27x27 and 128 -> 32 over 56x56 1.03-1.05. Whole models
@@ -152,6 +152,10 @@ struct ContractionTile {
   // after the call that finished them (1; 0: the whole tile after its last K block), where the
   // register epilogue applies and the output's lines follow each other (lower_contraction_tiled.cc).
   int store_per_call = 1;
+  // A channels-last output (fusion/assign_layouts.h) of one K block with the register epilogue is
+  // written by the micro-kernel straight into the output rows (1; 0: through the accumulator tile
+  // and a row copy per call; lower_contraction_tiled.cc).
+  int channels_last_direct = 1;
 };
 
 // Row pipelines (chains of MatMuls such as attention and MLPs, lower_contraction_chain.cc).
@@ -176,6 +180,15 @@ struct ChainTile {
   int64_t row_jam_from = 32;
   int64_t row_jam_below = 128;
 };
+
+// The distance in floats between consecutive positions of channels-innermost planes (a conv's
+// staged phase planes, and the channels-last values of assign_layouts that a conv reads as its
+// planes in place): c, or one cache line more where c floats are a multiple of 1 KiB. A
+// micro-kernel call reads mr positions' first kc channels; a power-of-two distance of 1 KiB or
+// more puts those mr runs into the same few L1 sets (the set index repeats every 4 KiB), where
+// they evict each other and the B block (512 -> 512 3x3 over 14x14, 2 KiB apart: 3 % slower than
+// channel planes; C harness).
+inline int64_t channels_inner_stride(int64_t c) { return c % 256 == 0 ? c + 16 : c; }
 
 struct Schedule {
   int vector_width = 16;              // float32 lanes of the target's SIMD registers
@@ -234,6 +247,10 @@ struct Schedule {
   // local plane, which the phases then copy from (lower_conv_staging.cc, stage_channel_phases);
   // larger planes are computed a row at a time. In L1 with room to spare.
   int64_t stage_plane_bytes = 16 * 1024;
+  // Values between convs stored channels-last with the next conv's zero padding around them, which
+  // that conv reads as its phase plane in place (fusion/assign_layouts.h; 1; 0: every value in the
+  // model's layout). A whole-model decision taken before partitioning: not searched per kernel.
+  int channels_last_values = 1;
   // Whether a strided depthwise conv takes the stencil too (lower_conv_stencil.cc; 0: the
   // untiled nest, unless its epilogue is transcendental or its input computed).
   int stencil_strided_depthwise = 0;

@@ -9,6 +9,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "fusion/assign_layouts.h"
 #include "fusion/partitioner.h"
 #include "loop/loop_transforms.h"
 #include "loop/lower_group.h"
@@ -52,6 +53,9 @@ std::unique_ptr<Executable> Executable::build(std::unique_ptr<Graph> g, const Bu
   // The partitioner asks the lowering under the schedule the kernels will be built with.
   FusionOptions fusion = opts.fusion;
   fusion.schedule = sched;
+  // Values between convs channels-last where the next conv reads them in place; only fused
+  // kernels hold the layout's Transposes and Pads (and only the C emitter is measured with it).
+  if (fusion.enabled && opts.device == DeviceKind::Cpu) assign_layouts(*ex->graph_, sched);
   ex->plan_ = partition(*ex->graph_, fusion);
   // The kernel order decides which tensors are live together: pick one that frees memory early.
   order_for_memory(*ex->graph_, ex->plan_);

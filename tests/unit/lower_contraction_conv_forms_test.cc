@@ -155,8 +155,8 @@ TEST(LowerContraction, ImplicitConvStoresEachRowTileAfterItsLastCall) {
 // A conv whose epilogue ends in a Transpose to channels-last (ConvNeXt's depthwise conv before
 // its LayerNorm, a value stored channels-last between convs): the stores follow the value forward
 // through the Transpose, so the tile's rows are the output's rows. With the register epilogue
-// each row tile is copied row by row right after its last call (store_per_call), vectorised
-// along the channels; with the field off after the tile. Whole lines (8 wide) and a stride-2
+// the micro-kernel stores them (below), or each row tile is copied row by row right after its
+// last call (store_per_call), vectorised along the channels; with the field off after the tile. Whole lines (8 wide) and a stride-2
 // conv whose tile lines are padded (17 rows for 16 outputs). Default numerics: under --strict-fp
 // these convs take the channel-rows form, whose flat stores refuse the Transpose (it stays apart).
 TEST(LowerContraction, ImplicitConvStoresAChannelsLastOutputByRows) {
@@ -164,7 +164,13 @@ TEST(LowerContraction, ImplicitConvStoresAChannelsLastOutputByRows) {
   %r: f32[1,32,8,8] = Relu(%c) name="relu"
   %y: f32[1,8,8,32] = Transpose(%r) {perm=[0,2,3,1]} name="nhwc"
 )", "%x: f32[1,16,8,8]", "%y", {{"w", {32, 16, 3, 3}}, {"b", {32}}}};
-  check_field_on_and_off(whole, {}, &loop::ContractionTile::store_per_call, 1, "* [144 x 32]", "for kiln_sr in", 3, false);
+  // One K block, row tiles within whole lines and whole column tiles: the micro-kernel writes the
+  // output's rows itself (its C the output, `&y[`; ContractionTile::channels_last_direct), no
+  // copy; without that, per call (store_per_call) or after the tile.
+  check_field_on_and_off(whole, {}, &loop::ContractionTile::channels_last_direct, 1, "* [144 x 32]", "&y[", 3, false);
+  loop::Schedule copied;
+  copied.contraction.channels_last_direct = 0;
+  check_field_on_and_off(whole, copied, &loop::ContractionTile::store_per_call, 1, "* [144 x 32]", "for kiln_sr in", 3, false);
   const ConvCase padded{"channels_last_lines", R"(  %c: f32[1,32,16,16] = Conv(%x, %w, %b) {kernel_shape=[3,3], strides=[2,2]} name="conv"
   %r: f32[1,32,16,16] = Relu(%c) name="relu"
   %y: f32[1,16,16,32] = Transpose(%r) {perm=[0,2,3,1]} name="nhwc"

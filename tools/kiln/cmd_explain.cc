@@ -9,6 +9,7 @@
 #include "analysis/roofline.h"
 #include "fusion/cost_model.h"
 #include "fusion/explain.h"
+#include "fusion/assign_layouts.h"
 #include "fusion/partitioner.h"
 #include "runtime/memory_plan.h"
 #include "tune/cost_calibration.h"
@@ -91,6 +92,8 @@ int cmd_explain(const std::vector<std::string>& argv) {
     fo.keep_apart = bo.fusion.keep_apart;
   }
   auto g = load_model(a.positional()[0], a, pipeline_options(a), /*lower=*/true);
+  // As Executable::build does before it partitions.
+  if (fo.enabled) assign_layouts(*g, fo.schedule_or_default());
   FusionPlan plan = partition(*g, fo);
   FusionPlan ordered = plan;
   runtime::order_for_memory(*g, ordered);
