@@ -49,12 +49,10 @@ bool stores_positions_as_rows(const Node& conv, const loop::Schedule& s) {
   return cout >= s.vector_width && cin >= 16 && plane_bytes(conv) <= s.contraction.window_channel_rows_plane_bytes;
 }
 
-// A conv that would read a channels-last input as its phase plane in place: stride 1 with a
-// window (a 1x1 conv reads an NCHW input in place already), positions as rows.
+// A conv that would read a channels-last input as its phase plane in place: stride 1, positions
+// as rows (a 1x1 conv too: its A rows are then runs of channels, not positions a plane apart).
 bool reads_plane_in_place(const Node& conv, const loop::Schedule& s) {
-  if (!stores_positions_as_rows(conv, s)) return false;
-  const Shape& w = conv.input(1)->shape();
-  return ints_or(conv, "strides", {1, 1}) == std::vector<int64_t>{1, 1} && (w[2] > 1 || w[3] > 1);
+  return stores_positions_as_rows(conv, s) && ints_or(conv, "strides", {1, 1}) == std::vector<int64_t>{1, 1};
 }
 
 // The conv whose output v is, through elementwise ops of v's shape that only lead to v (the

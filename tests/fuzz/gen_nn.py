@@ -283,6 +283,49 @@ def fam_wide_conv(b):
     return y
 
 
+def fam_conv_chain(b):
+    """Convs reading convs (ResNet's basic block, VGG's stacks): a group-1 conv, an activation, then
+    a stride-1 3x3 or 5x5 conv of 16-64 channels (dilated or asymmetrically padded at times), a
+    residual Add of the block's input at times, and at times a second reader of the inner value
+    (an Add, a pool, another stride-1 conv with the same or other padding). kiln stores the value
+    between two such convs channels-last with the second conv's padding around it, which that conv
+    reads in place (fusion/assign_layouts.h); the other readers decide whether it may."""
+    x = b.pick(lambda v: v.rank == 4 and v.shape[2] * v.shape[3] >= 16 and v.shape[1] <= 64)
+    n, c, h, w = x.shape
+    m = b.choice([16, 24, 32, 64])
+    k1, s1 = b.choice([1, 3, 3]), b.choice([1, 1, 2])
+    p1 = k1 // 2
+    h1, w1 = conv_out(h, k1, s1, 1, p1, p1), conv_out(w, k1, s1, 1, p1, p1)
+    k2, d2 = b.choice([3, 3, 5]), b.choice([1, 1, 2])
+    pb = [d2 * (k2 - 1) // 2] * 2 if b.chance(0.7) else [b.randint(0, d2 * (k2 - 1)) for _ in range(2)]
+    pe = list(pb) if b.chance(0.8) else [b.randint(0, d2 * (k2 - 1)) for _ in range(2)]
+    h2, w2 = conv_out(h1, k2, 1, d2, pb[0], pe[0]), conv_out(w1, k2, 1, d2, pb[1], pe[1])
+    if min(h1, w1, h2, w2) < 1 or n * m * max(h1 * w1, h2 * w2) > MAX_ELEMS or m * max(c, m) * 25 > MAX_ELEMS:
+        raise Skip()
+    x = ops.tame(b, x, 10.0)
+    ins = [x, b.weight((m, c, k1, k1), 1 / math.sqrt(c * k1 * k1)), b.weight((m,), 0.5, "bias")]
+    a = b.op1("Conv", ins, (n, m, h1, w1), 1.5 * x.mag + 2, kernel_shape=[k1, k1], pads=[p1] * 4, strides=[s1, s1])
+    a = ops.unary(b, a, b.choice(["Relu", "Relu", "Clip", "LeakyRelu"]))
+    ins = [a, b.weight((m, m, k2, k2), 1 / math.sqrt(m * k2 * k2))]
+    if b.chance(0.7):
+        ins.append(b.weight((m,), 0.5, "bias"))
+    y = b.op1("Conv", ins, (n, m, h2, w2), 1.5 * a.mag + 2, kernel_shape=[k2, k2], pads=pb + pe, dilations=[d2, d2])
+    if (h2, w2) == (h1, w1) and b.chance(0.5):
+        y = b.op1("Add", [y, a], y.shape, y.mag + a.mag)
+    if b.chance(0.6):
+        y = ops.unary(b, y, "Relu")
+    if b.chance(0.3):
+        # A second reader of the inner value: a stride-1 conv (its padding the same or not), a pool.
+        if b.chance(0.5):
+            z = b.op1("Conv", [a, b.weight((m, m, 3, 3), 1 / math.sqrt(m * 9))], (n, m, h1, w1), 1.5 * a.mag + 2,
+                      kernel_shape=[3, 3], pads=[1, 1, 1, 1] if b.chance(0.7) else [0, 0, 2, 2])
+        else:
+            z = b.op1("MaxPool", [a], (n, m, h1, w1), a.mag, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+        if z.shape == y.shape:
+            y = b.op1("Add", [y, z], y.shape, y.mag + z.mag)
+    return y
+
+
 def depthwise_conv(b, x, kh, kw, s, d, pads, out_hw, mag):
     """A depthwise Conv of x (every channel its own group) with a kh x kw window, stride s and
     dilation d on both axes, `pads` as ONNX writes them, a bias at times."""

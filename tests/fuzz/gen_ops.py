@@ -406,7 +406,7 @@ def pick_family(b):
         # every seed's graph stays what it was (a family of weight 0 at the end leaves the other
         # families' cumulative weights, so the same draw picks the same family).
         (gen_nn.fam_squeeze_excitation, 0), (gen_nn.fam_fused_qkv_attention, 0), (gen_nn.fam_conv3d, 0),
-        (gen_nn.fam_grid_sample, 0),
+        (gen_nn.fam_grid_sample, 0), (gen_nn.fam_conv_chain, 0),
     ]
     return b.choice([f for f, _ in fams], p=[FAMILY_WEIGHTS.get(f.__name__, w) for f, w in fams])
 

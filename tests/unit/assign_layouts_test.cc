@@ -51,9 +51,9 @@ struct Net {
 // Two residual blocks of 3x3 convs (ResNet's basic block) after a stem conv: the stem's output
 // feeds a conv and the first residual Add; the second block's input a conv and its Add. `tail`
 // reads the last block's output (a graph output, or a pool).
-std::unique_ptr<Graph> residual_blocks(int64_t c, int64_t hw, bool pool_at_end = false) {
+std::unique_ptr<Graph> residual_blocks(int64_t c, int64_t hw, bool pool_at_end = false, int64_t batch = 1) {
   Net n;
-  Value* x = n.input({1, c, hw, hw});
+  Value* x = n.input({batch, c, hw, hw});
   Value* s = n.relu(n.conv(x, c, 3, 1));
   Value* b1 = n.relu(n.add(n.conv(n.relu(n.conv(s, c, 3, 1)), c, 3, 1), s));
   Value* b2 = n.relu(n.add(n.conv(n.relu(n.conv(b1, c, 3, 1)), c, 3, 1), b1));
@@ -147,20 +147,42 @@ TEST(AssignLayouts, ValuesOtherReadersNeedKeepTheModelsLayout) {
   }
 }
 
+// A value only 1x1 convs read (ResNet-50's bottleneck outputs over 28x28 and smaller) gets the
+// layout without padding: the 1x1 conv's A is the value's positions, channels innermost.
+TEST(AssignLayouts, PointwiseReadersTakeTheLayoutUnpadded) {
+  Net n;
+  Value* x = n.input({1, 32, 7, 7});
+  Value* a = n.relu(n.conv(x, 64, 3, 1));
+  Value* y = n.add(n.conv(a, 64, 1, 0), a);
+  n.g->add_output(y);
+  auto g = std::move(n.g);
+  const TensorMap in = testing::random_inputs(*g, 5, {}, false);
+  const TensorMap want = run_reference(*g, in);
+  ASSERT_EQ(assign_layouts(*g, loop::Schedule{}).size(), 1u);
+  for (const Node* nd : g->nodes())
+    if (is_layout_boundary(*nd)) EXPECT_EQ(nd->output(0)->shape(), (Shape{1, 7, 7, 64}));
+  runtime::BuildOptions o;
+  auto ex = runtime::Executable::build(std::move(g), runtime::with_numerics(o));
+  EXPECT_EQ(ex->plan().kernel_count(), 2);
+  const TensorMap got = ex->run(in);
+  const std::string out = ex->graph().outputs()[0]->name();
+  EXPECT_EQ(testing::within_max_magnitude(got.at(out), want.at(out), 1e-5), "");
+}
+
 // Compiled: as many kernels as convs (the Transposes and Pads fused into them), the convs that
 // read a channels-last value stage nothing, and the outputs are the reference's. 256 channels
-// are padded to a stride of 272 (channels_inner_stride); two images.
+// are padded to a stride of 272 (channels_inner_stride); a batch of two.
 TEST(AssignLayouts, CompiledBlocksMatchTheReferenceAndReadInPlace) {
   struct Case {
-    int64_t c, hw;
+    int64_t c, hw, batch;
   };
-  for (const Case cs : {Case{32, 10}, Case{64, 7}, Case{256, 4}}) {
-    SCOPED_TRACE("channels " + std::to_string(cs.c));
-    auto g = residual_blocks(cs.c, cs.hw);
+  for (const Case cs : {Case{32, 10, 1}, Case{64, 7, 1}, Case{256, 4, 1}, Case{32, 6, 2}}) {
+    SCOPED_TRACE("channels " + std::to_string(cs.c) + ", batch " + std::to_string(cs.batch));
+    auto g = residual_blocks(cs.c, cs.hw, false, cs.batch);
     const TensorMap in = testing::random_inputs(*g, 5, {}, false);
     const TensorMap want = run_reference(*g, in);
     runtime::BuildOptions o;
-    auto ex = runtime::Executable::build(residual_blocks(cs.c, cs.hw), runtime::with_numerics(o));
+    auto ex = runtime::Executable::build(residual_blocks(cs.c, cs.hw, false, cs.batch), runtime::with_numerics(o));
     EXPECT_EQ(count_layout_pads(ex->graph()), 4);
     EXPECT_EQ(ex->plan().kernel_count(), 5);
     int in_place = 0;
