@@ -49,10 +49,27 @@ bool stores_positions_as_rows(const Node& conv, const loop::Schedule& s) {
   return cout >= s.vector_width && cin >= 16 && plane_bytes(conv) <= s.contraction.window_channel_rows_plane_bytes;
 }
 
+// Whether a grouped conv reads v, directly or through single-use elementwise ops: a 1x1 conv
+// before a depthwise conv joins it in the pointwise-depthwise kernel, which reads its input in the
+// model's layout (a channels-last one would be copied back by a kernel of its own).
+bool feeds_grouped_conv(const Value* v, int depth = 0) {
+  for (const auto& [n, i] : v->uses()) {
+    if (n->op_type() == "Conv" && n->attr_int("group", 1) != 1) return true;
+    const OpKind k = op_kind(*n);
+    if (depth < 8 && (k == OpKind::ElementWise || k == OpKind::Broadcast) && n->num_outputs() == 1 &&
+        feeds_grouped_conv(n->output(0), depth + 1))
+      return true;
+  }
+  return false;
+}
+
 // A conv that would read a channels-last input as its phase plane in place: stride 1, positions
-// as rows (a 1x1 conv too: its A rows are then runs of channels, not positions a plane apart).
+// as rows (a 1x1 conv too: its A rows are then runs of channels, not positions a plane apart;
+// not one that joins a depthwise conv).
 bool reads_plane_in_place(const Node& conv, const loop::Schedule& s) {
-  return stores_positions_as_rows(conv, s) && ints_or(conv, "strides", {1, 1}) == std::vector<int64_t>{1, 1};
+  if (!stores_positions_as_rows(conv, s) || ints_or(conv, "strides", {1, 1}) != std::vector<int64_t>{1, 1}) return false;
+  const Shape& w = conv.input(1)->shape();
+  return w[2] > 1 || w[3] > 1 || !feeds_grouped_conv(conv.output(0));
 }
 
 // The conv whose output v is, through elementwise ops of v's shape that only lead to v (the
@@ -78,6 +95,8 @@ const Node* anchor_conv(const Value* v, const Value* avoid, int depth = 0) {
 // — keeps the model's layout: those readers would pay a strided read or a copy.
 std::optional<std::vector<int64_t>> layout_padding(const Graph& g, const Value* v, const loop::Schedule& s) {
   if (v->dtype() != DType::Float32 || v->shape().size() != 4 || g.is_graph_output(v) || v->is_graph_input()) return {};
+  // One position (squeeze-excitation's FCs as 1x1 convs): both layouts are the same memory.
+  if (v->shape()[2] * v->shape()[3] == 1) return {};
   const Node* producer = anchor_conv(v, nullptr);
   if (!producer || !stores_positions_as_rows(*producer, s)) return {};
   std::optional<std::vector<int64_t>> pads;

@@ -135,7 +135,26 @@ TEST(AssignLayouts, ValuesOtherReadersNeedKeepTheModelsLayout) {
     n.g->add_output(n.conv(a, 32, 3, 1, 2));
     EXPECT_TRUE(assign_layouts(*n.g, loop::Schedule{}).empty());
   }
-  // Not under strict numerics (the consumer would sum the padding's zeros).
+  // One position (squeeze-excitation's FCs as 1x1 convs): both layouts are the same memory.
+  {
+    Net n;
+    Value* x = n.input({1, 32, 1, 1});
+    n.g->add_output(n.conv(n.relu(n.conv(x, 32, 1, 0)), 32, 1, 0));
+    EXPECT_TRUE(assign_layouts(*n.g, loop::Schedule{}).empty());
+  }
+  // A 1x1 conv that joins a depthwise conv (the pointwise-depthwise kernel reads the model's
+  // layout): not a reader that takes the planes in place.
+  {
+    Net n;
+    Value* x = n.input({1, 32, 8, 8});
+    Value* a = n.relu(n.conv(x, 32, 3, 1));
+    Value* e = n.relu(n.conv(a, 64, 1, 0));
+    n.g->add_output(n.op("Conv", {e, n.constant({64, 1, 3, 3})}, {1, 64, 8, 8},
+                         {{"kernel_shape", std::vector<int64_t>{3, 3}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}},
+                          {"group", int64_t(64)}}));
+    EXPECT_TRUE(assign_layouts(*n.g, loop::Schedule{}).empty());
+  }
+  // Not under strict numerics (its convs take the channel-rows forms, which stage anyway).
   {
     auto g = residual_blocks(32, 8);
     loop::Schedule strict;
