@@ -402,9 +402,9 @@ std::vector<size_t> ContractionLowering::padded_outputs() {
   return r;
 }
 
-// Zeros over the elements of output `i` (of shape s) outside the box [begin, begin + inner):
-// per axis, the runs before and after the box are whole blocks of the axes inside, one
-// vectorised loop each; the box's rows recurse to the next axis.
+// Zeros over the elements of `buf` (of shape s, from axis d on, starting at `base`) outside the
+// box [begin, begin + inner): per axis, the runs before and after the box are whole blocks of the
+// axes inside, one vectorised loop each; the box's rows recurse to the next axis.
 namespace {
 void zero_outside(const BufferPtr& buf, const Shape& s, const std::vector<int64_t>& begin, const Shape& inner, size_t d,
                   const Expr& base, std::vector<Stmt>& out) {
