@@ -344,7 +344,6 @@ bool ContractionLowering::channels_inner_staging() {
   return ok && contiguous;
 }
 
-
 // The channels-innermost fill: per phase row of every image, the zero border as runs of cstride · count
 // floats and the interior as one transposing copy (kernels::kTransposeF32) from a kernel input's
 // channel planes, or a computed input's values position by position, vectorised along the
