@@ -381,11 +381,13 @@ std::optional<std::vector<int64_t>> ContractionLowering::zero_pad_begin(const No
 }
 
 // The value whose element a group output holds at its own position: the output itself, or,
-// through zero Pads on the contraction's path (path_position), the padded value inside them.
+// through zero Pads on the contraction's path (path_position of the Pad's output: a point given
+// as a flat offset has no path through a Pad, and such an output is refused, epilogue_stores),
+// the padded value inside them.
 const Value* ContractionLowering::unpadded_source(const Value* v, Index& point) {
   while (const Node* n = v->producer()) {
     if (std::find(grp_.nodes.begin(), grp_.nodes.end(), n) == grp_.nodes.end() || n->op_type() != "Pad" ||
-        !zero_pad_begin(*n) || !path_position(n->input(0), point))
+        !zero_pad_begin(*n) || !path_position(v, point))
       break;
     v = n->input(0);
   }

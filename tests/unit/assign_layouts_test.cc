@@ -188,6 +188,28 @@ TEST(AssignLayouts, PointwiseReadersTakeTheLayoutUnpadded) {
   EXPECT_EQ(testing::within_max_magnitude(got.at(out), want.at(out), 1e-5), "");
 }
 
+// A zero Pad after a conv whose nest stores by flat offset (16 output channels as the GEMM's rows)
+// is not stored through the padded path: the conv's values went to their unshifted offsets and the
+// Pad's interior was wrong (random-graph seed 319392: a Pad of the batch and channel axes too).
+TEST(AssignLayouts, PaddedOutputOfAFlatStoringConvIsRightOrApart) {
+  auto make = [] {
+    Net n;
+    Value* x = n.input({1, 4, 17, 17});
+    Value* c = n.conv(x, 16, 1, 0);
+    Value* pads = n.g->add_constant("pads", Tensor::from_vector(std::vector<int64_t>{2, 1, 0, 0, 3, 3, 0, 2}, {8}));
+    n.g->add_output(n.op("Pad", {c, pads}, {6, 20, 17, 19}, {{"mode", std::string("constant")}}));
+    return std::move(n.g);
+  };
+  auto g = make();
+  const TensorMap in = testing::random_inputs(*g, 5, {}, false);
+  const TensorMap want = run_reference(*g, in);
+  runtime::BuildOptions o;
+  auto ex = runtime::Executable::build(make(), runtime::with_numerics(o));
+  const TensorMap got = ex->run(in);
+  const std::string out = g->outputs()[0]->name();
+  EXPECT_EQ(testing::within_max_magnitude(got.at(out), want.at(out), 1e-5), "");
+}
+
 // Compiled: as many kernels as convs (the Transposes and Pads fused into them), the convs that
 // read a channels-last value stage nothing, and the outputs are the reference's. 256 channels
 // are padded to a stride of 272 (channels_inner_stride); a batch of two.
