@@ -166,7 +166,7 @@ class ContractionLowering {
   GemmView patch_conv_view();
   GemmView staged_im2col_view();
   bool window_channel_rows() const;
-  int position_rows(bool direct, int64_t ho, int64_t wo, int64_t rs, int64_t m, double live) const;
+  int position_rows(bool direct, int64_t ho, int64_t wo, int64_t rs, int64_t m, double live, bool* split = nullptr) const;
   struct PhasePlanes {
     BufferPtr buffer;
     int64_t slots = 0, hq = 0, wq = 0, plane = 0;

@@ -147,11 +147,24 @@ bool tiles_by_line(bool direct, int64_t ho, int64_t wo, int64_t rs, int64_t mr) 
 // pairs inside the image: ResNet-50's 512 -> 512 3x3 stride-2 conv to 7x7 (6 of 63 pairs dead)
 // ran 2.34 ms as 14-row tiles over its 8-wide phase-plane lines, 1.93 as 7-row tiles of one
 // line (C harness). Ties go to the taller tile.
-int ContractionLowering::position_rows(bool direct, int64_t ho, int64_t wo, int64_t rs, int64_t m, double live) const {
+//
+// Where the best of those computes padding columns — flat tiles across lines with padding (a
+// stride-2 conv's phase planes, a line wider than its outputs) or line tiles rounded up — for
+// ContractionTile::split_line_waste_percent of its rows or more, and no height divides wo, each
+// line is split instead into n tiles of balanced heights, mr = ⌈wo / n⌉ and mr − 1 (17 = 9 + 8;
+// 71 = 5 · 7 + 6 · 6), n the fewest the registers allow (*split, the tiled GEMM's split line
+// tiles): every computed row is an output. The per-tile overhead above predicted the split of
+// Inception-v3's 17-wide lines to lose (9 + 8 against flat 14-row tiles over 18-wide lines: 391
+// against 374); measured it won by about the rows it does not compute (one-node convs, 1 thread,
+// bench/ab_kernels.py: 288 -> 384 3x3 stride 2 to 17x17, 6.6 % fewer rows, 0.947; 80 -> 192 3x3
+// over 73x73, 2.9 %, 0.970; 32 -> 64 3x3 over 147x147, 1.4 %, 0.988), so waste decides it.
+int ContractionLowering::position_rows(bool direct, int64_t ho, int64_t wo, int64_t rs, int64_t m, double live,
+                                       bool* split) const {
   const auto& cr = sched_.contraction;
   const int64_t vw = std::max(1, sched_.vector_width), nv = std::max<int64_t>(1, cr.nr / vw);
   const int64_t top = std::clamp<int64_t>(cr.accumulator_registers / nv, 1, 16);
   int best = cr.mr;
+  int64_t best_rows = 0;
   double best_cost = -1;
   for (int64_t mr = top; mr >= 1; --mr) {
     const bool lines = tiles_by_line(direct, ho, wo, rs, mr);
@@ -160,7 +173,15 @@ int ContractionLowering::position_rows(bool direct, int64_t ho, int64_t wo, int6
     if (best_cost < 0 || cost < best_cost - 1e-9) {
       best_cost = cost;
       best = int(mr);
+      best_rows = rows;
     }
+  }
+  if (split) *split = false;
+  const int64_t n = (wo + top - 1) / top, h = (wo + n - 1) / n;
+  if (split && cr.split_line_waste_percent > 0 && !direct && ho > 1 && rs > wo && n > 1 && wo % h != 0 &&
+      100 * (best_rows - ho * wo) >= cr.split_line_waste_percent * ho * wo) {
+    *split = true;
+    best = int(h);
   }
   return best;
 }
@@ -287,7 +308,9 @@ GemmView ContractionLowering::implicit_conv_view() {
   GemmView g;
   g.batch = {nb};
   g.m = (ho - 1) * rs + wo;
-  if (sched_.contraction.fit_position_rows) sched_.contraction.mr = position_rows(direct, ho, wo, rs, g.m, live_share);
+  bool split = false;
+  if (sched_.contraction.fit_position_rows)
+    sched_.contraction.mr = position_rows(direct, ho, wo, rs, g.m, live_share, &split);
   g.n = cout;
   g.k = ks * c;
   // The K block, once the calls that read only padding are counted (dead of calls): a K longer
@@ -350,7 +373,9 @@ GemmView ContractionLowering::implicit_conv_view() {
   // than a micro-kernel tile (rs ≥ wo rounded up to mr, plus mr: DeepLabV3's dilation-12 3x3 conv
   // over 14x14, rs = 38), each line computes only its whole tiles of outputs
   // (GemmOperand::line_rows): 16 of 38 rows per line there, 14 of 16 for a 3x3 conv over 14x14.
-  const int64_t mr = std::max(1, sched_.contraction.mr), wpad = (wo + mr - 1) / mr * mr;
+  // Split lines (position_rows): a line of wo rows is n tiles, the first wo − n · (mr − 1) of mr
+  // rows, the rest of mr − 1 (the tiled GEMM's split line tiles).
+  const int64_t mr = std::max(1, sched_.contraction.mr), wpad = split ? wo : (wo + mr - 1) / mr * mr;
   // The outputs o in [0, count) whose input o · stride + k · dilation − pad lies in [0, extent).
   auto live = [](int64_t count, int64_t stride, int64_t kd, int64_t pad, int64_t extent) {
     int64_t lo = 0;
@@ -359,7 +384,7 @@ GemmView ContractionLowering::implicit_conv_view() {
     while (hi < count && hi * stride + kd - pad < extent) ++hi;
     return hi > lo ? std::pair<int64_t, int64_t>{lo, hi} : std::pair<int64_t, int64_t>{0, 0};
   };
-  if (tiles_by_line(direct, ho, wo, rs, mr)) {
+  if (split || tiles_by_line(direct, ho, wo, rs, mr)) {
     // A line's last tile computes wpad - wo positions past its outputs, whose windows reach as far
     // into the next line; the last line ends at its last output (m), so nothing reads past the planes.
     g.m = (ho - 1) * wpad + wo;
@@ -368,7 +393,9 @@ GemmView ContractionLowering::implicit_conv_view() {
     // Such padding comes from a large dilation, and a kernel position then reads the padding
     // over whole lines or line ends: its live output rows and columns (GemmOperand::
     // segment_live), for the tiles to skip it elsewhere.
-    const int64_t line_tiles = wpad / mr;
+    const int64_t line_tiles = (wpad + mr - 1) / mr, tall = wpad - line_tiles * (mr - 1);
+    // Tile j's first row in its line (split: the tall tiles first).
+    auto tile_row = [&](int64_t j) { return split ? std::min(j, tall) * mr + std::max<int64_t>(j - tall, 0) * (mr - 1) : j * mr; };
     int64_t dead = 0;
     if (finite_weights())
       for (int64_t kpos = 0; kpos < ks; ++kpos) {
@@ -376,7 +403,7 @@ GemmView ContractionLowering::implicit_conv_view() {
         const auto [r0, r1] = live(wo, sx, (kpos % kw) * dx, pl, wd);
         g.a.segment_live.push_back({l0, l1, r0, r1});
         int64_t live_tiles = 0;
-        for (int64_t j = 0; j < line_tiles; ++j) live_tiles += j * mr < r1 && (j + 1) * mr > r0;
+        for (int64_t j = 0; j < line_tiles; ++j) live_tiles += tile_row(j) < r1 && tile_row(j + 1) > r0;
         dead += ho * line_tiles - (l1 - l0) * live_tiles;
       }
     choose_k_block(dead, ho * line_tiles * ks);
@@ -563,8 +590,11 @@ GemmView ContractionLowering::patch_conv_view() {
   }
   // Rows in lines of whole micro-kernel tiles, one line per output row: a line starts kh input
   // rows (wd rows of A, kw floats each) after the previous one.
-  if (sched_.contraction.fit_position_rows) sched_.contraction.mr = position_rows(false, ho, wo, wd, ho * wo, 1.0);
-  const int64_t mr = std::max(1, sched_.contraction.mr), wpad = (wo + mr - 1) / mr * mr;
+  bool split = false;
+  if (sched_.contraction.fit_position_rows) sched_.contraction.mr = position_rows(false, ho, wo, wd, ho * wo, 1.0, &split);
+  // Split lines (position_rows): a line of wo rows is n tiles, the first wo − n · (mr − 1) of mr
+  // rows, the rest of mr − 1 (the tiled GEMM's split line tiles).
+  const int64_t mr = std::max(1, sched_.contraction.mr), wpad = split ? wo : (wo + mr - 1) / mr * mr;
   g.m = (ho - 1) * wpad + wo;  // the last line ends at its last output: nothing reads past the input
   g.n = cout;
   g.k = c * kh * kw;

@@ -69,6 +69,15 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   // rows × nr columns of accumulators (16 KiB) stay in L1 beside the B panel while every K block
   // passes over them (256 rows: ResNet's 3x3 convs with 64-channel K segments 5 % slower).
   int64_t mc = std::min<int64_t>(v.m, std::max<int64_t>(mr, (128 / mr) * mr));
+  // Split line tiles (lines of line_rows outputs that no tile height divides: tiles of mr and
+  // mr - 1 rows, ContractionLowering::position_rows): M blocks of whole lines, so that every
+  // block splits its lines alike.
+  const int64_t line_rows = v.a.line_rows;
+  const bool split = line_rows > 0 && line_rows % mr != 0;
+  const int64_t line_tiles = split ? ceil_div(line_rows, mr) : 0, tall = line_rows - line_tiles * (mr - 1);
+  KILN_CHECK(!split || (mr > 1 && tall >= 1 && v.a.buffer && v.m_block == 0 && v.m % line_rows == 0),
+             "tiled GEMM: A's lines of ", line_rows, " rows do not split into tiles of ", mr, " and ", mr - 1, " rows");
+  if (split) mc = std::min<int64_t>(v.m, std::max<int64_t>(1, 128 / line_rows) * line_rows);
   KILN_CHECK(!v.a.m_block_stride || (v.m_block > 0 && v.m_block % mr == 0 && v.a.buffer && !v.a.segment_base),
              "tiled GEMM: a blocked A needs the view's M block, a multiple of mr");
   if (v.m_block > 0) mc = std::min(v.m, v.m_block);
@@ -116,7 +125,8 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
       q_min = std::max<int64_t>(1, q / 2);
     }
   }
-  if (v.m_block == 0) balance_tiles(v.m, v.n, nbatch0, mr, nr, s.threads, columns_outer_order(s, v), pack_a, mc, q, q_min);
+  if (v.m_block == 0)
+    balance_tiles(v.m, v.n, nbatch0, split ? line_rows : mr, nr, s.threads, columns_outer_order(s, v), pack_a, mc, q, q_min);
   const int64_t nc = q * nr;  // columns of a tile's accumulators
   const int64_t mblocks = ceil_div(v.m, mc), ntiles = ceil_div(v.n, nc);
   // An in-place B whose K rows are a page or more apart (a 1x1 conv's input channels, one plane
@@ -234,7 +244,8 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
         return kblocks == 1 ? copy : if_then(binary(BinOp::Eq, var("kiln_kb"), int_imm(kblocks - 1)), {copy});
       };
     } else if (f && f->coef_of("kiln_ej") == 1 && f->coef_of("kiln_x") >= nc && kblocks == 1 && v.line == v.line_valid &&
-               v.line % mr == 0 && mc % mr == 0 && v.n % nr == 0 && nc == nr && s.contraction.channels_last_direct) {
+               (split ? v.line == line_rows && mc % line_rows == 0 : v.line % mr == 0 && mc % mr == 0) && v.n % nr == 0 && nc == nr &&
+               s.contraction.channels_last_direct) {
       // A channels-last output whose rows the micro-kernel can write itself: one K block (the
       // call starts from zero and applies the register epilogue), row tiles within one line of
       // no padding rows, whole column tiles. The call's C is the output at the tile's first
@@ -347,7 +358,8 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   const std::vector<Expr> batch0(batch.size(), int_imm(0));
   // Row tiles start at multiples of mr (mc is one, or the only M block), so with lines of whole
   // tiles no tile straddles two lines.
-  KILN_CHECK(!v.a.line_rows || (v.a.line_rows % mr == 0 && v.a.buffer), "tiled GEMM: A's lines of rows must be whole micro-kernel tiles");
+  KILN_CHECK(!v.a.line_rows || ((split || v.a.line_rows % mr == 0) && v.a.buffer),
+             "tiled GEMM: A's lines of rows must be whole micro-kernel tiles");
   // The physical row of (virtual) row i: its line's start plus its place in the line.
   auto a_row = [&](Expr i) -> Expr {
     if (!v.a.line_rows) return i;
@@ -469,6 +481,22 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   };
   auto row_tiles = [&](Expr rows) {
     std::vector<Stmt> out;
+    if (split) {
+      // Per line of the block: its tall tiles, then its short ones (rows is whole lines).
+      KILN_CHECK(rows->kind == ExprKind::IntImm && rows->int_value % line_rows == 0, "tiled GEMM: a split M block of part lines");
+      const Expr line0 = mul(var("kiln_rl"), int_imm(line_rows));
+      std::vector<Stmt> line;
+      line.push_back(by_width([&](Expr cols) {
+        return for_loop("kiln_r", int_imm(tall), {mk_rows(int_imm(mr), cols, add(line0, mul(var("kiln_r"), int_imm(mr))))});
+      }));
+      if (line_tiles > tall)
+        line.push_back(by_width([&](Expr cols) {
+          return for_loop("kiln_r", int_imm(line_tiles - tall),
+                          {mk_rows(int_imm(mr - 1), cols, add(line0, add(int_imm(tall * mr), mul(var("kiln_r"), int_imm(mr - 1)))))});
+        }));
+      out.push_back(for_loop("kiln_rl", int_imm(rows->int_value / line_rows), std::move(line)));
+      return out;
+    }
     const Expr full_rows = rows->kind == ExprKind::IntImm ? int_imm(rows->int_value / mr) : div_floor(rows, int_imm(mr));
     const Expr row = mul(var("kiln_r"), int_imm(mr));
     out.push_back(by_width([&](Expr cols) { return for_loop("kiln_r", full_rows, {mk_rows(int_imm(mr), cols, row)}); }));

@@ -52,6 +52,10 @@ struct ContractionTile {
   // (ContractionLowering::position_rows). 256 -> 256 3x3 conv over 14x14: 8-row tiles over the
   // phase planes' 16-wide lines 1.36 ms, 14-row tiles of exactly one line 1.03 ms.
   int fit_position_rows = 1;
+  // ... and splits each line into tiles of balanced heights (mr and mr - 1) where those tiles
+  // would compute this percent of padding rows or more (ContractionLowering::position_rows; 0:
+  // never).
+  int split_line_waste_percent = 1;
   int accumulator_registers = 29;  // vector registers left for accumulators (the target's)
   // A row tile product's columns past its last whole nr-wide panel (up to this many) join that
   // panel as one wider call (its last vector masked; at most accumulator_registers accumulators),

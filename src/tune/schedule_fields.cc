@@ -30,6 +30,8 @@ const std::vector<Field>& fields() {
       {"contraction.window_channel_rows_min_cout",
        [](S& s) -> int64_t& { return s.contraction.window_channel_rows_min_cout; }, nullptr},
       {"contraction.fit_position_rows", nullptr, [](S& s) -> int& { return s.contraction.fit_position_rows; }},
+      {"contraction.split_line_waste_percent", nullptr,
+       [](S& s) -> int& { return s.contraction.split_line_waste_percent; }},
       {"contraction.implicit_kc", [](S& s) -> int64_t& { return s.contraction.implicit_kc; }, nullptr},
       {"contraction.implicit_whole_k_bytes", [](S& s) -> int64_t& { return s.contraction.implicit_whole_k_bytes; },
        nullptr},

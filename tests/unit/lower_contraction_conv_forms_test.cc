@@ -178,6 +178,30 @@ TEST(LowerContraction, ImplicitConvStoresAChannelsLastOutputByRows) {
   check_field_on_and_off(padded, {}, &loop::ContractionTile::store_per_call, 1, "[271 x 27] * [27 x 32]", "for kiln_sr in", 3, false);
 }
 
+// Lines no tile height divides, with padding columns, are split into tiles of balanced heights
+// (ContractionTile::split_line_waste_percent; ContractionLowering::position_rows): a stride-2 conv
+// to 17x17 over 18-wide phase-plane lines computes 289 rows as 9 + 8 per line instead of 305 (flat
+// 14-row tiles); a 1x7 conv over 23-wide lines, two images, 289 instead of 306 (9-row line tiles
+// over 18 rows), its calls over padding skipped per tile; a channels-last output is written by
+// the micro-kernel itself (`&y[`). Against the reference, on and off.
+TEST(LowerContraction, ImplicitConvSplitsLinesIntoBalancedTiles) {
+  const ConvCase stride2{"split_s2", R"(  %c: f32[1,32,17,17] = Conv(%x, %w, %b) {kernel_shape=[3,3], strides=[2,2]} name="conv"
+  %y: f32[1,32,17,17] = Relu(%c) name="relu"
+)", "%x: f32[1,16,35,35]", "%y", {{"w", {32, 16, 3, 3}}, {"b", {32}}}};
+  check_field_on_and_off(stride2, {}, &loop::ContractionTile::split_line_waste_percent, 1, "* [144 x 32]", "[289 x 144]",
+                         2, false);
+  const ConvCase row7{"split_1x7", R"(  %c: f32[2,32,17,17] = Conv(%x, %w, %b) {kernel_shape=[1,7], pads=[0,3,0,3]} name="conv"
+  %y: f32[2,32,17,17] = Relu(%c) name="relu"
+)", "%x: f32[2,48,17,17]", "%y", {{"w", {32, 48, 1, 7}}, {"b", {32}}}};
+  check_field_on_and_off(row7, {}, &loop::ContractionTile::split_line_waste_percent, 1, "* [336 x 32]", "[289 x 336]",
+                         2, false);
+  const ConvCase nhwc{"split_nhwc", R"(  %c: f32[1,32,17,17] = Conv(%x, %w, %b) {kernel_shape=[3,3], strides=[2,2]} name="conv"
+  %r: f32[1,32,17,17] = Relu(%c) name="relu"
+  %y: f32[1,17,17,32] = Transpose(%r) {perm=[0,2,3,1]} name="nhwc"
+)", "%x: f32[1,16,35,35]", "%y", {{"w", {32, 16, 3, 3}}, {"b", {32}}}};
+  check_field_on_and_off(nhwc, {}, &loop::ContractionTile::split_line_waste_percent, 1, "* [144 x 32]", "&y[", 3, false);
+}
+
 // The same with an epilogue the registers do not hold (a residual read channels-last too, through
 // a Transpose in the prologue of the Add's other operand): the values go into a tile, then each
 // row of it is copied into the output's row (the channels innermost: kiln_ej inside kiln_ex). With
