@@ -25,11 +25,12 @@ void microkernel_seg_f32(int64_t mr, int64_t nr, int64_t nseg, int64_t seglen, c
 }
 
 void microkernel_epilogue_f32(int64_t mr, int64_t nr, float* c, int64_t ldc, int64_t ep, const float* bias,
-                             int64_t nbias, float lo, float hi) {
+                             int64_t nbias, float lo, float hi, const float* res, int64_t ldr) {
   for (int64_t i = 0; i < mr; ++i)
     for (int64_t j = 0; j < nr; ++j) {
       float x = c[i * ldc + j];
       if (ep & kEpBias) x = x + (j < nbias ? bias[j] : 0.0f);
+      if (ep & kEpResidual) x = x + res[i * ldr + j];
       if (ep & kEpLow) x = x < lo ? lo : x;
       if (ep & kEpHigh) x = x > hi ? hi : x;
       c[i * ldc + j] = x;
@@ -41,6 +42,7 @@ std::string epilogue_loop_c_source() {
          "    for (int64_t j = 0; j < nr; ++j) {\n"
          "      float x = c[i * ldc + j];\n"
          "      if (ep & 1) x = x + (j < nbias ? bias[j] : 0.0f);\n"
+         "      if (ep & 8) x = x + res[i * ldr + j];\n"
          "      if (ep & 2) x = x < lo ? lo : x;\n"
          "      if (ep & 4) x = x > hi ? hi : x;\n"
          "      c[i * ldc + j] = x;\n"
@@ -183,7 +185,9 @@ void intrinsic_kernel(std::ostringstream& os, int64_t mr, int64_t nr, int lanes,
                "    int64_t as_k, const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc, int64_t acc_in"
              : "(int64_t kc, const float* restrict a, int64_t as_i, int64_t as_k,\n"
                "    const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc, int64_t acc_in")
-     << (ep ? ",\n    int64_t ep, const float* restrict bias, int64_t nbias, float lo, float hi) {\n" : ") {\n");
+     << (ep ? ",\n    int64_t ep, const float* restrict bias, int64_t nbias, float lo, float hi, const float* res,\n"
+              "    int64_t ldr) {\n"
+            : ") {\n");
   if (rest != 0) os << "  const __mmask16 kiln_mask = (__mmask16)" << ((1 << rest) - 1) << ";\n";
   os << "  " << vt << " acc[" << mr << "][" << nv << "];\n"
      << "  for (int i = 0; i < " << mr << "; ++i)\n"
@@ -238,8 +242,9 @@ void intrinsic_kernel(std::ostringstream& os, int64_t mr, int64_t nr, int lanes,
      << (seg ? "  }\n" : "");
   if (ep) {
     // The epilogue on the registers: the bias row (zeros past nbias and past nr) as whole vectors,
-    // then per accumulator the add and the clamps. max(lo, x) and min(hi, x) return x when either
-    // is NaN or both are equal (the second operand), as the reference's selects do.
+    // then per accumulator the add, the residual's element (a row of the tile every ldr floats,
+    // the last vector masked) and the clamps. max(lo, x) and min(hi, x) return x when either is
+    // NaN or both are equal (the second operand), as the reference's selects do.
     const int64_t padded = nv * lanes;
     os << "  if (ep) {\n"
        << "    float kiln_bt[" << padded << "] __attribute__((aligned(64)));\n"
@@ -251,6 +256,7 @@ void intrinsic_kernel(std::ostringstream& os, int64_t mr, int64_t nr, int lanes,
        << "      for (int i = 0; i < " << mr << "; ++i) {\n"
        << "        " << vt << " x = acc[i][v];\n"
        << "        if (ep & 1) x = " << p << "add_ps(x, bv);\n"
+       << "        if (ep & 8) x = " << p << "add_ps(x, " << ld("res + i * ldr + v * " + std::to_string(lanes), "v") << ");\n"
        << "        if (ep & 2) x = " << p << "max_ps(lov, x);\n"
        << "        if (ep & 4) x = " << p << "min_ps(hiv, x);\n"
        << "        acc[i][v] = x;\n"
@@ -272,8 +278,8 @@ void plain_via_epilogue(std::ostringstream& os, int64_t mr, int64_t nr, bool seg
              : "(int64_t kc, const float* restrict a, int64_t as_i, int64_t as_k,\n"
                "    const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc, int64_t acc_in) {\n")
      << "  " << specialisation_name(mr, nr, seg, true)
-     << (seg ? "(nseg, kc, a, aoff, as_i, as_k, b, bs_k, c, ldc, acc_in, 0, b, 0, 0.0f, 0.0f);\n"
-             : "(kc, a, as_i, as_k, b, bs_k, c, ldc, acc_in, 0, b, 0, 0.0f, 0.0f);\n")
+     << (seg ? "(nseg, kc, a, aoff, as_i, as_k, b, bs_k, c, ldc, acc_in, 0, b, 0, 0.0f, 0.0f, b, 0);\n"
+             : "(kc, a, as_i, as_k, b, bs_k, c, ldc, acc_in, 0, b, 0, 0.0f, 0.0f, b, 0);\n")
      << "}\n";
 }
 
@@ -285,10 +291,10 @@ void epilogue_wrapper(std::ostringstream& os, int64_t mr, int64_t nr, bool seg) 
                "    int64_t as_k, const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc, int64_t acc_in,\n"
              : "(int64_t kc, const float* restrict a, int64_t as_i, int64_t as_k,\n"
                "    const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc, int64_t acc_in,\n")
-     << "    int64_t ep, const float* restrict bias, int64_t nbias, float lo, float hi) {\n"
+     << "    int64_t ep, const float* restrict bias, int64_t nbias, float lo, float hi, const float* res, int64_t ldr) {\n"
      << "  " << specialisation_name(mr, nr, seg)
      << (seg ? "(nseg, kc, a, aoff, as_i, as_k, b, bs_k, c, ldc, acc_in);\n" : "(kc, a, as_i, as_k, b, bs_k, c, ldc, acc_in);\n")
-     << "  kiln_mk_ep_apply(" << mr << ", " << nr << ", c, ldc, ep, bias, nbias, lo, hi);\n"
+     << "  kiln_mk_ep_apply(" << mr << ", " << nr << ", c, ldc, ep, bias, nbias, lo, hi, res, ldr);\n"
      << "}\n";
 }
 
@@ -348,21 +354,21 @@ std::string microkernel_c_source(const std::set<std::pair<int64_t, int64_t>>& ti
         "}\n"
         // The epilogue forms (any tile): the sums, then the epilogue over the tile.
         "static void kiln_mk_ep_apply(int64_t mr, int64_t nr, float* restrict c, int64_t ldc, int64_t ep,\n"
-        "    const float* restrict bias, int64_t nbias, float lo, float hi) {\n" +
+        "    const float* restrict bias, int64_t nbias, float lo, float hi, const float* res, int64_t ldr) {\n" +
         epilogue_loop_c_source() +
         "}\n"
         "static void kiln_mk_f32_ep(int64_t mr, int64_t nr, int64_t kc, const float* restrict a, int64_t as_i,\n"
         "    int64_t as_k, const float* restrict b, int64_t bs_k, float* restrict c, int64_t ldc, int64_t acc_in,\n"
-        "    int64_t ep, const float* restrict bias, int64_t nbias, float lo, float hi) {\n"
+        "    int64_t ep, const float* restrict bias, int64_t nbias, float lo, float hi, const float* res, int64_t ldr) {\n"
         "  kiln_mk_f32(mr, nr, kc, a, as_i, as_k, b, bs_k, c, ldc, acc_in);\n"
-        "  kiln_mk_ep_apply(mr, nr, c, ldc, ep, bias, nbias, lo, hi);\n"
+        "  kiln_mk_ep_apply(mr, nr, c, ldc, ep, bias, nbias, lo, hi, res, ldr);\n"
         "}\n"
         "static void kiln_mk_f32_seg_ep(int64_t mr, int64_t nr, int64_t nseg, int64_t kc, const float* restrict a,\n"
         "    const int64_t* restrict aoff, int64_t as_i, int64_t as_k, const float* restrict b, int64_t bs_k,\n"
         "    float* restrict c, int64_t ldc, int64_t acc_in, int64_t ep, const float* restrict bias, int64_t nbias,\n"
-        "    float lo, float hi) {\n"
+        "    float lo, float hi, const float* res, int64_t ldr) {\n"
         "  kiln_mk_f32_seg(mr, nr, nseg, kc, a, aoff, as_i, as_k, b, bs_k, c, ldc, acc_in);\n"
-        "  kiln_mk_ep_apply(mr, nr, c, ldc, ep, bias, nbias, lo, hi);\n"
+        "  kiln_mk_ep_apply(mr, nr, c, ldc, ep, bias, nbias, lo, hi, res, ldr);\n"
         "}\n";
   std::set<int64_t> widths;
   bool any = false;

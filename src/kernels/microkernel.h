@@ -49,11 +49,13 @@ inline constexpr const char* kMicroKernelSegF32 = "kiln_mk_f32_seg";
 
 // The epilogue forms: the same sums, then, before the single store, from the registers,
 //
-//   kiln_mk_f32_ep(mr, nr, kc, a, as_i, as_k, b, bs_k, c, ldc, acc, ep, bias, nbias, lo, hi)
-//   kiln_mk_f32_seg_ep(mr, nr, nseg, seglen, a, aoff, as_i, as_k, b, bs_k, c, ldc, acc, ep, bias, nbias, lo, hi)
+//   kiln_mk_f32_ep(mr, nr, kc, a, as_i, as_k, b, bs_k, c, ldc, acc, ep, bias, nbias, lo, hi, res, ldr)
+//   kiln_mk_f32_seg_ep(mr, nr, nseg, seglen, a, aoff, as_i, as_k, b, bs_k, c, ldc, acc, ep, bias, nbias, lo, hi, res, ldr)
 //     for i < mr, j < nr, on the sum x:
 //       ep & kEpBias:  x = x + (j < nbias ? bias[j] : 0)     a bias per column (the padding columns
 //                                                            of a packed panel past nbias get none)
+//       ep & kEpResidual: x = x + res[i*ldr + j]             a residual tile (every column read: only
+//                                                            where all nr columns are the output's)
 //       ep & kEpLow:   x = x < lo ? lo : x                   Relu / Clip's lower bound
 //       ep & kEpHigh:  x = x > hi ? hi : x                   Clip's upper bound
 //     then c[i*ldc + j] = x.
@@ -64,7 +66,7 @@ inline constexpr const char* kMicroKernelSegF32 = "kiln_mk_f32_seg";
 // order, NaN kept), so strict builds stay bit-identical.
 inline constexpr const char* kMicroKernelEpF32 = "kiln_mk_f32_ep";
 inline constexpr const char* kMicroKernelSegEpF32 = "kiln_mk_f32_seg_ep";
-inline constexpr int64_t kEpBias = 1, kEpLow = 2, kEpHigh = 4;
+inline constexpr int64_t kEpBias = 1, kEpLow = 2, kEpHigh = 4, kEpResidual = 8;
 
 // The transposing copy of a tile whose rows are output positions into an output whose rows are
 // channels (the implicit conv's epilogue, lower_contraction_tiled.cc), and of a conv input's
@@ -88,10 +90,10 @@ void microkernel_seg_f32(int64_t mr, int64_t nr, int64_t nseg, int64_t seglen, c
 
 // The epilogue forms' last step, on a tile in memory (the interpreter runs the sums, then this).
 void microkernel_epilogue_f32(int64_t mr, int64_t nr, float* c, int64_t ldc, int64_t ep, const float* bias,
-                             int64_t nbias, float lo, float hi);
+                             int64_t nbias, float lo, float hi, const float* res, int64_t ldr);
 
-// The same step as C statements over the tile in memory (mr, nr, c, ldc, ep, bias, nbias, lo and
-// hi in scope): the portable kernels' and the GPU device functions' spelling.
+// The same step as C statements over the tile in memory (mr, nr, c, ldc, ep, bias, nbias, lo, hi,
+// res and ldr in scope): the portable kernels' and the GPU device functions' spelling.
 std::string epilogue_loop_c_source();
 
 // The transposing copy's semantics (the loop interpreter runs this).

@@ -156,7 +156,7 @@ class Interpreter {
   void call_epilogue_microkernel(const StmtNode& s) {
     const bool seg = s.text == kernels::kMicroKernelSegEpF32;
     const size_t n = seg ? 13 : 11;
-    KILN_CHECK(s.call_args.size() == n + 5, s.text, " takes ", n + 5, " arguments");
+    KILN_CHECK(s.call_args.size() == n + 7, s.text, " takes ", n + 7, " arguments");
     StmtNode plain = s;
     plain.text = seg ? kernels::kMicroKernelSegF32 : kernels::kMicroKernelF32;
     plain.call_args.resize(n);
@@ -168,13 +168,14 @@ class Interpreter {
       return float(eval(a[k]).f);
     };
     const int64_t mr = i64(0), nr = i64(1), ldc = i64(seg ? 11 : 9), ep = i64(n), nbias = i64(n + 2);
-    KILN_CHECK(ep >= 0 && ep <= (kernels::kEpBias | kernels::kEpLow | kernels::kEpHigh) && nbias >= 0,
+    KILN_CHECK(ep >= 0 && ep <= (kernels::kEpBias | kernels::kEpLow | kernels::kEpHigh | kernels::kEpResidual) && nbias >= 0,
                s.text, ": bad epilogue flags or bias count");
     if (mr <= 0 || nr <= 0) return;
     float* c = f32_block(s, seg ? 10 : 8, mr, ldc, nr, 1);
-    const int64_t nb = std::min(nbias, nr);
+    const int64_t nb = std::min(nbias, nr), ldr = i64(n + 6);
     const float* bias = (ep & kernels::kEpBias) && nb > 0 ? f32_block(s, n + 1, 1, 0, nb, 1) : nullptr;
-    kernels::microkernel_epilogue_f32(mr, nr, c, ldc, ep, bias, nb, f32(n + 3), f32(n + 4));
+    const float* res = ep & kernels::kEpResidual ? f32_block(s, n + 5, mr, ldr, nr, 1) : nullptr;
+    kernels::microkernel_epilogue_f32(mr, nr, c, ldc, ep, bias, nb, f32(n + 3), f32(n + 4), res, ldr);
   }
 
   // Float32 argument k of call `s` (an Address), the block of rows × cols elements at the given

@@ -202,6 +202,13 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
   // Where the micro-kernel writes a row tile's results (its C and row stride) when not into the
   // accumulator tile: the output itself (a channels-last output, below).
   std::function<std::pair<Expr, Expr>(Expr)> direct_c;
+  // With a residual in the registers: its element index at a call's first row (at the call's
+  // first column) and its row stride.
+  std::function<std::pair<Expr, Expr>(Expr)> res_rows;
+  // Whether every call's rows lie within one output line, lines of no padding rows.
+  const bool rows_in_lines = v.line > 0 && v.line == v.line_valid &&
+                             (split ? v.line == line_rows && mc % line_rows == 0 : v.line % mr == 0 && mc % mr == 0);
+  const Expr acc_col = q > 1 ? mul(var("kiln_q"), int_imm(nr)) : int_imm(0);
   if (parts.size() == 1 && parts[0].line_epilogue && parts[0].begin == 0 && parts[0].n == v.n && !skip_dead &&
       kblocks > 0) {
     const Expr acc_elem = load(acc, add(mul(var("kiln_ei"), int_imm(nc)), var("kiln_ej")));
@@ -210,6 +217,24 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
     if (st.size() == 1) reg_ep = match_register_epilogue(st[0].value, acc_elem, "kiln_ej", {"kiln_ln", "kiln_x", "kiln_ei"});
     AffineScope scope;
     scope.varying = {"kiln_x", "kiln_ej", "kiln_ln"};
+    // A residual in the registers: a call's rows must be rows of it ldr floats apart (the call's
+    // rows lie in one output line of no padding rows, its index's position stride ldr) and every
+    // column of a call the output's (nothing past N is read). Else the tile pass adds it.
+    if (reg_ep && (reg_ep->flags & kernels::kEpResidual)) {
+      const auto rf = affine_form(reg_ep->res_index, scope);
+      const bool whole_cols = !b_full_panels || v.n % nr == 0;
+      if (rf && rf->coef_of("kiln_ej") == 1 && rf->coef_of("kiln_x") >= 1 && rows_in_lines && whole_cols) {
+        const int64_t L = v.line;
+        const Expr index = reg_ep->res_index;
+        res_rows = [=](Expr r) -> std::pair<Expr, Expr> {
+          const Expr g = add(var("kiln_m0"), std::move(r));
+          return {sched::substitute(index, {{"kiln_x", mod(g, int_imm(L))}, {"kiln_ej", acc_col}, {"kiln_ln", div_floor(g, int_imm(L))}}),
+                  int_imm(rf->coef_of("kiln_x"))};
+        };
+      } else {
+        reg_ep.reset();
+      }
+    }
     const auto f = reg_ep && q == 1 && s.contraction.store_per_call && v.line > 0 &&
                            st[0].buffer->dtype == DType::Float32
                        ? affine_form(st[0].index, scope)
@@ -243,9 +268,8 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
         }
         return kblocks == 1 ? copy : if_then(binary(BinOp::Eq, var("kiln_kb"), int_imm(kblocks - 1)), {copy});
       };
-    } else if (f && f->coef_of("kiln_ej") == 1 && f->coef_of("kiln_x") >= nc && kblocks == 1 && v.line == v.line_valid &&
-               (split ? v.line == line_rows && mc % line_rows == 0 : v.line % mr == 0 && mc % mr == 0) && v.n % nr == 0 && nc == nr &&
-               s.contraction.channels_last_direct) {
+    } else if (f && f->coef_of("kiln_ej") == 1 && f->coef_of("kiln_x") >= nc && kblocks == 1 && rows_in_lines &&
+               v.n % nr == 0 && nc == nr && s.contraction.channels_last_direct) {
       // A channels-last output whose rows the micro-kernel can write itself: one K block (the
       // call starts from zero and applies the register epilogue), row tiles within one line of
       // no padding rows, whole column tiles. The call's C is the output at the tile's first
@@ -326,7 +350,6 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
     coltile.push_back(let("kiln_j0", add(var("kiln_p0"), mul(var("kiln_q"), int_imm(nr)))));
     coltile.push_back(let("kiln_nc", minimum(int_imm(nr), sub(int_imm(v.n), var("kiln_j0")))));
   }
-  const Expr acc_col = q > 1 ? mul(var("kiln_q"), int_imm(nr)) : int_imm(0);
   if (pack_b && v.b.packer) {
     for (auto& st : v.b.packer->pack(batch, k0v, kcv, bpack, nr, int_imm(0), int_imm(nr))) coltile.push_back(st);
   } else if (copy_b) {
@@ -423,6 +446,14 @@ std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& ne
       args.push_back(ncv);
       args.push_back(reg_ep->lo ? reg_ep->lo : float_imm(0));
       args.push_back(reg_ep->hi ? reg_ep->hi : float_imm(0));
+      if (res_rows) {
+        auto [index, ldr] = res_rows(r);
+        args.push_back(address(reg_ep->res, std::move(index)));
+        args.push_back(std::move(ldr));
+      } else {
+        args.push_back(address(acc, int_imm(0)));
+        args.push_back(int_imm(0));
+      }
     }
     return call_stmt(nsb > 0 ? (ep ? kernels::kMicroKernelSegEpF32 : kernels::kMicroKernelSegF32)
                              : (ep ? kernels::kMicroKernelEpF32 : kernels::kMicroKernelF32),

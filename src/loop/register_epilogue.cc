@@ -75,20 +75,41 @@ std::optional<RegisterEpilogue> match_register_epilogue(const Expr& value, const
     r.flags |= kernels::kEpLow;
     x = in;
   }
+  AffineScope scope;
+  scope.varying = rows;
+  scope.varying.insert(column);
+  // A load of a float32 kernel argument whose index is affine with coefficient 1 in the column;
+  // its affine form in *f.
+  auto column_load = [&](const Expr& b, std::optional<AffineForm>* f) {
+    if (b->kind != ExprKind::Load || b->type != DType::Float32 || !b->buffer || b->buffer->scope != Scope::Global)
+      return false;
+    *f = affine_form(b->args[0], scope);
+    return *f && (*f)->coef_of(column) == 1;
+  };
+  auto row_free = [&](const AffineForm& f) {
+    for (const std::string& v : rows)
+      if (f.coef_of(v) != 0) return false;
+    return true;
+  };
+  // The residual: the outer Add, one side a load that varies with the rows, the other the sum
+  // (with its bias).
   if (x->kind == ExprKind::Binary && x->bin == BinOp::Add) {
     for (int side = 0; side < 2; ++side) {
       const Expr &s = x->args[size_t(side)], &b = x->args[size_t(1 - side)];
-      if (!same_expr(s, acc) || b->kind != ExprKind::Load || b->type != DType::Float32 || !b->buffer ||
-          b->buffer->scope != Scope::Global)
-        continue;
-      AffineScope scope;
-      scope.varying = rows;
-      scope.varying.insert(column);
-      const auto f = affine_form(b->args[0], scope);
-      if (!f || f->coef_of(column) != 1) continue;
-      bool row_free = true;
-      for (const std::string& v : rows) row_free = row_free && f->coef_of(v) == 0;
-      if (!row_free) continue;
+      std::optional<AffineForm> f;
+      if (!column_load(b, &f) || row_free(*f)) continue;
+      r.flags |= kernels::kEpResidual;
+      r.res = b->buffer;
+      r.res_index = b->args[0];
+      x = s;
+      break;
+    }
+  }
+  if (x->kind == ExprKind::Binary && x->bin == BinOp::Add) {
+    for (int side = 0; side < 2; ++side) {
+      const Expr &s = x->args[size_t(side)], &b = x->args[size_t(1 - side)];
+      std::optional<AffineForm> f;
+      if (!same_expr(s, acc) || !column_load(b, &f) || !row_free(*f)) continue;
       r.flags |= kernels::kEpBias;
       r.bias = b->buffer;
       r.bias_index = b->args[0];

@@ -9,9 +9,13 @@
 //   x = acc                                  the accumulator element (`acc`, structurally)
 //   x = x + bias[f(col)]  or  bias[...] + x  a float32 load whose index is affine in the column
 //                                            variable with coefficient 1 and free of `rows`
+//   x = x + res[g(rows, col)]  or  res + x   a residual: a float32 load whose index is affine in
+//                                            the column (coefficient 1) and depends on `rows`
+//                                            (the caller decides whether its rows are a strided
+//                                            tile: residual_rows)
 //   x = select(x < lo, lo, x)                lo, hi uniform: a float constant, or a float32 load
 //   x = select(x > hi, hi, x)                at a constant index (a Clip's scalar bounds)
-// Anything else (a residual, another activation, a second output) keeps the tile pass.
+// Anything else (another activation, a second output) keeps the tile pass.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -23,9 +27,11 @@
 namespace kiln::loop {
 
 struct RegisterEpilogue {
-  int64_t flags = 0;      // kernels::kEpBias | kEpLow | kEpHigh
+  int64_t flags = 0;      // kernels::kEpBias | kEpLow | kEpHigh | kEpResidual
   BufferPtr bias;         // with kEpBias
   Expr bias_index;        // the bias element of column `col` (in terms of the column variable)
+  BufferPtr res;          // with kEpResidual
+  Expr res_index;         // the residual element of the tile's (rows, col)
   Expr lo, hi;            // with kEpLow / kEpHigh (float32)
 };
 

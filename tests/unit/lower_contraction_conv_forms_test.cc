@@ -202,6 +202,33 @@ TEST(LowerContraction, ImplicitConvSplitsLinesIntoBalancedTiles) {
   check_field_on_and_off(nhwc, {}, &loop::ContractionTile::split_line_waste_percent, 1, "* [144 x 32]", "&y[", 3, false);
 }
 
+// A residual read channels-last (its index moves by 1 with the output channel, a row of the tile
+// every 32 floats) is added by the micro-kernel from its registers (kEpResidual: the call's flags
+// 1 | 2 | 8 and the residual's address), the output stored channels-last by the micro-kernel itself or
+// channels-first by the transposing copy per call; with 40 output channels (a packed panel's
+// columns past N) or the residual in the model's layout, the tile pass adds it. Against the
+// reference, both numerics.
+TEST(LowerContraction, ImplicitConvAddsAChannelsLastResidualFromItsRegisters) {
+  for (const bool nhwc_out : {true, false})
+    for (const int cout : {32, 40}) {
+      SCOPED_TRACE(cat(nhwc_out ? "channels-last" : "channels-first", " output, ", cout, " channels"));
+      const std::string y = cat("f32[1,", cout, ",8,8]"), yl = cat("f32[1,8,8,", cout, "]");
+      const std::string body = cat("  %c: ", y, " = Conv(%x, %w, %b) {kernel_shape=[3,3], pads=[1,1,1,1]} name=\"conv\"\n",
+                                   "  %t: ", y, " = Transpose(%res) {perm=[0,3,1,2]} name=\"back\"\n",
+                                   "  %a: ", y, " = Add(%c, %t) name=\"add\"\n",
+                                   nhwc_out ? cat("  %r: ", y, " = Relu(%a) name=\"relu\"\n  %y: ", yl,
+                                                  " = Transpose(%r) {perm=[0,2,3,1]} name=\"nhwc\"\n")
+                                            : cat("  %y: ", y, " = Relu(%a) name=\"relu\"\n"));
+      const ConvCase c{"residual_regs", body, cat("%x: f32[1,16,8,8], %res: ", yl), "%y",
+                       {{"w", {cout, 16, 3, 3}}, {"b", {cout}}}};
+      check_conv_both_numerics(c, /*fma_exact=*/false, [&](const std::string& nest, bool strict) {
+        if (strict) return;
+        EXPECT_EQ(nest.find(", 0, 11, &b[") != std::string::npos, cout == 32) << nest;
+        EXPECT_EQ(nest.find("kiln_etile") == std::string::npos, cout == 32) << nest;
+      }, {}, nhwc_out ? 5 : 4, false);
+    }
+}
+
 // The same with an epilogue the registers do not hold (a residual read channels-last too, through
 // a Transpose in the prologue of the Add's other operand): the values go into a tile, then each
 // row of it is copied into the output's row (the channels innermost: kiln_ej inside kiln_ex). With

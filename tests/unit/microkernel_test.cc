@@ -145,7 +145,8 @@ std::string epilogue_wrapper_source(bool fma) {
   std::set<std::pair<int64_t, int64_t>> tiles(kTiles.begin(), kTiles.end());
   std::ostringstream os;
   os << "#include <stdint.h>\n#include <string.h>\n" << kernels::microkernel_c_source(tiles, fma, tiles);
-  // args = {mr, nr, nseg, kc, a, aoff, as_i, as_k, b, bs_k, c, ldc, acc, ep, bias, nbias, lo, hi}; nseg < 0: plain form.
+  // args = {mr, nr, nseg, kc, a, aoff, as_i, as_k, b, bs_k, c, ldc, acc, ep, bias, nbias, lo, hi, res, ldr}; nseg < 0:
+  // plain form.
   auto call = [&](const std::string& fn, bool seg, bool generic) {
     std::string r = "  " + fn + "(";
     if (generic) r += "*(const int64_t*)args[0], *(const int64_t*)args[1], ";
@@ -154,7 +155,8 @@ std::string epilogue_wrapper_source(bool fma) {
     if (seg) r += "(const int64_t*)args[5], ";
     r += "*(const int64_t*)args[6], *(const int64_t*)args[7], (const float*)args[8], *(const int64_t*)args[9],\n"
          "      (float*)args[10], *(const int64_t*)args[11], *(const int64_t*)args[12], *(const int64_t*)args[13],\n"
-         "      (const float*)args[14], *(const int64_t*)args[15], *(const float*)args[16], *(const float*)args[17]);\n";
+         "      (const float*)args[14], *(const int64_t*)args[15], *(const float*)args[16], *(const float*)args[17],\n"
+         "      (const float*)args[18], *(const int64_t*)args[19]);\n";
     return r;
   };
   for (auto [mr, nr] : kTiles) {
@@ -185,18 +187,19 @@ void check_epilogue(const std::string& march, bool strict) {
   const std::vector<std::pair<float, float>> bounds = {{0.0f, 6.0f}, {-0.0f, 0.5f}, {nan, nan}, {-0.5f, -0.5f}};
   for (int64_t nseg : {-1, 3})
     for (int64_t kc : {0, 9})
-      for (int64_t ep = 0; ep <= 7; ++ep)
+      for (int64_t ep = 0; ep <= 15; ++ep)
         for (size_t bi = 0; bi < bounds.size(); ++bi)
           for (auto [mr, nr] : kTiles) {
             const bool generic = (ep + int64_t(bi)) % 3 == 0;  // the generic loops on a third of the cases
             SCOPED_TRACE(std::to_string(mr) + "x" + std::to_string(nr) + (nseg < 0 ? " plain" : " segmented") + ", kc " +
                          std::to_string(kc) + ", ep " + std::to_string(ep) + ", bounds " + std::to_string(bi) +
                          (generic ? ", generic" : ""));
-            const int64_t as_i = 2, as_k = 29, bs_k = nr + 3, ldc = nr + 2, nbias = std::max<int64_t>(1, nr - 2);
+            const int64_t as_i = 2, as_k = 29, bs_k = nr + 3, ldc = nr + 2, nbias = std::max<int64_t>(1, nr - 2), ldr = nr + 5;
             const std::vector<int64_t> aoff = {300, 7, 111};
             std::vector<float> a(size_t(300 + (mr - 1) * as_i + std::max<int64_t>(kc - 1, 0) * as_k + 1)),
-                b(size_t(3 * std::max<int64_t>(kc, 1) * bs_k)), c(size_t(mr * ldc)), bv(static_cast<size_t>(nr));
-            for (auto* v : {&a, &b, &c, &bv})
+                b(size_t(3 * std::max<int64_t>(kc, 1) * bs_k)), c(size_t(mr * ldc)), bv(static_cast<size_t>(nr)),
+                res(size_t((mr - 1) * ldr + nr));  // the residual's last row ends at its last column
+            for (auto* v : {&a, &b, &c, &bv, &res})
               for (float& x : *v) x = u(rng);
             // Special sums where they are compared bit for bit (no products; strict builds).
             if (kc == 0 || strict)
@@ -205,6 +208,7 @@ void check_epilogue(const std::string& march, bool strict) {
             if (kc == 0 || strict) {
               bv[0] = nan;
               if (nr > 2) bv[1] = -0.0f;
+              for (size_t i = 0; i < res.size(); i += 3) res[i] = special[(i / 3 + 4) % special.size()];
             }
             for (int64_t j = nbias; j < nr; ++j) bv[size_t(j)] = nan;  // never read
             auto [lo, hi] = bounds[bi];
@@ -214,13 +218,13 @@ void check_epilogue(const std::string& march, bool strict) {
             else
               kernels::microkernel_seg_f32(mr, nr, nseg, kc, a.data(), aoff.data(), as_i, as_k, b.data(), bs_k, want.data(),
                                            ldc, true);
-            kernels::microkernel_epilogue_f32(mr, nr, want.data(), ldc, ep, bv.data(), nbias, lo, hi);
+            kernels::microkernel_epilogue_f32(mr, nr, want.data(), ldc, ep, bv.data(), nbias, lo, hi, res.data(), ldr);
             int64_t mr_v = mr, nr_v = nr, ns_v = nseg, kc_v = kc, as_i_v = as_i, as_k_v = as_k, bs_k_v = bs_k, ldc_v = ldc,
-                    acc_v = 1, ep_v = ep, nb_v = nbias;
+                    acc_v = 1, ep_v = ep, nb_v = nbias, ldr_v = ldr;
             float lo_v = lo, hi_v = hi;
             void* args[] = {&mr_v, &nr_v, &ns_v, &kc_v, nseg < 0 ? a.data() + 300 : a.data(), const_cast<int64_t*>(aoff.data()),
                             &as_i_v, &as_k_v, b.data(), &bs_k_v, got.data(), &ldc_v, &acc_v, &ep_v, bv.data(), &nb_v,
-                            &lo_v, &hi_v};
+                            &lo_v, &hi_v, res.data(), &ldr_v};
             module->get(generic ? "ep_generic" : "ep_" + std::to_string(mr) + "x" + std::to_string(nr))(args);
             expect_tile(got, want, mr, nr, ldc, strict || kc == 0, 3 * kc + 2);
           }

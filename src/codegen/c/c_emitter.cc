@@ -175,7 +175,7 @@ class CEmitter final : public CStyleEmitter {
     const bool ep = s.text == kernels::kMicroKernelEpF32 || s.text == kernels::kMicroKernelSegEpF32;
     const bool seg = s.text == kernels::kMicroKernelSegF32 || s.text == kernels::kMicroKernelSegEpF32;
     const bool known = ep || seg || s.text == kernels::kMicroKernelF32;
-    if (known && a.size() == size_t((seg ? 13 : 11) + (ep ? 5 : 0)) && a[0]->kind == ExprKind::IntImm &&
+    if (known && a.size() == size_t((seg ? 13 : 11) + (ep ? 7 : 0)) && a[0]->kind == ExprKind::IntImm &&
         a[1]->kind == ExprKind::IntImm && kernels::has_specialisation(a[0]->int_value, a[1]->int_value))
       return {kernels::specialisation_name(a[0]->int_value, a[1]->int_value, seg, ep), 2};
     return CStyleEmitter::microkernel_call(s);

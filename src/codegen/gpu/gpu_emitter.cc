@@ -219,7 +219,8 @@ std::string GpuEmitter::seg_microkernel_source(const std::string& spaces) const 
 }
 
 // The epilogue forms on a device: the plain (or segmented) variant, then the interface's epilogue
-// loop. `key`: 'p' or 's' (plain, segmented), then the spaces of the form's pointers and the bias.
+// loop. `key`: 'p' or 's' (plain, segmented), then the spaces of the form's pointers, the bias and
+// the residual.
 std::string GpuEmitter::ep_microkernel_source(const std::string& key) const {
   const bool seg = key[0] == 's';
   const std::string spaces = key.substr(1);
@@ -229,13 +230,14 @@ std::string GpuEmitter::ep_microkernel_source(const std::string& key) const {
     head = "void kiln_mk_f32_seg_ep_" + spaces + "(int64_t mr, int64_t nr, int64_t nseg, int64_t kc, " +
            ptr(0, "const float") + " a,\n    " + ptr(1, "const int64_t") + " aoff, int64_t as_i, int64_t as_k, " +
            ptr(2, "const float") + " b, int64_t bs_k, " + ptr(3, "float") + " c, int64_t ldc, int64_t acc_in,\n    int64_t ep, " +
-           ptr(4, "const float") + " bias, int64_t nbias, float lo, float hi) {\n";
+           ptr(4, "const float") + " bias, int64_t nbias, float lo, float hi, " + ptr(5, "const float") +
+           " res, int64_t ldr) {\n";
     call = "  kiln_mk_f32_seg_" + spaces.substr(0, 4) + "(mr, nr, nseg, kc, a, aoff, as_i, as_k, b, bs_k, c, ldc, acc_in);\n";
   } else {
     head = "void kiln_mk_f32_ep_" + spaces + "(int64_t mr, int64_t nr, int64_t kc, " + ptr(0, "const float") +
            " a, int64_t as_i, int64_t as_k,\n    " + ptr(1, "const float") + " b, int64_t bs_k, " + ptr(2, "float") +
            " c, int64_t ldc, int64_t acc_in, int64_t ep, " + ptr(3, "const float") +
-           " bias, int64_t nbias, float lo, float hi) {\n";
+           " bias, int64_t nbias, float lo, float hi, " + ptr(4, "const float") + " res, int64_t ldr) {\n";
     call = "  " + microkernel_name(spaces.substr(0, 3)) + "(mr, nr, kc, a, as_i, as_k, b, bs_k, c, ldc, acc_in);\n";
   }
   return device_function() + head + call + kernels::epilogue_loop_c_source() + "}\n";
@@ -336,7 +338,7 @@ std::pair<std::string, size_t> GpuEmitter::microkernel_call(const StmtNode& s) {
     // address spaces of the plain form's pointers and the bias.
     const bool seg = s.text == kernels::kMicroKernelSegEpF32;
     const size_t n = seg ? 13 : 11;
-    KILN_CHECK(s.call_args.size() == n + 5, "GPU emitter: ", s.text, " takes ", n + 5, " arguments");
+    KILN_CHECK(s.call_args.size() == n + 7, "GPU emitter: ", s.text, " takes ", n + 7, " arguments");
     std::string spaces = seg ? std::string{space(4), space(5), space(8), space(10)} : std::string{space(3), space(6), space(8)};
     if (seg) {
       microkernels_.insert(std::string{spaces[0], spaces[2], spaces[3]});
@@ -345,6 +347,7 @@ std::pair<std::string, size_t> GpuEmitter::microkernel_call(const StmtNode& s) {
       microkernels_.insert(spaces);
     }
     spaces += space(n + 1);
+    spaces += space(n + 5);
     ep_microkernels_.insert(std::string(seg ? "s" : "p") + spaces);
     return {std::string(seg ? "kiln_mk_f32_seg_ep_" : "kiln_mk_f32_ep_") + spaces, 0};
   }
