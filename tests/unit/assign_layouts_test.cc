@@ -83,8 +83,9 @@ TEST(AssignLayouts, ValuesBetweenStrideOneConvsGoChannelsLast) {
       EXPECT_EQ(nd->input(0)->producer()->op_type(), "Transpose");
     }
     // The convs reading a channels-last value read it unpadded, through a Transpose back.
-    if (nd->op_type() == "Conv" && nd->input(0)->producer() && nd->input(0)->producer()->op_type() == "Transpose")
+    if (nd->op_type() == "Conv" && nd->input(0)->producer() && nd->input(0)->producer()->op_type() == "Transpose") {
       EXPECT_EQ(nd->attr_ints("pads"), (std::vector<int64_t>{0, 0, 0, 0})) << nd->name();
+    }
   }
   EXPECT_EQ(g->outputs()[0]->shape(), (Shape{1, 32, 10, 10}));  // the model's layout
 }
@@ -125,7 +126,9 @@ TEST(AssignLayouts, ValuesOtherReadersNeedKeepTheModelsLayout) {
     auto g = residual_blocks(32, 8, /*pool_at_end=*/true);
     assign_layouts(*g, loop::Schedule{});
     for (const Node* nd : g->nodes())
-      if (nd->op_type() == "MaxPool") EXPECT_NE(nd->input(0)->producer()->op_type(), "Slice");
+      if (nd->op_type() == "MaxPool") {
+        EXPECT_NE(nd->input(0)->producer()->op_type(), "Slice");
+      }
   }
   // Read by a stride-2 conv, or by a conv of few input channels: staged as before.
   {
@@ -179,7 +182,9 @@ TEST(AssignLayouts, PointwiseReadersTakeTheLayoutUnpadded) {
   const TensorMap want = run_reference(*g, in);
   ASSERT_EQ(assign_layouts(*g, loop::Schedule{}).size(), 1u);
   for (const Node* nd : g->nodes())
-    if (is_layout_boundary(*nd)) EXPECT_EQ(nd->output(0)->shape(), (Shape{1, 7, 7, 64}));
+    if (is_layout_boundary(*nd)) {
+      EXPECT_EQ(nd->output(0)->shape(), (Shape{1, 7, 7, 64}));
+    }
   runtime::BuildOptions o;
   auto ex = runtime::Executable::build(std::move(g), runtime::with_numerics(o));
   EXPECT_EQ(ex->plan().kernel_count(), 2);

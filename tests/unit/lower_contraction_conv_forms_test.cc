@@ -206,8 +206,7 @@ TEST(LowerContraction, ImplicitConvSplitsLinesIntoBalancedTiles) {
 // every 32 floats) is added by the micro-kernel from its registers (kEpResidual: the call's flags
 // 1 | 2 | 8 and the residual's address), the output stored channels-last by the micro-kernel itself or
 // channels-first by the transposing copy per call; with 40 output channels (a packed panel's
-// columns past N) or the residual in the model's layout, the tile pass adds it. Against the
-// reference, both numerics.
+// columns past N, which the call would read) the tile pass adds it. Against the reference.
 TEST(LowerContraction, ImplicitConvAddsAChannelsLastResidualFromItsRegisters) {
   for (const bool nhwc_out : {true, false})
     for (const int cout : {32, 40}) {
