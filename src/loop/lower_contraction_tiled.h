@@ -128,6 +128,26 @@ struct GemmView {
 // The tiled nest (statements of the kernel body). Lets are numbered from next_let.
 std::vector<Stmt> build_tiled_gemm(const GemmView& v, const Schedule& s, int& next_let);
 
+// The nest's blocking, decided before it is built (lower_contraction_tiled_blocking.cc).
+struct TiledBlocking {
+  int64_t mr = 1, nr = 1;                             // the micro-kernel's register tile
+  bool pack_a = false, pack_b = false, panel_b = false;  // A packed per tile; B packed per tile; B prepacked
+  bool b_full_panels = false;                          // B's column tiles are whole panels (zeros past N)
+  int64_t seg = 1, nsegs = 0;                          // K segment length; segments (0: none)
+  int64_t nsb = 0;                                     // segments per micro-kernel call (0: one block of one)
+  int64_t kc = 1, per_seg = 1, kblocks = 0;            // K block depth; blocks per segment; K blocks
+  bool skip_dead = false;                              // calls over a segment's dead lines are skipped
+  int64_t mc = 1;                                      // rows per M block
+  int64_t line_rows = 0;                               // A's lines of rows (GemmOperand::line_rows)
+  bool split = false;                                  // lines split into line_tiles tiles: tall of mr, then mr - 1
+  int64_t line_tiles = 0, tall = 0;
+  int64_t q = 1, nc = 1;                               // column tiles per panel; columns per tile (q · nr)
+  int64_t mblocks = 1, ntiles = 1;                     // M blocks and column panels per batch
+  bool copy_b = false;                                 // an in-place B copied per tile into a panel
+  int64_t nbatch = 1, tiles = 1;                       // batches; tiles in all
+};
+TiledBlocking tiled_gemm_blocking(const GemmView& v, const Schedule& s);
+
 // Whether the nest's tile index runs down the M blocks of a column panel before the next panel
 // (where there are several of each): columns where N > M (tile_balance.cc).
 bool columns_outer_order(const Schedule& s, const GemmView& v);
